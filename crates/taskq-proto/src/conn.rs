@@ -1,0 +1,438 @@
+//! The blocking connection: one socket, one reused send buffer, one receive
+//! buffer, and a deadline on every whole reply.
+
+use std::io::{self, IoSlice, Read};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
+
+use crate::command::{Command, CommandKind};
+use crate::error::Error;
+use crate::reply::{attach, parse_frame, Limits, Reply, Status};
+use crate::MAX_LINE;
+
+/// Bytes of the inline send buffer: a put whose line and body fit is sent from
+/// here with one plain write; a larger one goes out as one vectored write.
+pub const INLINE_REQUEST: usize = 1024;
+
+/// The receive buffer's first size; it grows only when a reply needs more.
+const INITIAL_RECV: usize = 4096;
+
+/// How far a lowered socket timeout may run past the deadline before it is
+/// worth a `setsockopt` to shorten it.
+const DEADLINE_SLACK: Duration = Duration::from_millis(20);
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const SEND_FLAGS: i32 = 0x4000; // MSG_NOSIGNAL: a reset peer gives EPIPE, not SIGPIPE.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const SEND_FLAGS: i32 = 0;
+
+/// Settings of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Limit on each connect attempt, per resolved address.
+    pub connect_timeout: Duration,
+    /// Limit on each whole reply (plus the server's wait for `reserve-with-timeout`),
+    /// and on each write.
+    pub io_timeout: Duration,
+    /// Job and YAML size limits.
+    pub limits: Limits,
+    /// TCP keepalive idle time; `None` leaves keepalive off.
+    pub keepalive: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            connect_timeout: Duration::from_secs(2),
+            io_timeout: Duration::from_secs(1),
+            limits: Limits::default(),
+            keepalive: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// System calls made by a connection, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoCounts {
+    /// `send` calls (plain or vectored).
+    pub writes: u64,
+    /// `recv` calls.
+    pub reads: u64,
+}
+
+/// A blocking connection to a beanstalkd-protocol server.
+///
+/// Each request goes out in one write; each reply is read against a deadline for
+/// the whole reply. After a timeout, an I/O error or a reply it cannot decode the
+/// connection is broken for good and refuses further requests with [`Error::Broken`].
+pub struct Connection {
+    sock: Socket,
+    peer: SocketAddr,
+    cfg: Config,
+    line: [u8; INLINE_REQUEST],
+    pipe: Vec<u8>,
+    rbuf: Vec<u8>,
+    start: usize,
+    end: usize,
+    rcv_timeout: Duration,
+    broken: bool,
+    counts: IoCounts,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.peer)
+            .field("broken", &self.broken)
+            .field("buffered", &(self.end - self.start))
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects to the first address of `addr` that accepts within the connect timeout.
+    pub fn connect(addr: impl ToSocketAddrs, cfg: Config) -> Result<Connection, Error> {
+        let mut last = None;
+        for a in addr.to_socket_addrs().map_err(Error::NotSent)? {
+            match Connection::connect_addr(a, cfg) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::NotSent(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "address resolved to nothing",
+            ))
+        }))
+    }
+
+    /// Connects to one address.
+    pub fn connect_addr(addr: SocketAddr, cfg: Config) -> Result<Connection, Error> {
+        let setup = || -> io::Result<Socket> {
+            let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+            sock.set_tcp_nodelay(true)?;
+            if let Some(idle) = cfg.keepalive {
+                sock.set_keepalive(true)?;
+                sock.set_tcp_keepalive(
+                    &TcpKeepalive::new()
+                        .with_time(idle)
+                        .with_interval(Duration::from_secs(5)),
+                )?;
+            }
+            #[cfg(any(target_os = "macos", target_os = "ios"))]
+            sock.set_nosigpipe(true)?;
+            sock.connect_timeout(
+                &addr.into(),
+                cfg.connect_timeout.max(Duration::from_millis(1)),
+            )?;
+            sock.set_read_timeout(Some(positive(cfg.io_timeout)))?;
+            sock.set_write_timeout(Some(positive(cfg.io_timeout)))?;
+            Ok(sock)
+        };
+        let sock = setup().map_err(Error::NotSent)?;
+        let cap = INITIAL_RECV.min(recv_capacity(&cfg.limits));
+        Ok(Connection {
+            sock,
+            peer: addr,
+            cfg,
+            line: [0; INLINE_REQUEST],
+            pipe: Vec::new(),
+            rbuf: vec![0; cap],
+            start: 0,
+            end: 0,
+            rcv_timeout: positive(cfg.io_timeout),
+            broken: false,
+            counts: IoCounts::default(),
+        })
+    }
+
+    /// The server's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The settings this connection was opened with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// True once the connection is out of step; it must be replaced.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Marks the connection broken, for a caller that gave up on it.
+    pub fn mark_broken(&mut self) {
+        self.broken = true;
+    }
+
+    /// System calls made so far.
+    pub fn io_counts(&self) -> IoCounts {
+        self.counts
+    }
+
+    /// Sends one request with a single write call (looping only on a partial write).
+    pub fn send(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+        if self.broken {
+            return Err(Error::Broken);
+        }
+        let max = self.cfg.limits.max_job_size;
+        let head = cmd.encode_line(&mut self.line, max)?;
+        let r = match *cmd {
+            Command::Put { body, .. } if head + body.len() + 2 > INLINE_REQUEST => write_all(
+                &self.sock,
+                &mut self.counts,
+                &mut [
+                    IoSlice::new(&self.line[..head]),
+                    IoSlice::new(body),
+                    IoSlice::new(b"\r\n"),
+                ],
+            ),
+            Command::Put { body, .. } => {
+                let total = head + body.len() + 2;
+                self.line[head..total - 2].copy_from_slice(body);
+                self.line[total - 2..total].copy_from_slice(b"\r\n");
+                write_all(
+                    &self.sock,
+                    &mut self.counts,
+                    &mut [IoSlice::new(&self.line[..total])],
+                )
+            }
+            _ => write_all(
+                &self.sock,
+                &mut self.counts,
+                &mut [IoSlice::new(&self.line[..head])],
+            ),
+        };
+        self.broken |= r.is_err();
+        r
+    }
+
+    /// Appends a request to the pipeline buffer; [`flush`](Self::flush) sends all of them in one write.
+    pub fn queue(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+        if self.broken {
+            return Err(Error::Broken);
+        }
+        let head = cmd.encode_line(&mut self.line, self.cfg.limits.max_job_size)?;
+        self.pipe.extend_from_slice(&self.line[..head]);
+        if let Command::Put { body, .. } = cmd {
+            self.pipe.extend_from_slice(body);
+            self.pipe.extend_from_slice(b"\r\n");
+        }
+        Ok(())
+    }
+
+    /// Bytes waiting in the pipeline buffer.
+    pub fn queued_len(&self) -> usize {
+        self.pipe.len()
+    }
+
+    /// Drops what [`queue`](Self::queue) gathered without sending it.
+    pub fn clear_queue(&mut self) {
+        self.pipe.clear();
+    }
+
+    /// Sends everything queued with one write call. The buffer keeps its capacity.
+    pub fn flush(&mut self) -> Result<(), Error> {
+        if self.pipe.is_empty() {
+            return Ok(());
+        }
+        let r = write_all(
+            &self.sock,
+            &mut self.counts,
+            &mut [IoSlice::new(&self.pipe)],
+        );
+        self.pipe.clear();
+        self.broken |= r.is_err();
+        r
+    }
+
+    /// Sends bytes as they are, for tests that need a request no encoder would build.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        if self.broken {
+            return Err(Error::Broken);
+        }
+        let r = write_all(&self.sock, &mut self.counts, &mut [IoSlice::new(bytes)]);
+        self.broken |= r.is_err();
+        r
+    }
+
+    /// Sends a request and reads its reply.
+    pub fn request(&mut self, cmd: &Command<'_>) -> Result<Reply<'_>, Error> {
+        self.send(cmd)?;
+        self.recv(cmd.kind())
+    }
+
+    /// Reads the next reply, decoded as an answer to a command of `kind`.
+    ///
+    /// The deadline covers the whole reply: the I/O timeout plus, for
+    /// `reserve-with-timeout`, the seconds the server may wait.
+    pub fn recv(&mut self, kind: CommandKind) -> Result<Reply<'_>, Error> {
+        if self.broken {
+            return Err(Error::Broken);
+        }
+        let started = Instant::now();
+        let deadline =
+            started + self.cfg.io_timeout + Duration::from_secs(u64::from(kind.server_wait_secs()));
+        let limits = self.cfg.limits;
+        let mut first_read = true;
+        let (reply, span, used) = loop {
+            if self.start < self.end {
+                match parse_frame(kind, &self.rbuf[self.start..self.end], &limits) {
+                    Ok(Status::Complete((r, s), n)) => break (r, s, n),
+                    Ok(Status::Partial) => {}
+                    Err(e) => {
+                        self.broken = true;
+                        return Err(Error::Protocol(e));
+                    }
+                }
+            }
+            self.fill(started, deadline, &mut first_read)?;
+        };
+        let base = self.start;
+        self.start += used;
+        if self.start == self.end {
+            // The bytes stay in place until the next fill, which needs `&mut self`
+            // and so cannot run while the reply borrows them.
+            self.start = 0;
+            self.end = 0;
+        }
+        Ok(attach(reply, span, &self.rbuf[base..]))
+    }
+
+    /// Sends `quit` and closes.
+    pub fn quit(mut self) {
+        if !self.broken {
+            let _ = self.send(&Command::Quit);
+        }
+    }
+
+    fn fill(
+        &mut self,
+        started: Instant,
+        deadline: Instant,
+        first_read: &mut bool,
+    ) -> Result<(), Error> {
+        if self.end == self.rbuf.len() {
+            self.make_room()?;
+        }
+        if self.rcv_timeout != positive(self.cfg.io_timeout) && *first_read {
+            self.set_rcv_timeout(positive(self.cfg.io_timeout))?;
+        }
+        loop {
+            if !*first_read {
+                // The socket timeout never exceeds the whole wait, so the first read
+                // needs no clock; later ones check what is left of the deadline.
+                let now = Instant::now();
+                if now + DEADLINE_SLACK >= deadline {
+                    self.broken = true;
+                    return Err(Error::Timeout {
+                        waited: now - started,
+                    });
+                }
+                let left = deadline - now;
+                if self.rcv_timeout > left + DEADLINE_SLACK {
+                    self.set_rcv_timeout(left)?;
+                }
+            }
+            *first_read = false;
+            let r = (&self.sock).read(&mut self.rbuf[self.end..]);
+            self.counts.reads += 1;
+            match r {
+                Ok(0) => {
+                    self.broken = true;
+                    return Err(Error::Closed);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(());
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => {
+                    self.broken = true;
+                    return Err(Error::Io(e));
+                }
+            }
+        }
+    }
+
+    fn make_room(&mut self) -> Result<(), Error> {
+        if self.start > 0 {
+            self.rbuf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            return Ok(());
+        }
+        let cap = recv_capacity(&self.cfg.limits);
+        if self.rbuf.len() >= cap {
+            // The parser refuses frames larger than the limits before this point.
+            self.broken = true;
+            return Err(Error::Protocol(crate::ReplyError::LineTooLong));
+        }
+        let grown = (self.rbuf.len() * 2).clamp(INITIAL_RECV, cap);
+        self.rbuf.resize(grown, 0);
+        Ok(())
+    }
+
+    fn set_rcv_timeout(&mut self, t: Duration) -> Result<(), Error> {
+        let t = positive(t);
+        if let Err(e) = self.sock.set_read_timeout(Some(t)) {
+            self.broken = true;
+            return Err(Error::Io(e));
+        }
+        self.rcv_timeout = t;
+        Ok(())
+    }
+}
+
+/// Writes every byte, one send call per attempt; a partial write continues where it stopped.
+fn write_all(
+    sock: &Socket,
+    counts: &mut IoCounts,
+    mut bufs: &mut [IoSlice<'_>],
+) -> Result<(), Error> {
+    let mut sent = 0usize;
+    while !bufs.is_empty() {
+        let r = if bufs.len() == 1 {
+            sock.send_with_flags(&bufs[0], SEND_FLAGS)
+        } else {
+            sock.send_vectored_with_flags(bufs, SEND_FLAGS)
+        };
+        counts.writes += 1;
+        let err = match r {
+            Ok(0) => io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes"),
+            Ok(n) => {
+                sent += n;
+                IoSlice::advance_slices(&mut bufs, n);
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => e,
+        };
+        return Err(if sent == 0 {
+            Error::NotSent(err)
+        } else {
+            Error::Io(err)
+        });
+    }
+    Ok(())
+}
+
+/// The most a receive buffer ever holds: one reply line and the largest body or YAML.
+fn recv_capacity(limits: &Limits) -> usize {
+    MAX_LINE + limits.max_job_size.max(limits.max_yaml_size) + 2
+}
+
+/// Socket timeouts of zero mean "forever"; never let a short wait become that.
+fn positive(d: Duration) -> Duration {
+    d.max(Duration::from_millis(1))
+}

@@ -1,0 +1,43 @@
+//! The beanstalkd protocol core of taskq.
+//!
+//! Two layers, as in `quinn-proto`: a codec with no sockets and no clocks
+//! ([`Command`] encodes into a caller-owned buffer, [`parse_reply`] decodes in
+//! place into borrowed [`Reply`] values, [`yaml`] reads statistics), and a
+//! blocking [`Connection`] on top that sends each request with one write call
+//! and reads each reply against a whole-reply deadline. In steady state nothing
+//! allocates.
+//!
+//! ```
+//! use taskq_proto::{parse_reply, Command, Limits, Reply, Status};
+//!
+//! let mut buf = [0u8; 64];
+//! let put = Command::Put { pri: 10, delay: 0, ttr: 60, body: b"hi\r\nthere" };
+//! let n = put.encode(&mut buf, 65535).unwrap();
+//! assert_eq!(&buf[..n], b"put 10 0 60 9\r\nhi\r\nthere\r\n");
+//!
+//! let reply = parse_reply(put.kind(), b"INSERTED 42\r\n", &Limits::default()).unwrap();
+//! assert_eq!(reply, Status::Complete(Reply::Inserted { id: 42 }, 13));
+//! // Decoding knows the command: bare BURIED cannot answer a put.
+//! assert!(parse_reply(put.kind(), b"BURIED\r\n", &Limits::default()).is_err());
+//! ```
+
+mod command;
+mod conn;
+mod error;
+mod reply;
+pub mod yaml;
+
+pub use command::{is_tube_byte, secs_ceil, validate_tube, Command, CommandKind};
+pub use conn::{Config, Connection, IoCounts, INLINE_REQUEST};
+pub use error::{EncodeError, Error, ReplyError, TubeNameError, YamlError};
+pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
+pub use yaml::{JobStats, ServerStats, TubeStats};
+
+/// Longest command or reply line, CRLF included. The server answers `BAD_FORMAT` to a longer command.
+pub const MAX_LINE: usize = 224;
+/// Longest tube name in bytes.
+pub const MAX_TUBE_NAME: usize = 200;
+/// beanstalkd's default maximum job size (`-z`).
+pub const DEFAULT_MAX_JOB_SIZE: usize = 65535;
+/// Default limit on a YAML document from `stats*` or `list-tubes*`.
+pub const DEFAULT_MAX_YAML_SIZE: usize = 1 << 20;

@@ -1,0 +1,502 @@
+//! Replies: incremental, zero-copy decoding of what the server answers.
+
+use crate::command::{is_tube_byte, CommandKind};
+use crate::error::ReplyError;
+use crate::MAX_LINE;
+
+/// The result of feeding bytes to a parser: a complete value and how many bytes
+/// it used, or a request for more input. `Partial` is a normal answer, not an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status<T> {
+    /// A whole value, and the number of input bytes it consumed.
+    Complete(T, usize),
+    /// The input ends before the value does; call again with more bytes.
+    Partial,
+}
+
+/// Limits a parser enforces so that a peer cannot make it wait for, or make its
+/// caller allocate, more than this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest job body accepted in `RESERVED` and `FOUND` (and sent in `put`).
+    pub max_job_size: usize,
+    /// Largest YAML document accepted in an `OK` reply.
+    pub max_yaml_size: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_job_size: crate::DEFAULT_MAX_JOB_SIZE,
+            max_yaml_size: crate::DEFAULT_MAX_YAML_SIZE,
+        }
+    }
+}
+
+/// A decoded reply. Bodies, YAML and tube names borrow the input buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply<'a> {
+    /// `INSERTED <id>` (put).
+    Inserted {
+        /// The new job's id.
+        id: u64,
+    },
+    /// `BURIED <id>` answering a put: the job was inserted, but buried (server short of memory).
+    InsertedBuried {
+        /// The new job's id.
+        id: u64,
+    },
+    /// `EXPECTED_CRLF` (put): the body was not followed by CRLF. Nothing queued.
+    ExpectedCrlf,
+    /// `JOB_TOO_BIG` (put): the body exceeds the server's maximum. Nothing queued.
+    JobTooBig,
+    /// `DRAINING` (put): the server takes no new jobs. Nothing queued.
+    Draining,
+    /// `USING <tube>` (use, list-tube-used).
+    Using {
+        /// The tube in use.
+        tube: &'a str,
+    },
+    /// `RESERVED <id> <bytes>` and the body (reserve, reserve-with-timeout, reserve-job).
+    Reserved {
+        /// Job id.
+        id: u64,
+        /// Job body.
+        body: &'a [u8],
+    },
+    /// `DEADLINE_SOON` (reserve): a job this connection holds is within a second of its TTR.
+    DeadlineSoon,
+    /// `TIMED_OUT` (reserve-with-timeout): no job in time.
+    TimedOut,
+    /// `DELETED` (delete).
+    Deleted,
+    /// `NOT_FOUND`.
+    NotFound,
+    /// `RELEASED` (release).
+    Released,
+    /// Bare `BURIED` (bury, or release when the server is short of memory).
+    Buried,
+    /// `TOUCHED` (touch).
+    Touched,
+    /// `WATCHING <count>` (watch, ignore).
+    Watching {
+        /// How many tubes the connection watches now.
+        count: u64,
+    },
+    /// `NOT_IGNORED` (ignore of the last watched tube).
+    NotIgnored,
+    /// `FOUND <id> <bytes>` and the body (peek*).
+    Found {
+        /// Job id.
+        id: u64,
+        /// Job body.
+        body: &'a [u8],
+    },
+    /// `KICKED <count>` (kick).
+    Kicked {
+        /// How many jobs were kicked.
+        count: u64,
+    },
+    /// Bare `KICKED` (kick-job).
+    KickedJob,
+    /// `OK <bytes>` and a YAML document (stats*, list-tubes*).
+    Ok {
+        /// The YAML document.
+        yaml: &'a [u8],
+    },
+    /// `PAUSED` (pause-tube).
+    Paused,
+    /// `OUT_OF_MEMORY`.
+    OutOfMemory,
+    /// `INTERNAL_ERROR`.
+    InternalError,
+    /// `BAD_FORMAT`.
+    BadFormat,
+    /// `UNKNOWN_COMMAND`.
+    UnknownCommand,
+}
+
+impl Reply<'_> {
+    /// The reply's word on the wire.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Reply::Inserted { .. } => "INSERTED",
+            Reply::InsertedBuried { .. } | Reply::Buried => "BURIED",
+            Reply::ExpectedCrlf => "EXPECTED_CRLF",
+            Reply::JobTooBig => "JOB_TOO_BIG",
+            Reply::Draining => "DRAINING",
+            Reply::Using { .. } => "USING",
+            Reply::Reserved { .. } => "RESERVED",
+            Reply::DeadlineSoon => "DEADLINE_SOON",
+            Reply::TimedOut => "TIMED_OUT",
+            Reply::Deleted => "DELETED",
+            Reply::NotFound => "NOT_FOUND",
+            Reply::Released => "RELEASED",
+            Reply::Touched => "TOUCHED",
+            Reply::Watching { .. } => "WATCHING",
+            Reply::NotIgnored => "NOT_IGNORED",
+            Reply::Found { .. } => "FOUND",
+            Reply::Kicked { .. } | Reply::KickedJob => "KICKED",
+            Reply::Ok { .. } => "OK",
+            Reply::Paused => "PAUSED",
+            Reply::OutOfMemory => "OUT_OF_MEMORY",
+            Reply::InternalError => "INTERNAL_ERROR",
+            Reply::BadFormat => "BAD_FORMAT",
+            Reply::UnknownCommand => "UNKNOWN_COMMAND",
+        }
+    }
+
+    /// True for the four replies any command may get when the server fails it.
+    pub fn is_server_error(&self) -> bool {
+        matches!(
+            self,
+            Reply::OutOfMemory | Reply::InternalError | Reply::BadFormat | Reply::UnknownCommand
+        )
+    }
+}
+
+/// Where a borrowed part of a reply lies in the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Span {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+}
+
+/// Decodes one reply to a command of `kind` from the start of `input`.
+///
+/// Returns `Complete(reply, consumed)` or `Partial`; never allocates and never
+/// panics. Malformed input is a [`ReplyError`], after which the stream is out of step.
+///
+/// ```
+/// use taskq_proto::{parse_reply, CommandKind, Limits, Reply, Status};
+/// let input = b"RESERVED 7 5\r\nhello\r\n";
+/// let parsed = parse_reply(CommandKind::Reserve, input, &Limits::default()).unwrap();
+/// assert_eq!(parsed, Status::Complete(Reply::Reserved { id: 7, body: b"hello" }, input.len()));
+/// ```
+pub fn parse_reply<'a>(
+    kind: CommandKind,
+    input: &'a [u8],
+    limits: &Limits,
+) -> Result<Status<Reply<'a>>, ReplyError> {
+    Ok(match parse_frame(kind, input, limits)? {
+        Status::Complete((reply, span), n) => Status::Complete(attach(reply, span, input), n),
+        Status::Partial => Status::Partial,
+    })
+}
+
+/// Gives a framed reply its borrowed parts back.
+#[inline]
+pub(crate) fn attach<'a>(reply: Reply<'static>, span: Span, input: &'a [u8]) -> Reply<'a> {
+    let part = &input[span.start..span.end];
+    match reply {
+        Reply::Reserved { id, .. } => Reply::Reserved { id, body: part },
+        Reply::Found { id, .. } => Reply::Found { id, body: part },
+        Reply::Ok { .. } => Reply::Ok { yaml: part },
+        // The tube was checked to be ASCII when it was framed.
+        Reply::Using { .. } => Reply::Using {
+            tube: std::str::from_utf8(part).unwrap_or(""),
+        },
+        other => other,
+    }
+}
+
+/// Frames one reply: the reply with its borrowed parts left empty, plus the span
+/// they occupy. Lets a connection decide completeness without holding a borrow.
+pub(crate) fn parse_frame(
+    kind: CommandKind,
+    input: &[u8],
+    limits: &Limits,
+) -> Result<Status<(Reply<'static>, Span)>, ReplyError> {
+    let window = &input[..input.len().min(MAX_LINE)];
+    let nl = match memchr::memchr(b'\n', window) {
+        Some(i) => i,
+        None if input.len() >= MAX_LINE => return Err(ReplyError::LineTooLong),
+        None => return Ok(Status::Partial),
+    };
+    if nl == 0 || input[nl - 1] != b'\r' {
+        return Err(ReplyError::BadLineEnd);
+    }
+    let line = &input[..nl - 1];
+    let line_len = nl + 1;
+    let (word, args) = match memchr::memchr(b' ', line) {
+        Some(i) => (&line[..i], Some(&line[i + 1..])),
+        None => (line, None),
+    };
+    let none = Span::default();
+    let done = |r: Reply<'static>| Ok(Status::Complete((r, none), line_len));
+
+    // Replies with no arguments.
+    let bare = match word {
+        b"DELETED" => Some((Reply::Deleted, "DELETED")),
+        b"NOT_FOUND" => Some((Reply::NotFound, "NOT_FOUND")),
+        b"TIMED_OUT" => Some((Reply::TimedOut, "TIMED_OUT")),
+        b"DEADLINE_SOON" => Some((Reply::DeadlineSoon, "DEADLINE_SOON")),
+        b"RELEASED" => Some((Reply::Released, "RELEASED")),
+        b"TOUCHED" => Some((Reply::Touched, "TOUCHED")),
+        b"NOT_IGNORED" => Some((Reply::NotIgnored, "NOT_IGNORED")),
+        b"PAUSED" => Some((Reply::Paused, "PAUSED")),
+        b"EXPECTED_CRLF" => Some((Reply::ExpectedCrlf, "EXPECTED_CRLF")),
+        b"JOB_TOO_BIG" => Some((Reply::JobTooBig, "JOB_TOO_BIG")),
+        b"DRAINING" => Some((Reply::Draining, "DRAINING")),
+        b"OUT_OF_MEMORY" => Some((Reply::OutOfMemory, "OUT_OF_MEMORY")),
+        b"INTERNAL_ERROR" => Some((Reply::InternalError, "INTERNAL_ERROR")),
+        b"BAD_FORMAT" => Some((Reply::BadFormat, "BAD_FORMAT")),
+        b"UNKNOWN_COMMAND" => Some((Reply::UnknownCommand, "UNKNOWN_COMMAND")),
+        _ => None,
+    };
+    if let Some((reply, w)) = bare {
+        check_allowed(kind, &reply, w)?;
+        if args.is_some() {
+            return Err(ReplyError::Malformed { word: w });
+        }
+        return done(reply);
+    }
+
+    match word {
+        b"INSERTED" => {
+            expect(kind, CommandKind::Put, "INSERTED")?;
+            let id = one_number(args, "INSERTED")?;
+            done(Reply::Inserted { id })
+        }
+        b"BURIED" => match kind {
+            CommandKind::Put => done(Reply::InsertedBuried {
+                id: one_number(args, "BURIED")?,
+            }),
+            CommandKind::Release | CommandKind::Bury => {
+                no_args(args, "BURIED")?;
+                done(Reply::Buried)
+            }
+            _ => Err(ReplyError::UnexpectedReply { word: "BURIED" }),
+        },
+        b"KICKED" => match kind {
+            CommandKind::Kick => done(Reply::Kicked {
+                count: one_number(args, "KICKED")?,
+            }),
+            CommandKind::KickJob => {
+                no_args(args, "KICKED")?;
+                done(Reply::KickedJob)
+            }
+            _ => Err(ReplyError::UnexpectedReply { word: "KICKED" }),
+        },
+        b"WATCHING" => {
+            if !matches!(kind, CommandKind::Watch | CommandKind::Ignore) {
+                return Err(ReplyError::UnexpectedReply { word: "WATCHING" });
+            }
+            let count = one_number(args, "WATCHING")?;
+            done(Reply::Watching { count })
+        }
+        b"USING" => {
+            if !matches!(kind, CommandKind::Use | CommandKind::ListTubeUsed) {
+                return Err(ReplyError::UnexpectedReply { word: "USING" });
+            }
+            let tube = args.ok_or(ReplyError::Malformed { word: "USING" })?;
+            if tube.is_empty()
+                || tube.len() > crate::MAX_TUBE_NAME
+                || !tube.iter().all(|&b| is_tube_byte(b))
+            {
+                return Err(ReplyError::Malformed { word: "USING" });
+            }
+            let start = word.len() + 1;
+            Ok(Status::Complete(
+                (
+                    Reply::Using { tube: "" },
+                    Span {
+                        start,
+                        end: start + tube.len(),
+                    },
+                ),
+                line_len,
+            ))
+        }
+        b"RESERVED" => {
+            if !matches!(
+                kind,
+                CommandKind::Reserve
+                    | CommandKind::ReserveWithTimeout { .. }
+                    | CommandKind::ReserveJob
+            ) {
+                return Err(ReplyError::UnexpectedReply { word: "RESERVED" });
+            }
+            let (id, len) = two_numbers(args, "RESERVED")?;
+            with_body(
+                input,
+                line_len,
+                len,
+                limits.max_job_size,
+                Reply::Reserved { id, body: &[] },
+            )
+        }
+        b"FOUND" => {
+            if !matches!(
+                kind,
+                CommandKind::Peek
+                    | CommandKind::PeekReady
+                    | CommandKind::PeekDelayed
+                    | CommandKind::PeekBuried
+            ) {
+                return Err(ReplyError::UnexpectedReply { word: "FOUND" });
+            }
+            let (id, len) = two_numbers(args, "FOUND")?;
+            with_body(
+                input,
+                line_len,
+                len,
+                limits.max_job_size,
+                Reply::Found { id, body: &[] },
+            )
+        }
+        b"OK" => {
+            if !matches!(
+                kind,
+                CommandKind::Stats
+                    | CommandKind::StatsJob
+                    | CommandKind::StatsTube
+                    | CommandKind::ListTubes
+                    | CommandKind::ListTubesWatched
+            ) {
+                return Err(ReplyError::UnexpectedReply { word: "OK" });
+            }
+            let len = one_number(args, "OK")?;
+            with_body(
+                input,
+                line_len,
+                len,
+                limits.max_yaml_size,
+                Reply::Ok { yaml: &[] },
+            )
+        }
+        _ => Err(ReplyError::UnknownReply),
+    }
+}
+
+fn expect(kind: CommandKind, want: CommandKind, word: &'static str) -> Result<(), ReplyError> {
+    if kind == want {
+        Ok(())
+    } else {
+        Err(ReplyError::UnexpectedReply { word })
+    }
+}
+
+/// Which bare replies can answer which commands.
+fn check_allowed(
+    kind: CommandKind,
+    reply: &Reply<'_>,
+    word: &'static str,
+) -> Result<(), ReplyError> {
+    use CommandKind as K;
+    let ok = match reply {
+        Reply::OutOfMemory | Reply::InternalError | Reply::BadFormat | Reply::UnknownCommand => {
+            true
+        }
+        Reply::Deleted => kind == K::Delete,
+        Reply::NotFound => matches!(
+            kind,
+            K::ReserveJob
+                | K::Delete
+                | K::Release
+                | K::Bury
+                | K::Touch
+                | K::Peek
+                | K::PeekReady
+                | K::PeekDelayed
+                | K::PeekBuried
+                | K::KickJob
+                | K::StatsJob
+                | K::StatsTube
+                | K::PauseTube
+        ),
+        Reply::TimedOut => matches!(kind, K::ReserveWithTimeout { .. }),
+        Reply::DeadlineSoon => matches!(kind, K::Reserve | K::ReserveWithTimeout { .. }),
+        Reply::Released => kind == K::Release,
+        Reply::Touched => kind == K::Touch,
+        Reply::NotIgnored => kind == K::Ignore,
+        Reply::Paused => kind == K::PauseTube,
+        Reply::ExpectedCrlf | Reply::JobTooBig | Reply::Draining => kind == K::Put,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ReplyError::UnexpectedReply { word })
+    }
+}
+
+fn no_args(args: Option<&[u8]>, word: &'static str) -> Result<(), ReplyError> {
+    match args {
+        None => Ok(()),
+        Some(_) => Err(ReplyError::Malformed { word }),
+    }
+}
+
+fn one_number(args: Option<&[u8]>, word: &'static str) -> Result<u64, ReplyError> {
+    let a = args.ok_or(ReplyError::Malformed { word })?;
+    if memchr::memchr(b' ', a).is_some() {
+        return Err(ReplyError::Malformed { word });
+    }
+    parse_u64(a)
+}
+
+fn two_numbers(args: Option<&[u8]>, word: &'static str) -> Result<(u64, u64), ReplyError> {
+    let a = args.ok_or(ReplyError::Malformed { word })?;
+    let sp = memchr::memchr(b' ', a).ok_or(ReplyError::Malformed { word })?;
+    let second = &a[sp + 1..];
+    if memchr::memchr(b' ', second).is_some() {
+        return Err(ReplyError::Malformed { word });
+    }
+    Ok((parse_u64(&a[..sp])?, parse_u64(second)?))
+}
+
+fn with_body(
+    input: &[u8],
+    line_len: usize,
+    len: u64,
+    max: usize,
+    reply: Reply<'static>,
+) -> Result<Status<(Reply<'static>, Span)>, ReplyError> {
+    if len > max as u64 {
+        return Err(ReplyError::BodyTooLarge { len, max });
+    }
+    let len = len as usize;
+    let end = line_len + len;
+    if input.len() < end + 2 {
+        // Check the CRLF as soon as it could be there, so a bad frame fails early.
+        if input.len() > end && input[end] != b'\r' {
+            return Err(ReplyError::MissingBodyCrlf);
+        }
+        return Ok(Status::Partial);
+    }
+    if &input[end..end + 2] != b"\r\n" {
+        return Err(ReplyError::MissingBodyCrlf);
+    }
+    Ok(Status::Complete(
+        (
+            reply,
+            Span {
+                start: line_len,
+                end,
+            },
+        ),
+        end + 2,
+    ))
+}
+
+/// Parses unsigned decimal: digits only, no sign, no overflow.
+#[inline]
+pub fn parse_u64(s: &[u8]) -> Result<u64, ReplyError> {
+    if s.is_empty() || s.len() > 20 {
+        return Err(ReplyError::BadNumber);
+    }
+    let mut n: u64 = 0;
+    for &b in s {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return Err(ReplyError::BadNumber);
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(d)))
+            .ok_or(ReplyError::BadNumber)?;
+    }
+    Ok(n)
+}

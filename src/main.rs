@@ -1,0 +1,62 @@
+//! The `taskq` command: put, stats, bench, serve and demo.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod demo;
+mod put;
+mod serve;
+mod stats;
+
+/// Errors of the command line: printed as one line on stderr, exit status 1.
+pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Work queues on the beanstalkd protocol.
+#[derive(Parser, Debug)]
+#[command(name = "taskq", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Put jobs: each BODY is a job, or each line of standard input.
+    Put(put::PutArgs),
+    /// Show the server's or a tube's statistics.
+    Stats(stats::StatsArgs),
+    /// Measure enqueue throughput and latency.
+    Bench(bench::BenchArgs),
+    /// Run the reference server (for tests and demos; production uses beanstalkd).
+    Serve(serve::ServeArgs),
+    /// Enqueue a batch, work it off with several workers, and report.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not failures.
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Cmd::Put(a) => put::run(a),
+        Cmd::Stats(a) => stats::run(a),
+        Cmd::Bench(a) => bench::run(a),
+        Cmd::Serve(a) => serve::run(a),
+        Cmd::Demo(a) => demo::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("taskq: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
