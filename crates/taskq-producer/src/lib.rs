@@ -1,1 +1,96 @@
-//! placeholder
+//! The enqueue side of taskq: put jobs on a beanstalkd-protocol server with the
+//! least work per job, and say honestly what became of each one.
+//!
+//! A [`Producer`] holds one connection. [`Producer::put`] is one write and one
+//! read with no heap allocation in steady state; [`Producer::put_batch`] sends
+//! many jobs in one write and reads the replies in order;
+//! [`Producer::put_with_position`] also tells how many ready jobs are in line.
+//! A put ends in one of: an id, [`Error::Rejected`] (the server said why),
+//! [`Error::Unknown`] (sent, no reply: it may be queued), [`Error::NotSent`] or
+//! [`Error::Invalid`] (nothing reached the server). A broken connection is
+//! replaced on the next call. [`MultiProducer`] spreads jobs over several servers.
+//!
+//! ```no_run
+//! use taskq_producer::{Error, Producer, PutOptions};
+//!
+//! let mut p = Producer::connect("127.0.0.1:11300")?;
+//! p.use_tube("emails")?;
+//! match p.put(b"send welcome to 42", PutOptions { ttr: 30, ..PutOptions::default() }) {
+//!     Ok(id) => println!("queued as {}", id.get()),
+//!     Err(e) if e.outcome_unknown() => println!("may be queued: {e}"),
+//!     Err(e) => println!("not queued: {e}"),
+//! }
+//! # Ok::<(), Error>(())
+//! ```
+
+mod backoff;
+mod error;
+mod multi;
+mod producer;
+
+pub use backoff::Backoff;
+pub use error::{Error, Invalid, Rejection};
+pub use multi::{MultiProducer, Placed};
+pub use producer::{
+    BatchError, BatchReport, Builder, Outcome, Position, Producer, MAX_PIPELINE_BYTES,
+    MAX_PIPELINE_JOBS,
+};
+pub use taskq_proto;
+
+use taskq_proto::Command;
+
+/// A job's id on its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(pub(crate) u64);
+
+impl JobId {
+    /// Wraps an id the server gave.
+    pub const fn new(id: u64) -> JobId {
+        JobId(id)
+    }
+
+    /// The number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// How a job is put.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PutOptions {
+    /// Priority: 0 is most urgent; below 1024 counts as urgent. Default 1024.
+    pub pri: u32,
+    /// Seconds before the job becomes ready. Default 0.
+    pub delay: u32,
+    /// Time to run: seconds a reserved job is held before it goes back to ready
+    /// (the server raises 0 to 1). Default 60.
+    pub ttr: u32,
+}
+
+impl Default for PutOptions {
+    fn default() -> Self {
+        PutOptions {
+            pri: 1024,
+            delay: 0,
+            ttr: 60,
+        }
+    }
+}
+
+impl PutOptions {
+    #[inline]
+    pub(crate) fn command(self, body: &[u8]) -> Command<'_> {
+        Command::Put {
+            pri: self.pri,
+            delay: self.delay,
+            ttr: self.ttr,
+            body,
+        }
+    }
+}

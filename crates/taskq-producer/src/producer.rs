@@ -1,0 +1,582 @@
+//! One producer on one server: put, put_batch, put with queue position, and
+//! reconnection after a broken connection.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use taskq_proto::{
+    validate_tube, Command, CommandKind, Config, Connection, EncodeError, IoCounts, Reply,
+    ReplyError, TubeStats,
+};
+
+use crate::backoff::{Backoff, Retry};
+use crate::error::{Error, Invalid, Rejection};
+use crate::{JobId, PutOptions};
+
+/// Most jobs sent in one write by [`Producer::put_batch`]; a longer batch goes
+/// out in several writes. Bounds the replies waiting in the socket while the
+/// request is still being written, so neither side blocks on a full buffer.
+pub const MAX_PIPELINE_JOBS: usize = 1024;
+
+/// Most request bytes gathered for one write by [`Producer::put_batch`] (a single
+/// larger job still goes out alone, in one write).
+pub const MAX_PIPELINE_BYTES: usize = 4 << 20;
+
+/// The outcome of one job of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Inserted with this id.
+    Inserted(JobId),
+    /// The server answered with a rejection (see [`Rejection::queued`] for `BURIED <id>`).
+    Rejected(Rejection),
+    /// Sent, but no reply came before the batch broke off: it may be queued.
+    Unknown,
+    /// Never reached the server.
+    NotSent,
+}
+
+impl Outcome {
+    /// The id when the job was inserted (including inserted but buried).
+    pub fn id(self) -> Option<JobId> {
+        match self {
+            Outcome::Inserted(id) | Outcome::Rejected(Rejection::InsertedBuried { id }) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// What a whole batch came to, when every reply was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchReport {
+    /// Jobs answered `INSERTED`.
+    pub inserted: usize,
+    /// Jobs the server rejected (including `BURIED <id>`).
+    pub rejected: usize,
+}
+
+/// A batch that broke off: the replies of the first `replied` jobs were read
+/// (their outcomes are in the caller's slice); each later job is
+/// [`Outcome::Unknown`] or [`Outcome::NotSent`] there.
+#[derive(Debug)]
+pub struct BatchError {
+    /// Jobs whose replies were read before the break.
+    pub replied: usize,
+    /// What broke the batch off.
+    pub error: Error,
+}
+
+impl std::fmt::Display for BatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "batch broke off after {} replies: {}",
+            self.replied, self.error
+        )
+    }
+}
+
+impl std::error::Error for BatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// A put together with the state of its tube right after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The new job's id.
+    pub id: JobId,
+    /// `current-jobs-ready` of the tube right after the put (the job itself
+    /// included when it was put without delay); `None` when the statistics
+    /// reply did not arrive (the job is inserted all the same).
+    pub ready: Option<u64>,
+    /// True when the job was put without delay, so it counts among the ready jobs.
+    pub is_ready: bool,
+}
+
+impl Position {
+    /// Ready jobs in the tube other than this one: how many are in line with it.
+    /// Ready jobs run by priority then age, so this is an upper bound on the
+    /// jobs ahead when this job has the most urgent priority, and exact for a
+    /// tube where every job has the same priority.
+    pub fn ahead(&self) -> Option<u64> {
+        self.ready
+            .map(|r| r.saturating_sub(u64::from(self.is_ready)))
+    }
+}
+
+/// Settings for a [`Producer`]; `Producer::builder()` starts one.
+#[derive(Debug, Clone, Default)]
+pub struct Builder {
+    cfg: Config,
+    backoff: Backoff,
+    retries: u32,
+    tube: Option<String>,
+}
+
+impl Builder {
+    /// Limit on each connect attempt (default 2 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.cfg.connect_timeout = d;
+        self
+    }
+
+    /// Limit on each whole reply and each write (default 1 s).
+    pub fn io_timeout(mut self, d: Duration) -> Self {
+        self.cfg.io_timeout = d;
+        self
+    }
+
+    /// Largest body accepted; larger ones are refused before sending
+    /// (default 65535, beanstalkd's default `-z`).
+    pub fn max_job_size(mut self, bytes: usize) -> Self {
+        self.cfg.limits.max_job_size = bytes;
+        self
+    }
+
+    /// Waits between reconnect attempts.
+    pub fn backoff(mut self, b: Backoff) -> Self {
+        self.backoff = b;
+        self
+    }
+
+    /// TCP keepalive idle time; `None` turns keepalive off (default 30 s).
+    pub fn keepalive(mut self, idle: Option<Duration>) -> Self {
+        self.cfg.keepalive = idle;
+        self
+    }
+
+    /// At-least-once mode: a put whose outcome is unknown (or that was not sent)
+    /// is sent again on a fresh connection, up to `retries` more times. A job
+    /// may then be queued twice; the default, 0, never re-sends.
+    pub fn at_least_once(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// The tube puts go to from the start (default `default`).
+    pub fn tube(mut self, tube: &str) -> Self {
+        self.tube = Some(tube.to_owned());
+        self
+    }
+
+    /// Connects now; fails with [`Error::NotSent`] when the server cannot be reached.
+    pub fn connect(self, addr: impl ToSocketAddrs) -> Result<Producer, Error> {
+        let mut p = self.build(addr)?;
+        p.connected(true)?;
+        Ok(p)
+    }
+
+    /// Resolves the address but connects on the first call.
+    pub fn build(self, addr: impl ToSocketAddrs) -> Result<Producer, Error> {
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(Error::NotSent)?.collect();
+        if addrs.is_empty() {
+            return Err(Error::NotSent(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "address resolved to nothing",
+            )));
+        }
+        if let Some(t) = &self.tube {
+            validate_tube(t).map_err(|e| Error::from(EncodeError::BadTubeName(e)))?;
+        }
+        let tube = self.tube.filter(|t| t != "default");
+        Ok(Producer {
+            addrs,
+            cfg: self.cfg,
+            backoff: self.backoff,
+            retry: Retry::new(),
+            retries: self.retries,
+            tube,
+            conn: None,
+            connects: 0,
+        })
+    }
+}
+
+/// A producer of jobs on one beanstalkd-protocol server.
+///
+/// Each put is one write and one read on a reused connection, with no heap
+/// allocation in steady state. After a connection breaks, the next call
+/// reconnects (waiting out a capped, jittered backoff after failed attempts)
+/// and restores the tube in use.
+#[derive(Debug)]
+pub struct Producer {
+    addrs: Vec<SocketAddr>,
+    cfg: Config,
+    backoff: Backoff,
+    retry: Retry,
+    retries: u32,
+    /// The tube in use; `None` is `default`, which a new connection starts with.
+    tube: Option<String>,
+    conn: Option<Connection>,
+    connects: u64,
+}
+
+impl Producer {
+    /// Connects with the default settings.
+    pub fn connect(addr: impl ToSocketAddrs) -> Result<Producer, Error> {
+        Builder::default().connect(addr)
+    }
+
+    /// Starts a [`Builder`] for non-default settings.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Puts later jobs into `tube`. Refused before sending when the name is invalid.
+    pub fn use_tube(&mut self, tube: &str) -> Result<(), Error> {
+        validate_tube(tube).map_err(|e| Error::from(EncodeError::BadTubeName(e)))?;
+        let wanted = (tube != "default").then_some(tube);
+        if self.tube.as_deref() == wanted && self.conn.is_some() {
+            return Ok(());
+        }
+        self.tube = wanted.map(str::to_owned);
+        if self.conn.is_none() {
+            // A fresh connection issues the `use` itself.
+            return self.connected(true).map(|_| ());
+        }
+        let conn = self.conn.as_mut().expect("checked above");
+        let r = use_on(conn, tube);
+        if r.is_err() {
+            self.broke();
+        }
+        r
+    }
+
+    /// Sets the tube without waiting for a down server: issued now when
+    /// connected, otherwise on reconnect. A failure drops the connection, so the
+    /// reconnect issues it.
+    pub(crate) fn want_tube(&mut self, tube: &str) {
+        let wanted = (tube != "default").then_some(tube);
+        if self.tube.as_deref() == wanted {
+            return;
+        }
+        self.tube = wanted.map(str::to_owned);
+        if let Some(conn) = self.conn.as_mut() {
+            if use_on(conn, tube).is_err() {
+                self.broke();
+            }
+        }
+    }
+
+    /// The largest body this producer sends.
+    pub fn max_job_size(&self) -> usize {
+        self.cfg.limits.max_job_size
+    }
+
+    /// The tube puts go to.
+    pub fn tube(&self) -> &str {
+        self.tube.as_deref().unwrap_or("default")
+    }
+
+    /// Puts one job: one write, one read.
+    pub fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
+        if body.len() > self.cfg.limits.max_job_size {
+            return Err(too_big(body.len(), self.cfg.limits.max_job_size));
+        }
+        let cmd = opts.command(body);
+        let mut retries = self.retries;
+        loop {
+            match self.put_once(&cmd, true) {
+                Err(e) if retries > 0 && matches!(e, Error::Unknown(_) | Error::NotSent(_)) => {
+                    retries -= 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One attempt at a put; `wait` says whether to sleep out a reconnect backoff.
+    pub(crate) fn put_once(&mut self, cmd: &Command<'_>, wait: bool) -> Result<JobId, Error> {
+        let conn = self.connected(wait)?;
+        let r = match conn.send(cmd) {
+            Ok(()) => put_reply(conn),
+            Err(e) => Err(Error::from_conn(e)),
+        };
+        match &r {
+            Ok(_) => self.retry.succeeded(),
+            Err(Error::Rejected(_)) => self.retry.succeeded(),
+            Err(_) => self.drop_if_broken(),
+        }
+        r
+    }
+
+    /// Puts many jobs with one write (per [`MAX_PIPELINE_JOBS`] jobs or
+    /// [`MAX_PIPELINE_BYTES`] bytes) and reads the replies in order.
+    ///
+    /// `out[i]` receives the outcome of `bodies[i]`. `Ok` means every reply was
+    /// read (some jobs may still be rejected: see the report); `Err` says where
+    /// the batch broke off. Nothing is sent when a body is too big or `out` is
+    /// too short. In at-least-once mode the jobs from the break on are sent again
+    /// on a fresh connection.
+    pub fn put_batch<B: AsRef<[u8]>>(
+        &mut self,
+        bodies: &[B],
+        opts: PutOptions,
+        out: &mut [Outcome],
+    ) -> Result<BatchReport, BatchError> {
+        let invalid = |e: Invalid| BatchError {
+            replied: 0,
+            error: Error::Invalid(e),
+        };
+        if out.len() < bodies.len() {
+            return Err(invalid(Invalid::OutcomesTooShort {
+                jobs: bodies.len(),
+                slots: out.len(),
+            }));
+        }
+        let out = &mut out[..bodies.len()];
+        out.fill(Outcome::NotSent);
+        let max = self.cfg.limits.max_job_size;
+        if let Some(b) = bodies.iter().find(|b| b.as_ref().len() > max) {
+            return Err(BatchError {
+                replied: 0,
+                error: too_big(b.as_ref().len(), max),
+            });
+        }
+        let mut report = BatchReport::default();
+        let mut from = 0;
+        let mut retries = self.retries;
+        while from < bodies.len() {
+            match self.batch_chunk(bodies, from, opts, out, &mut report) {
+                Ok(next) => from = next,
+                Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
+                    retries -= 1;
+                    from = e.replied;
+                    out[from..].fill(Outcome::NotSent);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Sends one write's worth of the batch starting at `from` and reads its
+    /// replies; returns where the next chunk starts.
+    fn batch_chunk<B: AsRef<[u8]>>(
+        &mut self,
+        bodies: &[B],
+        from: usize,
+        opts: PutOptions,
+        out: &mut [Outcome],
+        report: &mut BatchReport,
+    ) -> Result<usize, BatchError> {
+        let broke = |replied: usize, error: Error| BatchError { replied, error };
+        let conn = self.connected(true).map_err(|e| broke(from, e))?;
+        let mut end = from;
+        let mut bytes = 0usize;
+        while end < bodies.len() && end - from < MAX_PIPELINE_JOBS {
+            let body = bodies[end].as_ref();
+            if end > from && bytes + body.len() > MAX_PIPELINE_BYTES {
+                break;
+            }
+            bytes += body.len() + 32;
+            if let Err(e) = conn.queue(&opts.command(body)) {
+                conn.clear_queue();
+                return Err(broke(from, Error::from_conn(e)));
+            }
+            end += 1;
+        }
+        if let Err(e) = conn.flush() {
+            let e = Error::from_conn(e);
+            if e.outcome_unknown() {
+                out[from..end].fill(Outcome::Unknown);
+            }
+            self.drop_if_broken();
+            return Err(broke(from, e));
+        }
+        for i in from..end {
+            match put_reply(conn) {
+                Ok(id) => {
+                    out[i] = Outcome::Inserted(id);
+                    report.inserted += 1;
+                }
+                Err(Error::Rejected(r)) => {
+                    out[i] = Outcome::Rejected(r);
+                    report.rejected += 1;
+                }
+                Err(e) => {
+                    out[i..end].fill(Outcome::Unknown);
+                    self.drop_if_broken();
+                    return Err(broke(i, e));
+                }
+            }
+        }
+        self.retry.succeeded();
+        Ok(end)
+    }
+
+    /// Puts a job and asks for its tube's statistics in the same write, giving
+    /// the id and the number of ready jobs in line ("you are seventh").
+    pub fn put_with_position(&mut self, body: &[u8], opts: PutOptions) -> Result<Position, Error> {
+        if body.len() > self.cfg.limits.max_job_size {
+            return Err(too_big(body.len(), self.cfg.limits.max_job_size));
+        }
+        self.connected(true)?;
+        let conn = self.conn.as_mut().expect("connected above");
+        let tube = self.tube.as_deref().unwrap_or("default");
+        let sent = conn
+            .queue(&opts.command(body))
+            .and_then(|()| conn.queue(&Command::StatsTube { tube }))
+            .and_then(|()| conn.flush());
+        let id = match sent {
+            Ok(()) => put_reply(conn),
+            Err(e) => {
+                conn.clear_queue();
+                Err(Error::from_conn(e))
+            }
+        };
+        // The statistics reply follows whatever the put got, unless the stream broke.
+        let ready = if conn.is_broken() {
+            None
+        } else {
+            match conn.recv(CommandKind::StatsTube) {
+                Ok(Reply::Ok { yaml }) => TubeStats::parse(yaml).ok().map(|s| s.current_jobs_ready),
+                _ => None,
+            }
+        };
+        if conn.is_broken() {
+            self.drop_if_broken();
+        } else {
+            self.retry.succeeded();
+        }
+        Ok(Position {
+            id: id?,
+            ready,
+            is_ready: opts.delay == 0,
+        })
+    }
+
+    /// True while a connection is open (it may still turn out broken on the next call).
+    pub fn is_connected(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| !c.is_broken())
+    }
+
+    /// Connections opened so far (1 after `connect`, more after reconnects).
+    pub fn connects(&self) -> u64 {
+        self.connects
+    }
+
+    /// System calls on the current connection, for tests and benchmarks.
+    pub fn io_counts(&self) -> Option<IoCounts> {
+        self.conn.as_ref().map(Connection::io_counts)
+    }
+
+    /// The addresses this producer connects to.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// True when the server is in its reconnect backoff: a call now would wait
+    /// (or, in a multi-server producer, skip it).
+    pub fn in_backoff(&self) -> bool {
+        self.conn.is_none() && self.retry.remaining(Instant::now()).is_some()
+    }
+
+    /// Closes the connection (sending `quit`); the next call reconnects.
+    pub fn disconnect(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.quit();
+        }
+    }
+
+    /// The open connection, opening one (and restoring the tube) if needed.
+    pub(crate) fn connected(&mut self, wait: bool) -> Result<&mut Connection, Error> {
+        if self.conn.as_ref().is_some_and(|c| !c.is_broken()) {
+            return Ok(self.conn.as_mut().expect("checked above"));
+        }
+        self.conn = None;
+        if let Some(left) = self.retry.remaining(Instant::now()) {
+            if !wait {
+                return Err(Error::NotSent(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!("server down; next connect attempt in {left:?}"),
+                )));
+            }
+            std::thread::sleep(left);
+        }
+        let opened = Connection::connect(&self.addrs[..], self.cfg)
+            .map_err(Error::from_conn)
+            .and_then(|mut c| match &self.tube {
+                // Nothing of the caller's request left yet: a failed `use` means not sent.
+                Some(t) => use_on(&mut c, t).map(|()| c).map_err(|e| {
+                    Error::NotSent(io::Error::other(format!(
+                        "reconnected, but `use {t}` failed: {e}"
+                    )))
+                }),
+                None => Ok(c),
+            });
+        match opened {
+            Ok(c) => {
+                self.connects += 1;
+                Ok(self.conn.insert(c))
+            }
+            Err(e) => {
+                self.retry.failed(&self.backoff, Instant::now());
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets a connection that broke so the next call opens a new one.
+    fn drop_if_broken(&mut self) {
+        if self.conn.as_ref().is_some_and(Connection::is_broken) {
+            self.broke();
+        }
+    }
+
+    fn broke(&mut self) {
+        self.conn = None;
+        // The first reconnect after a healthy spell is immediate; repeated breaks back off.
+        if self.retry.failures == 0 {
+            self.retry.failures = 1;
+        } else {
+            self.retry.failed(&self.backoff, Instant::now());
+        }
+    }
+}
+
+fn use_on(conn: &mut Connection, tube: &str) -> Result<(), Error> {
+    let r = match conn.request(&Command::Use { tube }) {
+        Ok(Reply::Using { tube: t }) if t == tube => Ok(()),
+        Ok(other) => Err(unexpected(&other)),
+        Err(e) => Err(Error::from_conn(e)),
+    };
+    mark_if_out_of_step(conn, &r);
+    r
+}
+
+/// Reads a put's reply: the id, or the rejection.
+#[inline]
+fn put_reply(conn: &mut Connection) -> Result<JobId, Error> {
+    let r = match conn.recv(CommandKind::Put) {
+        Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
+        Ok(other) => Err(unexpected(&other)),
+        Err(e) => Err(Error::from_conn(e)),
+    };
+    mark_if_out_of_step(conn, &r);
+    r
+}
+
+/// A non-`INSERTED` reply: a rejection, or (never expected, since the parser
+/// admits only the replies a command can get) a reply that puts the stream out of step.
+#[cold]
+fn unexpected(reply: &Reply<'_>) -> Error {
+    match Rejection::from_reply(reply) {
+        Some(r) => Error::Rejected(r),
+        None => Error::Unknown(taskq_proto::Error::Protocol(ReplyError::UnexpectedReply {
+            word: reply.word(),
+        })),
+    }
+}
+
+fn mark_if_out_of_step<T>(conn: &mut Connection, r: &Result<T, Error>) {
+    if matches!(r, Err(Error::Unknown(_))) {
+        conn.mark_broken();
+    }
+}
+
+fn too_big(size: usize, max: usize) -> Error {
+    Error::from(EncodeError::JobTooBig { size, max })
+}
