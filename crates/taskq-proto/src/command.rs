@@ -335,22 +335,43 @@ impl<'a> Command<'a> {
     pub fn encode_line(&self, buf: &mut [u8], max_job_size: usize) -> Result<usize, EncodeError> {
         self.validate(max_job_size)?;
         let mut c = Cursor::new(buf);
-        self.write_line(&mut c)?;
-        c.bytes(b"\r\n")?;
+        let written = self.write_line(&mut c).and_then(|()| c.bytes(b"\r\n"));
+        if let Err(e) = written {
+            return Err(self.whole_need(e, false));
+        }
         if c.len() > MAX_LINE {
             return Err(EncodeError::LineTooLong { len: c.len() });
         }
         Ok(c.len())
     }
 
+    /// Reports a full buffer with the size the line (or the whole request) needs,
+    /// not merely how far the cursor got before it ran out.
+    fn whole_need(&self, e: EncodeError, whole: bool) -> EncodeError {
+        match e {
+            EncodeError::BufferTooSmall { .. } => {
+                let total = self.encoded_len();
+                let needed = match *self {
+                    Command::Put { body, .. } if !whole => total - body.len() - 2,
+                    _ => total,
+                };
+                EncodeError::BufferTooSmall { needed }
+            }
+            other => other,
+        }
+    }
+
     /// Validates, then writes the whole request (for a put: line, body and CRLF)
     /// into `buf`. Returns its length.
     pub fn encode(&self, buf: &mut [u8], max_job_size: usize) -> Result<usize, EncodeError> {
-        let line = self.encode_line(buf, max_job_size)?;
+        let line = self
+            .encode_line(buf, max_job_size)
+            .map_err(|e| self.whole_need(e, true))?;
         if let Command::Put { body, .. } = *self {
             let mut c = Cursor { buf, len: line };
-            c.bytes(body)?;
-            c.bytes(b"\r\n")?;
+            c.bytes(body)
+                .and_then(|()| c.bytes(b"\r\n"))
+                .map_err(|e| self.whole_need(e, true))?;
             return Ok(c.len());
         }
         Ok(line)

@@ -169,6 +169,13 @@ impl Connection {
         self.broken = true;
     }
 
+    /// A handle that can cut this connection from another thread, for example to
+    /// end a blocking `reserve` at shutdown. The blocked read then fails with
+    /// [`Error::Closed`] and the server returns any job the connection held.
+    pub fn interrupter(&self) -> io::Result<Interrupter> {
+        Ok(Interrupter(self.sock.try_clone()?))
+    }
+
     /// System calls made so far.
     pub fn io_counts(&self) -> IoCounts {
         self.counts
@@ -236,7 +243,15 @@ impl Connection {
     }
 
     /// Sends everything queued with one write call. The buffer keeps its capacity.
+    ///
+    /// On a broken connection nothing is sent, the queue is dropped and the
+    /// answer is [`Error::Broken`]: requests queued before it broke must not reach
+    /// a server that is out of step with this client.
     pub fn flush(&mut self) -> Result<(), Error> {
+        if self.broken {
+            self.pipe.clear();
+            return Err(Error::Broken);
+        }
         if self.pipe.is_empty() {
             return Ok(());
         }
@@ -275,8 +290,11 @@ impl Connection {
             return Err(Error::Broken);
         }
         let started = Instant::now();
-        let deadline =
-            started + self.cfg.io_timeout + Duration::from_secs(u64::from(kind.server_wait_secs()));
+        // Checked: a caller may configure a huge I/O timeout to mean "wait forever".
+        let deadline = started
+            .checked_add(self.cfg.io_timeout)
+            .and_then(|t| t.checked_add(Duration::from_secs(u64::from(kind.server_wait_secs()))))
+            .unwrap_or_else(|| far_future(started));
         let limits = self.cfg.limits;
         let mut first_read = true;
         let (reply, span, used) = loop {
@@ -378,7 +396,8 @@ impl Connection {
             self.broken = true;
             return Err(Error::Protocol(crate::ReplyError::LineTooLong));
         }
-        let grown = (self.rbuf.len() * 2).clamp(INITIAL_RECV, cap);
+        // Double, but never past the cap (which may be below INITIAL_RECV).
+        let grown = self.rbuf.len().saturating_mul(2).max(INITIAL_RECV).min(cap);
         self.rbuf.resize(grown, 0);
         Ok(())
     }
@@ -391,6 +410,17 @@ impl Connection {
         }
         self.rcv_timeout = t;
         Ok(())
+    }
+}
+
+/// Cuts a [`Connection`] from another thread (see [`Connection::interrupter`]).
+#[derive(Debug)]
+pub struct Interrupter(Socket);
+
+impl Interrupter {
+    /// Shuts the socket down in both directions; errors (already closed) are ignored.
+    pub fn interrupt(&self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -429,7 +459,15 @@ fn write_all(
 
 /// The most a receive buffer ever holds: one reply line and the largest body or YAML.
 fn recv_capacity(limits: &Limits) -> usize {
-    MAX_LINE + limits.max_job_size.max(limits.max_yaml_size) + 2
+    MAX_LINE
+        .saturating_add(limits.max_job_size.max(limits.max_yaml_size))
+        .saturating_add(2)
+}
+
+/// A deadline so far away that it stands for "no deadline".
+fn far_future(from: Instant) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    from.checked_add(CENTURY).unwrap_or(from)
 }
 
 /// Socket timeouts of zero mean "forever"; never let a short wait become that.

@@ -25,10 +25,11 @@ mod command;
 mod conn;
 mod error;
 mod reply;
+pub mod server;
 pub mod yaml;
 
 pub use command::{is_tube_byte, secs_ceil, validate_tube, Command, CommandKind};
-pub use conn::{Config, Connection, IoCounts, INLINE_REQUEST};
+pub use conn::{Config, Connection, Interrupter, IoCounts, INLINE_REQUEST};
 pub use error::{EncodeError, Error, ReplyError, TubeNameError, YamlError};
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
 pub use yaml::{JobStats, ServerStats, TubeStats};

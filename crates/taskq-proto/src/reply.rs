@@ -457,9 +457,10 @@ fn with_body(
     if len > max as u64 {
         return Err(ReplyError::BodyTooLarge { len, max });
     }
-    let len = len as usize;
-    let end = line_len + len;
-    if input.len() < end + 2 {
+    // `len <= max` fits a usize; saturate so that an absurd configured maximum
+    // can only make the frame unreachable, never overflow.
+    let end = line_len.saturating_add(len as usize);
+    if input.len() < end.saturating_add(2) {
         // Check the CRLF as soon as it could be there, so a bad frame fails early.
         if input.len() > end && input[end] != b'\r' {
             return Err(ReplyError::MissingBodyCrlf);

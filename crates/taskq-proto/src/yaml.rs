@@ -188,6 +188,16 @@ fn as_str<'a>(_: &'static str, v: &'a str) -> Result<&'a str, YamlError> {
     Ok(v)
 }
 
+/// A count of seconds left. beanstalkd prints it signed (`%PRId64`) and it can
+/// dip below zero between a deadline passing and the server acting on it; that
+/// means "none left", not a malformed document.
+fn secs_left(key: &'static str, v: &str) -> Result<u64, YamlError> {
+    match v.strip_prefix('-') {
+        Some(digits) => num(key, digits).map(|_| 0),
+        None => num(key, v),
+    }
+}
+
 fn as_bool(key: &'static str, v: &str) -> Result<bool, YamlError> {
     match v {
         "true" => Ok(true),
@@ -336,10 +346,10 @@ stats_struct! {
             cmd_pause_tube = "cmd-pause-tube",
             /// Seconds the tube was paused for.
             pause = "pause",
-            /// Seconds left of the pause.
-            pause_time_left = "pause-time-left",
         }
         other {
+            /// Seconds left of the pause (a negative count from the server reads as 0).
+            pause_time_left: u64 = "pause-time-left" => secs_left,
             /// Tube name.
             name: &'a str = "name" => as_str,
         }
@@ -360,8 +370,6 @@ stats_struct! {
             delay = "delay",
             /// Time to run in seconds.
             ttr = "ttr",
-            /// Seconds left before the job leaves its reserved or delayed state.
-            time_left = "time-left",
             /// Binlog file holding the job.
             file = "file",
             /// Times reserved.
@@ -376,6 +384,9 @@ stats_struct! {
             kicks = "kicks",
         }
         other {
+            /// Seconds left before the job leaves its reserved or delayed state
+            /// (a negative count from the server reads as 0).
+            time_left: u64 = "time-left" => secs_left,
             /// Tube name.
             tube: &'a str = "tube" => as_str,
             /// ready, delayed, reserved or buried.

@@ -1,0 +1,646 @@
+//! The server's side of the codec: parse a command (and a put's body) from a
+//! receive buffer, encode a [`Reply`] into a send buffer.
+//!
+//! It follows what beanstalkd 1.12 does with bad input, so that a server built on
+//! it answers as beanstalkd would:
+//! - a line ends at the first `\r` if a `\n` follows it; a line end must lie within
+//!   the first 224 bytes. A longer line, or a stray `\r` that poisons the line,
+//!   makes the server discard 224 bytes and answer `BAD_FORMAT`;
+//! - a NUL byte in a line, a bad number, a bad tube name or trailing bytes after
+//!   the arguments give `BAD_FORMAT`; a line that names no command gives
+//!   `UNKNOWN_COMMAND`;
+//! - arguments may be separated by more than one space (not so the command word
+//!   and its first argument for `use`, `watch`, `ignore` and `stats-tube`);
+//! - a put whose byte count exceeds the maximum job size: the server discards that
+//!   many bytes plus two, then answers `JOB_TOO_BIG`; a body not followed by CRLF
+//!   gives `EXPECTED_CRLF` (and beanstalkd spends a job id on it).
+//!
+//! ```
+//! use taskq_proto::server::{encode_reply, parse_command};
+//! use taskq_proto::{Command, Reply, Status};
+//!
+//! let input = b"put 1 0 60 2\r\nhi\r\nreserve\r\n";
+//! let Status::Complete(cmd, used) = parse_command(input, 65535).unwrap() else { panic!() };
+//! assert_eq!(cmd, Command::Put { pri: 1, delay: 0, ttr: 60, body: b"hi" });
+//! assert_eq!(parse_command(&input[used..], 65535).unwrap(), Status::Complete(Command::Reserve, 9));
+//!
+//! let mut out = [0u8; 64];
+//! let n = encode_reply(&Reply::Reserved { id: 7, body: b"hi" }, &mut out).unwrap();
+//! assert_eq!(&out[..n], b"RESERVED 7 2\r\nhi\r\n");
+//! ```
+
+use std::fmt;
+
+use crate::command::{is_tube_byte, Command, Cursor};
+use crate::error::EncodeError;
+use crate::reply::{Reply, Status};
+use crate::{MAX_LINE, MAX_TUBE_NAME};
+
+/// A command the server cannot carry out, and what it must do about it.
+///
+/// Every variant says how many input bytes to drop and which reply to send
+/// ([`CommandError::reply`]). The connection stays usable: beanstalkd keeps
+/// reading after each of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// No line end within the first 224 bytes: drop 224 bytes, answer `BAD_FORMAT`.
+    LineTooLong,
+    /// Bad numbers, a bad tube name, a NUL byte or trailing bytes: answer `BAD_FORMAT`.
+    BadFormat {
+        /// Length of the line, CRLF included.
+        consumed: usize,
+    },
+    /// The line names no command: answer `UNKNOWN_COMMAND`.
+    UnknownCommand {
+        /// Length of the line, CRLF included.
+        consumed: usize,
+    },
+    /// A put whose body exceeds the maximum job size. Drop the line, then discard
+    /// `discard` more bytes (the body and its CRLF, which may not have arrived
+    /// yet), then answer `JOB_TOO_BIG`.
+    JobTooBig {
+        /// Length of the put line, CRLF included.
+        consumed: usize,
+        /// Bytes to discard after the line.
+        discard: u64,
+    },
+    /// A put whose body is not followed by CRLF: drop line and body, answer `EXPECTED_CRLF`.
+    ExpectedCrlf {
+        /// Length of the line, body and the two bytes that should have been CRLF.
+        consumed: usize,
+    },
+}
+
+impl CommandError {
+    /// The reply beanstalkd sends for this error.
+    pub fn reply(&self) -> Reply<'static> {
+        match self {
+            CommandError::LineTooLong | CommandError::BadFormat { .. } => Reply::BadFormat,
+            CommandError::UnknownCommand { .. } => Reply::UnknownCommand,
+            CommandError::JobTooBig { .. } => Reply::JobTooBig,
+            CommandError::ExpectedCrlf { .. } => Reply::ExpectedCrlf,
+        }
+    }
+
+    /// Input bytes to drop now (for `JobTooBig`, more follow: see `discard`).
+    pub fn consumed(&self) -> usize {
+        match *self {
+            CommandError::LineTooLong => MAX_LINE,
+            CommandError::BadFormat { consumed }
+            | CommandError::UnknownCommand { consumed }
+            | CommandError::JobTooBig { consumed, .. }
+            | CommandError::ExpectedCrlf { consumed } => consumed,
+        }
+    }
+
+    /// True when the input was a well-formed `put` line (beanstalkd counts it in `cmd-put`).
+    pub fn is_put(&self) -> bool {
+        matches!(
+            self,
+            CommandError::JobTooBig { .. } | CommandError::ExpectedCrlf { .. }
+        )
+    }
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommandError::LineTooLong => f.write_str("command line longer than 224 bytes"),
+            CommandError::BadFormat { .. } => f.write_str("malformed command"),
+            CommandError::UnknownCommand { .. } => f.write_str("unknown command"),
+            CommandError::JobTooBig { discard, .. } => {
+                write!(
+                    f,
+                    "job body of {} bytes exceeds the maximum",
+                    discard.saturating_sub(2)
+                )
+            }
+            CommandError::ExpectedCrlf { .. } => f.write_str("job body not followed by CRLF"),
+        }
+    }
+}
+
+impl std::error::Error for CommandError {}
+
+/// Finds the end of the command line at the start of `input` as beanstalkd does:
+/// the first `\r` within the first 223 bytes, if `\n` follows it. Returns the
+/// line's length with its CRLF, `Ok(None)` when more input could still complete
+/// it, or `LineTooLong`.
+pub fn line_len(input: &[u8]) -> Result<Option<usize>, CommandError> {
+    let window = &input[..input.len().min(MAX_LINE)];
+    if let Some(last) = window.len().checked_sub(1) {
+        if let Some(cr) = memchr::memchr(b'\r', &window[..last]) {
+            if window[cr + 1] == b'\n' {
+                return Ok(Some(cr + 2));
+            }
+            // A `\r` not followed by `\n` hides every later line end of this
+            // buffer from beanstalkd's scan, until 224 bytes have arrived.
+        }
+    }
+    if input.len() >= MAX_LINE {
+        Err(CommandError::LineTooLong)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Parses one command, and a put's body, from the start of `input`.
+///
+/// Returns `Complete(command, consumed)` or `Partial`. Never allocates, never
+/// panics. A put waits (`Partial`) for its whole body only when the body is no
+/// larger than `max_job_size`, so a caller's buffer never needs more than
+/// `224 + max_job_size + 2` bytes.
+pub fn parse_command(
+    input: &[u8],
+    max_job_size: usize,
+) -> Result<Status<Command<'_>>, CommandError> {
+    let n = match line_len(input)? {
+        Some(n) => n,
+        None => return Ok(Status::Partial),
+    };
+    let line = &input[..n - 2];
+    let bad = CommandError::BadFormat { consumed: n };
+    if memchr::memchr(0, line).is_some() {
+        return Err(bad);
+    }
+    let cmd = match parse_line(line, n, max_job_size)? {
+        Line::Done(cmd) => cmd,
+        Line::Put {
+            pri,
+            delay,
+            ttr,
+            len,
+        } => {
+            let end = n + len;
+            if input.len() < end + 2 {
+                return Ok(Status::Partial);
+            }
+            if &input[end..end + 2] != b"\r\n" {
+                return Err(CommandError::ExpectedCrlf { consumed: end + 2 });
+            }
+            return Ok(Status::Complete(
+                Command::Put {
+                    pri,
+                    delay,
+                    ttr,
+                    body: &input[n..end],
+                },
+                end + 2,
+            ));
+        }
+    };
+    Ok(Status::Complete(cmd, n))
+}
+
+enum Line<'a> {
+    Done(Command<'a>),
+    Put {
+        pri: u32,
+        delay: u32,
+        ttr: u32,
+        len: usize,
+    },
+}
+
+/// Parses a line without its CRLF; `n` is its length with the CRLF.
+fn parse_line(line: &[u8], n: usize, max_job_size: usize) -> Result<Line<'_>, CommandError> {
+    let bad = CommandError::BadFormat { consumed: n };
+    // beanstalkd matches these prefixes in this order; the order matters
+    // ("peek " before "peek-ready", "reserve-job " before "reserve").
+    if let Some(rest) = line.strip_prefix(b"put ") {
+        let mut a = Args(rest);
+        let pri = a.u32().ok_or(bad)?;
+        let delay = a.u32().ok_or(bad)?;
+        let ttr = a.u32().ok_or(bad)?;
+        let len = a.u32().ok_or(bad)?;
+        if len as u64 > max_job_size as u64 {
+            // Checked before trailing bytes, as beanstalkd does.
+            return Err(CommandError::JobTooBig {
+                consumed: n,
+                discard: u64::from(len) + 2,
+            });
+        }
+        a.end().ok_or(bad)?;
+        return Ok(Line::Put {
+            pri,
+            delay,
+            ttr,
+            len: len as usize,
+        });
+    }
+    let exact = |cmd: Command<'static>, word: &[u8]| {
+        if line == word {
+            Ok(Line::Done(cmd))
+        } else {
+            Err(bad)
+        }
+    };
+    let id_only = |rest: &[u8]| {
+        let mut a = Args(rest);
+        let id = a.u64().ok_or(bad)?;
+        a.end().ok_or(bad)?;
+        Ok::<u64, CommandError>(id)
+    };
+    let cmd = if let Some(rest) = line.strip_prefix(b"peek ") {
+        Command::Peek { id: id_only(rest)? }
+    } else if line.starts_with(b"peek-ready") {
+        return exact(Command::PeekReady, b"peek-ready");
+    } else if line.starts_with(b"peek-delayed") {
+        return exact(Command::PeekDelayed, b"peek-delayed");
+    } else if line.starts_with(b"peek-buried") {
+        return exact(Command::PeekBuried, b"peek-buried");
+    } else if let Some(rest) = line.strip_prefix(b"reserve-with-timeout ") {
+        let mut a = Args(rest);
+        let timeout = a.u32().ok_or(bad)?;
+        a.end().ok_or(bad)?;
+        Command::ReserveWithTimeout { timeout }
+    } else if let Some(rest) = line.strip_prefix(b"reserve-job ") {
+        Command::ReserveJob { id: id_only(rest)? }
+    } else if line.starts_with(b"reserve") {
+        return exact(Command::Reserve, b"reserve");
+    } else if let Some(rest) = line.strip_prefix(b"delete ") {
+        Command::Delete { id: id_only(rest)? }
+    } else if let Some(rest) = line.strip_prefix(b"release ") {
+        let mut a = Args(rest);
+        let id = a.u64().ok_or(bad)?;
+        let pri = a.u32().ok_or(bad)?;
+        let delay = a.u32().ok_or(bad)?;
+        a.end().ok_or(bad)?;
+        Command::Release { id, pri, delay }
+    } else if let Some(rest) = line.strip_prefix(b"bury ") {
+        let mut a = Args(rest);
+        let id = a.u64().ok_or(bad)?;
+        let pri = a.u32().ok_or(bad)?;
+        a.end().ok_or(bad)?;
+        Command::Bury { id, pri }
+    } else if let Some(rest) = line.strip_prefix(b"kick ") {
+        let mut a = Args(rest);
+        let bound = a.u32().ok_or(bad)?;
+        a.end().ok_or(bad)?;
+        Command::Kick { bound }
+    } else if let Some(rest) = line.strip_prefix(b"kick-job ") {
+        Command::KickJob { id: id_only(rest)? }
+    } else if let Some(rest) = line.strip_prefix(b"touch ") {
+        Command::Touch { id: id_only(rest)? }
+    } else if let Some(rest) = line.strip_prefix(b"stats-job ") {
+        Command::StatsJob { id: id_only(rest)? }
+    } else if let Some(rest) = line.strip_prefix(b"stats-tube ") {
+        Command::StatsTube {
+            tube: tube_name(rest).ok_or(bad)?,
+        }
+    } else if line.starts_with(b"stats") {
+        return exact(Command::Stats, b"stats");
+    } else if let Some(rest) = line.strip_prefix(b"use ") {
+        Command::Use {
+            tube: tube_name(rest).ok_or(bad)?,
+        }
+    } else if let Some(rest) = line.strip_prefix(b"watch ") {
+        Command::Watch {
+            tube: tube_name(rest).ok_or(bad)?,
+        }
+    } else if let Some(rest) = line.strip_prefix(b"ignore ") {
+        Command::Ignore {
+            tube: tube_name(rest).ok_or(bad)?,
+        }
+    } else if line.starts_with(b"list-tubes-watched") {
+        return exact(Command::ListTubesWatched, b"list-tubes-watched");
+    } else if line.starts_with(b"list-tube-used") {
+        return exact(Command::ListTubeUsed, b"list-tube-used");
+    } else if line.starts_with(b"list-tubes") {
+        return exact(Command::ListTubes, b"list-tubes");
+    } else if line.starts_with(b"quit") {
+        return exact(Command::Quit, b"quit");
+    } else if let Some(rest) = line.strip_prefix(b"pause-tube ") {
+        let mut a = Args(rest);
+        let tube = a.tube().ok_or(bad)?;
+        let delay = a.u32().ok_or(bad)?;
+        a.end().ok_or(bad)?;
+        Command::PauseTube { tube, delay }
+    } else {
+        return Err(CommandError::UnknownCommand { consumed: n });
+    };
+    Ok(Line::Done(cmd))
+}
+
+/// A whole-rest tube name as `use`, `watch`, `ignore` and `stats-tube` take it.
+fn tube_name(s: &[u8]) -> Option<&str> {
+    if s.is_empty()
+        || s.len() > MAX_TUBE_NAME
+        || s[0] == b'-'
+        || !s.iter().all(|&b| is_tube_byte(b))
+    {
+        return None;
+    }
+    std::str::from_utf8(s).ok()
+}
+
+/// Space-separated arguments, read as beanstalkd's `read_u32`/`read_u64` do:
+/// any number of spaces before each, digits only, no overflow.
+struct Args<'a>(&'a [u8]);
+
+impl<'a> Args<'a> {
+    fn skip_spaces(&mut self) {
+        let k = self.0.iter().take_while(|&&b| b == b' ').count();
+        self.0 = &self.0[k..];
+    }
+
+    fn digits(&mut self) -> Option<&'a [u8]> {
+        self.skip_spaces();
+        let k = self.0.iter().take_while(|b| b.is_ascii_digit()).count();
+        if k == 0 {
+            return None;
+        }
+        let (d, rest) = self.0.split_at(k);
+        self.0 = rest;
+        Some(d)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        let d = self.digits()?;
+        let mut n: u64 = 0;
+        for &b in d {
+            n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        }
+        Some(n)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        u32::try_from(self.u64()?).ok()
+    }
+
+    /// A tube name followed by more arguments (pause-tube).
+    fn tube(&mut self) -> Option<&'a str> {
+        self.skip_spaces();
+        let k = self.0.iter().take_while(|&&b| is_tube_byte(b)).count();
+        if k == 0 || k > MAX_TUBE_NAME {
+            return None;
+        }
+        let (t, rest) = self.0.split_at(k);
+        self.0 = rest;
+        std::str::from_utf8(t).ok()
+    }
+
+    fn end(&self) -> Option<()> {
+        self.0.is_empty().then_some(())
+    }
+}
+
+/// Writes a whole reply (line, and for `RESERVED`, `FOUND` and `OK` the body
+/// and its CRLF) into `buf`. Returns its length.
+pub fn encode_reply(reply: &Reply<'_>, buf: &mut [u8]) -> Result<usize, EncodeError> {
+    let head = encode_reply_head(reply, buf)?;
+    let body = reply_body(reply);
+    match body {
+        Some(body) => {
+            // `head` bytes were just written, so the slice is in bounds.
+            let mut c = Cursor::new(&mut buf[head..]);
+            c.bytes(body).and_then(|()| c.bytes(b"\r\n")).map_err(|_| {
+                EncodeError::BufferTooSmall {
+                    needed: head + body.len() + 2,
+                }
+            })?;
+            Ok(head + c.len())
+        }
+        None => Ok(head),
+    }
+}
+
+/// The body a reply carries after its line (`RESERVED`, `FOUND`, `OK`).
+pub fn reply_body<'a>(reply: &Reply<'a>) -> Option<&'a [u8]> {
+    match *reply {
+        Reply::Reserved { body, .. } | Reply::Found { body, .. } => Some(body),
+        Reply::Ok { yaml } => Some(yaml),
+        _ => None,
+    }
+}
+
+/// Writes only the reply line with its CRLF, for a server that sends a large
+/// body from where it lies (then the body, then `\r\n`). Returns its length.
+pub fn encode_reply_head(reply: &Reply<'_>, buf: &mut [u8]) -> Result<usize, EncodeError> {
+    let mut c = Cursor::new(buf);
+    c.bytes(reply.word().as_bytes())?;
+    match *reply {
+        Reply::Inserted { id } | Reply::InsertedBuried { id } => c.sp_num(id)?,
+        Reply::Using { tube } => {
+            c.bytes(b" ")?;
+            c.bytes(tube.as_bytes())?;
+        }
+        Reply::Reserved { id, body } | Reply::Found { id, body } => {
+            c.sp_num(id)?;
+            c.sp_num(body.len())?;
+        }
+        Reply::Watching { count } | Reply::Kicked { count } => c.sp_num(count)?,
+        Reply::Ok { yaml } => c.sp_num(yaml.len())?,
+        _ => {}
+    }
+    c.bytes(b"\r\n")?;
+    Ok(c.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reply::{parse_reply, Limits};
+
+    fn parse(s: &[u8]) -> Result<Status<Command<'_>>, CommandError> {
+        parse_command(s, 100)
+    }
+
+    #[test]
+    fn table() {
+        use Command as C;
+        let ok: &[(&[u8], Command<'_>)] = &[
+            (b"reserve\r\n", C::Reserve),
+            (
+                b"reserve-with-timeout 5\r\n",
+                C::ReserveWithTimeout { timeout: 5 },
+            ),
+            (
+                b"reserve-with-timeout   5\r\n",
+                C::ReserveWithTimeout { timeout: 5 },
+            ),
+            (b"reserve-job 3\r\n", C::ReserveJob { id: 3 }),
+            (
+                b"delete 18446744073709551615\r\n",
+                C::Delete { id: u64::MAX },
+            ),
+            (
+                b"release 1 2 3\r\n",
+                C::Release {
+                    id: 1,
+                    pri: 2,
+                    delay: 3,
+                },
+            ),
+            (
+                b"bury 1  4294967295\r\n",
+                C::Bury {
+                    id: 1,
+                    pri: u32::MAX,
+                },
+            ),
+            (b"touch 9\r\n", C::Touch { id: 9 }),
+            (b"use a-b\r\n", C::Use { tube: "a-b" }),
+            (b"watch x\r\n", C::Watch { tube: "x" }),
+            (b"ignore x\r\n", C::Ignore { tube: "x" }),
+            (b"peek 1\r\n", C::Peek { id: 1 }),
+            (b"peek-ready\r\n", C::PeekReady),
+            (b"peek-delayed\r\n", C::PeekDelayed),
+            (b"peek-buried\r\n", C::PeekBuried),
+            (b"kick 10\r\n", C::Kick { bound: 10 }),
+            (b"kick-job 10\r\n", C::KickJob { id: 10 }),
+            (b"stats\r\n", C::Stats),
+            (b"stats-job 2\r\n", C::StatsJob { id: 2 }),
+            (b"stats-tube t\r\n", C::StatsTube { tube: "t" }),
+            (b"list-tubes\r\n", C::ListTubes),
+            (b"list-tube-used\r\n", C::ListTubeUsed),
+            (b"list-tubes-watched\r\n", C::ListTubesWatched),
+            (
+                b"pause-tube t 5\r\n",
+                C::PauseTube {
+                    tube: "t",
+                    delay: 5,
+                },
+            ),
+            (b"quit\r\n", C::Quit),
+            (
+                b"put 1 2 3 0\r\n\r\n",
+                C::Put {
+                    pri: 1,
+                    delay: 2,
+                    ttr: 3,
+                    body: b"",
+                },
+            ),
+            (
+                b"put 1 2 3 4\r\na\r\nb\r\n",
+                C::Put {
+                    pri: 1,
+                    delay: 2,
+                    ttr: 3,
+                    body: b"a\r\nb",
+                },
+            ),
+        ];
+        for (input, want) in ok {
+            assert_eq!(
+                parse(input),
+                Ok(Status::Complete(*want, input.len())),
+                "{input:?}"
+            );
+        }
+        let bad: &[&[u8]] = &[
+            b"reserve \r\n",
+            b"reserve-with-timeout\r\n",
+            b"reserve-with-timeout -1\r\n",
+            b"delete 18446744073709551616\r\n",
+            b"delete 1 \r\n",
+            b"delete x\r\n",
+            b"bury 1 4294967296\r\n",
+            b"use \r\n",
+            b"use  a\r\n",
+            b"use -a\r\n",
+            b"use a b\r\n",
+            b"stats \r\n",
+            b"put 1 2 3\r\n",
+            b"put 1 2 3 4 \r\n",
+            b"delete 1\0\r\n",
+            b"quit now\r\n",
+        ];
+        for input in bad {
+            assert_eq!(
+                parse(input),
+                Err(CommandError::BadFormat {
+                    consumed: input.len()
+                }),
+                "{input:?}"
+            );
+        }
+        for input in [&b"\r\n"[..], b"frob\r\n", b"put1 2 3 4\r\n", b"kick\r\n"] {
+            assert_eq!(
+                parse(input),
+                Err(CommandError::UnknownCommand {
+                    consumed: input.len()
+                }),
+                "{input:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn partial_and_framing() {
+        assert_eq!(parse(b""), Ok(Status::Partial));
+        assert_eq!(parse(b"reserve"), Ok(Status::Partial));
+        assert_eq!(parse(b"reserve\r"), Ok(Status::Partial));
+        assert_eq!(parse(b"put 1 2 3 4\r\nab"), Ok(Status::Partial));
+        assert_eq!(parse(b"put 1 2 3 4\r\nabcd\r"), Ok(Status::Partial));
+        assert_eq!(
+            parse(b"put 1 2 3 4\r\nabcdXY"),
+            Err(CommandError::ExpectedCrlf { consumed: 19 })
+        );
+        assert_eq!(
+            parse(b"put 1 2 3 101 junk\r\n"),
+            Err(CommandError::JobTooBig {
+                consumed: 20,
+                discard: 103
+            })
+        );
+        // A stray CR hides the line end until 224 bytes have come.
+        assert_eq!(parse(b"use a\rb\r\n"), Ok(Status::Partial));
+        let long = [b'x'; 300];
+        assert_eq!(parse(&long), Err(CommandError::LineTooLong));
+        let mut edge = [b'x'; 224];
+        edge[222] = b'\r';
+        edge[223] = b'\n';
+        assert!(matches!(
+            parse(&edge),
+            Err(CommandError::UnknownCommand { consumed: 224 })
+        ));
+        edge[222] = b'x';
+        edge[223] = b'\r';
+        assert_eq!(parse(&edge), Err(CommandError::LineTooLong));
+    }
+
+    #[test]
+    fn replies_encode_as_the_client_parses() {
+        let limits = Limits::default();
+        let cases: &[(crate::CommandKind, Reply<'_>)] = &[
+            (crate::CommandKind::Put, Reply::Inserted { id: 5 }),
+            (crate::CommandKind::Put, Reply::InsertedBuried { id: 5 }),
+            (
+                crate::CommandKind::Reserve,
+                Reply::Reserved {
+                    id: 1,
+                    body: b"a\r\nb",
+                },
+            ),
+            (crate::CommandKind::Use, Reply::Using { tube: "q" }),
+            (crate::CommandKind::Kick, Reply::Kicked { count: 3 }),
+            (crate::CommandKind::KickJob, Reply::KickedJob),
+            (
+                crate::CommandKind::Stats,
+                Reply::Ok {
+                    yaml: b"---\na: 1\n",
+                },
+            ),
+            (crate::CommandKind::Bury, Reply::Buried),
+        ];
+        let mut buf = [0u8; 256];
+        for (kind, reply) in cases {
+            let n = encode_reply(reply, &mut buf).unwrap();
+            assert_eq!(
+                parse_reply(*kind, &buf[..n], &limits).unwrap(),
+                Status::Complete(*reply, n)
+            );
+        }
+        assert!(encode_reply(
+            &Reply::Reserved {
+                id: 1,
+                body: &[0; 300]
+            },
+            &mut buf
+        )
+        .is_err());
+    }
+}
