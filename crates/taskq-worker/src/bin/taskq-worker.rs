@@ -1,0 +1,156 @@
+//! `taskq-worker`: runs a command for each job of a beanstalkd-protocol queue.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use taskq_worker::command::{resolve_program, CommandHandler};
+use taskq_worker::{Config, Snapshot, Worker};
+
+/// Runs COMMAND for each job, with the job body on its standard input and
+/// TASKQ_JOB_ID and TASKQ_ADDR in its environment. Exit 0 deletes the job,
+/// 75 releases it for later, anything else is a failed attempt.
+#[derive(Parser, Debug)]
+#[command(name = "taskq-worker", version, about)]
+struct Args {
+    /// Server address (repeat for several); defaults to $TASKQ_ADDR, then 127.0.0.1:11300.
+    #[arg(long = "addr", value_name = "HOST:PORT")]
+    addrs: Vec<String>,
+    /// Tube to watch (repeat for several).
+    #[arg(long = "tube", value_name = "NAME", default_value = "default")]
+    tubes: Vec<String>,
+    /// Jobs run at once (threads).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    concurrency: u32,
+    /// Server-side wait of each reserve, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    reserve_timeout: u32,
+    /// Limit on each reply beyond the server's wait, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    io_timeout: u64,
+    /// Failed attempts after which a job is buried.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    max_attempts: u32,
+    /// Kill the command after this long and count a failed attempt.
+    #[arg(long, value_name = "SECS")]
+    job_timeout: Option<f64>,
+    /// Exit 0 once no job was reserved for this long.
+    #[arg(long, value_name = "SECS")]
+    exit_when_idle: Option<f64>,
+    /// Exit 0 once this many jobs were deleted.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_jobs: Option<u64>,
+    /// Write the counters as one flat JSON object to PATH on exit.
+    #[arg(long, value_name = "PATH")]
+    stats_json: Option<std::path::PathBuf>,
+    /// Print the exit summary as JSON instead of a human-readable line.
+    #[arg(long)]
+    json: bool,
+    /// The command to run for each job, and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+fn seconds(flag: &str, v: Option<f64>) -> Result<Option<Duration>, String> {
+    match v {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(format!(
+            "{flag} must be a positive number of seconds, not {s}"
+        )),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("taskq-worker: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let (program, rest) = args.command.split_first().ok_or("no command given")?;
+    if resolve_program(Path::new(program)).is_none() {
+        return Err(format!(
+            "cannot run {}: not found or not executable",
+            program.to_string_lossy()
+        ));
+    }
+    let servers = if args.addrs.is_empty() {
+        match std::env::var("TASKQ_ADDR") {
+            Ok(a) if !a.trim().is_empty() => a.split(',').map(|s| s.trim().to_owned()).collect(),
+            _ => vec!["127.0.0.1:11300".to_owned()],
+        }
+    } else {
+        args.addrs
+    };
+    let job_timeout = seconds("--job-timeout", args.job_timeout)?;
+    let cfg = Config {
+        servers,
+        tubes: args.tubes,
+        concurrency: args.concurrency as usize,
+        reserve_timeout: Duration::from_secs(u64::from(args.reserve_timeout)),
+        io_timeout: Duration::from_millis(args.io_timeout),
+        max_attempts: args.max_attempts,
+        exit_when_idle: seconds("--exit-when-idle", args.exit_when_idle)?,
+        max_jobs: args.max_jobs,
+        ..Config::default()
+    };
+    let handler = CommandHandler::new(program.clone(), rest.to_vec(), job_timeout);
+    let worker = Worker::new(cfg, handler).map_err(|e| e.to_string())?;
+    let control = worker.control();
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("cannot handle signals: {e}"))?;
+    std::thread::Builder::new()
+        .name("taskq-worker-signals".into())
+        .spawn(move || {
+            for (n, _) in signals.forever().enumerate() {
+                if n == 0 {
+                    eprintln!("taskq-worker: stopping; running jobs finish (signal again to release them)");
+                    control.shutdown();
+                } else {
+                    eprintln!("taskq-worker: releasing running jobs");
+                    control.abort();
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    let counts = worker.run();
+    if let Some(path) = &args.stats_json {
+        std::fs::write(path, counts.to_json() + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    eprintln!("{}", summary(&counts, args.json));
+    Ok(())
+}
+
+fn summary(c: &Snapshot, json: bool) -> String {
+    if json {
+        return c.to_json();
+    }
+    format!(
+        "taskq-worker: done {} (reserved {}, released {}, buried {}, lost leases {}, unconfirmed deletes {}, reconnects {}, I/O timeouts {})",
+        c.deleted, c.reserved, c.released, c.buried, c.lost_lease, c.ack_unknown, c.reconnects, c.io_timeouts
+    )
+}

@@ -1,0 +1,212 @@
+//! Running an external command per job: what `taskq-worker` does.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{Handler, Job, Outcome};
+
+/// Exit status meaning "try again later" (`EX_TEMPFAIL` from sysexits.h).
+pub const EX_TEMPFAIL: i32 = 75;
+
+/// Bodies up to this size are written to the command's standard input
+/// directly: they fit in a pipe's buffer, so the write cannot block.
+const DIRECT_WRITE: usize = 16 * 1024;
+
+/// When the TTR of a running job is first looked up; most commands end sooner.
+const FIRST_LOOK: Duration = Duration::from_millis(200);
+
+/// A handler that runs `program args...` for each job, with the body on its
+/// standard input and `TASKQ_JOB_ID` and `TASKQ_ADDR` in its environment.
+///
+/// Exit status 0 deletes the job; 75 releases it without counting an attempt;
+/// anything else (or death by a signal, or the job timeout) is a failed
+/// attempt. The command runs in its own process group, so a terminal's Ctrl-C
+/// and the worker's first signal do not reach it; a job timeout or a second
+/// signal kills the whole group. While it runs, the job is touched at half its
+/// TTR so that no other worker gets it.
+#[derive(Debug, Clone)]
+pub struct CommandHandler {
+    program: OsString,
+    args: Vec<OsString>,
+    job_timeout: Option<Duration>,
+}
+
+impl CommandHandler {
+    /// A handler for `program args...`, killed after `job_timeout` if given.
+    pub fn new(program: OsString, args: Vec<OsString>, job_timeout: Option<Duration>) -> Self {
+        CommandHandler {
+            program,
+            args,
+            job_timeout,
+        }
+    }
+
+    fn spawn(&self, job: &Job<'_>) -> std::io::Result<Child> {
+        std::process::Command::new(&self.program)
+            .args(&self.args)
+            .env("TASKQ_JOB_ID", job.id().to_string())
+            .env("TASKQ_ADDR", job.server())
+            .stdin(Stdio::piped())
+            .process_group(0)
+            .spawn()
+    }
+}
+
+impl Handler for CommandHandler {
+    fn handle(&self, job: &mut Job<'_>) -> Outcome {
+        let mut child = match self.spawn(job) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(job = job.id(), error = %e, "cannot run the command");
+                return Outcome::Fail;
+            }
+        };
+        let stdin = child.stdin.take();
+        let body = job.body();
+        let status = std::thread::scope(|s| {
+            if let Some(mut stdin) = stdin {
+                if body.len() <= DIRECT_WRITE {
+                    // A command that exits without reading gives EPIPE: not our failure.
+                    let _ = stdin.write_all(body);
+                } else {
+                    s.spawn(move || {
+                        let _ = stdin.write_all(body);
+                    });
+                }
+            }
+            self.supervise(&mut child, job)
+        });
+        match status {
+            Ended::Exit(0) => Outcome::Done,
+            Ended::Exit(EX_TEMPFAIL) => Outcome::TempFail,
+            Ended::Exit(code) => {
+                tracing::info!(job = job.id(), code, "command failed");
+                Outcome::Fail
+            }
+            Ended::Signal(sig) => {
+                tracing::info!(job = job.id(), signal = sig, "command killed by a signal");
+                Outcome::Fail
+            }
+            Ended::TimedOut => {
+                tracing::warn!(job = job.id(), "command ran past --job-timeout; killed");
+                Outcome::Fail
+            }
+            Ended::Aborted => Outcome::Retry {
+                delay: Duration::ZERO,
+            },
+            Ended::Lost => Outcome::Fail,
+        }
+    }
+}
+
+enum Ended {
+    Exit(i32),
+    Signal(i32),
+    TimedOut,
+    Aborted,
+    Lost,
+}
+
+impl CommandHandler {
+    /// Waits for the command, touching the job in time and killing the command
+    /// on timeout or abort.
+    fn supervise(&self, child: &mut Child, job: &mut Job<'_>) -> Ended {
+        let started = Instant::now();
+        let mut next_touch = started + FIRST_LOOK;
+        let mut touch_every: Option<Duration> = None;
+        let mut nap = Duration::from_millis(1);
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) => {
+                    return match (st.code(), st.signal()) {
+                        (Some(c), _) => Ended::Exit(c),
+                        (None, Some(s)) => Ended::Signal(s),
+                        _ => Ended::Lost,
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(job = job.id(), error = %e, "cannot wait for the command");
+                    kill_group(child);
+                    return Ended::Lost;
+                }
+            }
+            let now = Instant::now();
+            if self.job_timeout.is_some_and(|t| now - started >= t) {
+                kill_group(child);
+                return Ended::TimedOut;
+            }
+            if job.aborting() {
+                kill_group(child);
+                return Ended::Aborted;
+            }
+            if now >= next_touch {
+                let every = match touch_every {
+                    Some(d) => {
+                        if let Err(e) = job.touch() {
+                            tracing::warn!(job = job.id(), error = %e, "touch failed");
+                        }
+                        d
+                    }
+                    None => match job.stats() {
+                        // Half the TTR leaves the other half for the touch to arrive.
+                        Ok(info) => {
+                            let d = Duration::from_millis(info.ttr.max(1) * 500);
+                            // The first look may come late for a one-second TTR: touch now.
+                            if info.time_left <= 1 {
+                                let _ = job.touch();
+                            }
+                            touch_every = Some(d);
+                            d
+                        }
+                        Err(e) => {
+                            tracing::warn!(job = job.id(), error = %e, "stats-job failed");
+                            Duration::from_secs(3600)
+                        }
+                    },
+                };
+                next_touch = Instant::now() + every;
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Kills the command's whole process group, then reaps the command.
+fn kill_group(child: &mut Child) {
+    let pgid = child.id();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !killed {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+/// Finds `program` as the shell would: a path with a `/` as is, otherwise the
+/// first executable file of that name in `$PATH`.
+pub fn resolve_program(program: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.as_os_str().is_empty() {
+        return None;
+    }
+    if program.to_string_lossy().contains('/') {
+        return runnable(program).then(|| program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| runnable(p))
+}

@@ -1,0 +1,138 @@
+//! Lock-free counters: one relaxed atomic add per event, nothing allocated.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $field:ident, )*) => {
+        /// Live counters of a worker, shared by its threads.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $( $(#[$doc])* pub $field: AtomicU64, )*
+        }
+
+        /// A copy of the counters at one moment.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        #[non_exhaustive]
+        pub struct Snapshot {
+            $( $(#[$doc])* pub $field: u64, )*
+        }
+
+        impl Counters {
+            /// Reads every counter.
+            pub fn snapshot(&self) -> Snapshot {
+                Snapshot { $( $field: self.$field.load(Ordering::Relaxed), )* }
+            }
+        }
+
+        impl Snapshot {
+            /// Each counter's name and value, in a fixed order.
+            pub fn pairs(&self) -> [(&'static str, u64); counters!(@count $($field)*)] {
+                [ $( (stringify!($field), self.$field), )* ]
+            }
+        }
+    };
+    (@count) => { 0 };
+    (@count $head:ident $($tail:ident)*) => { 1 + counters!(@count $($tail)*) };
+}
+
+counters! {
+    /// Jobs the server handed out (`RESERVED`).
+    reserved,
+    /// Jobs deleted: the server answered `DELETED`. Only these are done.
+    deleted,
+    /// Jobs released back to the queue (`RELEASED`).
+    released,
+    /// Jobs buried (`BURIED`), after too many failed attempts or on request.
+    buried,
+    /// Touches the server confirmed (`TOUCHED`).
+    touched,
+    /// Outcomes answered `NOT_FOUND`: the lease had run out and the job went back.
+    lost_lease,
+    /// Deletes sent whose reply never came: maybe deleted, maybe not.
+    ack_unknown,
+    /// Held jobs whose release or bury could not be confirmed because the
+    /// connection broke; the server puts them back by itself.
+    lease_dropped,
+    /// `DEADLINE_SOON` replies to a reserve.
+    deadline_soon,
+    /// Connections opened again after a failure.
+    reconnects,
+    /// Connect attempts that failed.
+    connect_failures,
+    /// Replies that missed their deadline.
+    io_timeouts,
+    /// Reserve replies `TIMED_OUT`: a slice passed with no job.
+    reserve_timeouts,
+    /// Replies that cannot answer the command sent, or server errors.
+    unexpected_replies,
+}
+
+impl Counters {
+    #[inline]
+    pub(crate) fn add(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Snapshot {
+    /// One flat JSON object with every counter at the top level.
+    pub fn to_json(&self) -> String {
+        let mut s = String::from("{");
+        for (i, (k, v)) in self.pairs().iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push('"');
+            s.push_str(k);
+            s.push_str("\":");
+            s.push_str(&v.to_string());
+        }
+        s.push('}');
+        s
+    }
+
+    /// Jobs reserved whose outcome is settled one way or another.
+    pub fn settled(&self) -> u64 {
+        self.deleted
+            + self.released
+            + self.buried
+            + self.lost_lease
+            + self.ack_unknown
+            + self.lease_dropped
+    }
+}
+
+/// One line: `reserved 10 deleted 9 ...`, for a summary on stderr.
+impl fmt::Display for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, v)) in self.pairs().iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{k} {v}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_flat_and_complete() {
+        let c = Counters::default();
+        Counters::add(&c.deleted);
+        Counters::add(&c.deleted);
+        Counters::add(&c.io_timeouts);
+        let j = c.snapshot().to_json();
+        assert!(j.starts_with("{\"reserved\":0,\"deleted\":2,"), "{j}");
+        assert!(j.contains("\"io_timeouts\":1"), "{j}");
+        assert_eq!(j.matches(':').count(), c.snapshot().pairs().len());
+        assert_eq!(
+            c.snapshot().to_string().split(' ').count(),
+            2 * c.snapshot().pairs().len()
+        );
+    }
+}
