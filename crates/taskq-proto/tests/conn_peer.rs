@@ -1,0 +1,474 @@
+//! The blocking connection against a scripted loopback peer: deadlines for the
+//! whole reply, trickled and silent peers, closes, garbage, partial writes.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use taskq_proto::{Command, CommandKind, Config, Connection, Error, Limits, Reply, ReplyError};
+
+/// Runs `script` on the one connection a fresh 127.0.0.1 listener accepts.
+fn peer<F>(script: F) -> (SocketAddr, JoinHandle<()>)
+where
+    F: FnOnce(TcpStream) + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        stream.set_nodelay(true).unwrap();
+        // No peer may outlive its test by much, whatever the client does.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        script(stream);
+    });
+    (addr, handle)
+}
+
+/// Reads one request line from the client.
+fn read_line(s: &mut TcpStream) -> Vec<u8> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => line.push(b[0]),
+            _ => break,
+        }
+    }
+    line
+}
+
+/// Waits until the client closes (or 10 s pass).
+fn drain(s: &mut TcpStream) {
+    let mut b = [0u8; 256];
+    while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+}
+
+fn cfg(io: Duration) -> Config {
+    Config {
+        io_timeout: io,
+        ..Config::default()
+    }
+}
+
+const IO: Duration = Duration::from_millis(500);
+const GRACE: Duration = Duration::from_millis(500);
+
+fn assert_broken_for_good(c: &mut Connection) {
+    assert!(c.is_broken());
+    let again = c.request(&Command::Stats);
+    assert!(matches!(again, Err(Error::Broken)), "{again:?}");
+    assert!(again.unwrap_err().not_sent());
+    assert!(matches!(c.send(&Command::Reserve), Err(Error::Broken)));
+    assert!(matches!(c.send_raw(b"stats\r\n"), Err(Error::Broken)));
+    assert!(matches!(c.queue(&Command::Stats), Err(Error::Broken)));
+    assert!(matches!(c.flush(), Err(Error::Broken)));
+    assert!(matches!(c.recv(CommandKind::Stats), Err(Error::Broken)));
+}
+
+#[test]
+fn trickled_reply_times_out_on_the_whole_reply_deadline() {
+    let (addr, peer) = peer(|mut s| {
+        read_line(&mut s);
+        // One byte every 50 ms: each read succeeds well within the socket
+        // timeout, so only a deadline on the whole reply can stop it.
+        let reply = b"RESERVED 1 100\r\n";
+        for &b in reply.iter().chain([b'x'; 100].iter()) {
+            if s.write_all(&[b]).is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let mut c = Connection::connect(addr, cfg(IO)).unwrap();
+    let t = Instant::now();
+    let r = c.request(&Command::Reserve);
+    let took = t.elapsed();
+    let e = r.unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    assert!(e.outcome_unknown() && e.breaks_connection() && !e.not_sent());
+    assert!(
+        took >= IO - Duration::from_millis(50),
+        "gave up early: {took:?}"
+    );
+    assert!(took <= IO + GRACE, "deadline overrun: {took:?}");
+    assert!(c.io_counts().reads > 3, "the reply was read in pieces");
+    assert_broken_for_good(&mut c);
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn silent_peer_times_out() {
+    let (addr, peer) = peer(|mut s| {
+        read_line(&mut s);
+        drain(&mut s);
+    });
+    let mut c = Connection::connect(addr, cfg(IO)).unwrap();
+    let t = Instant::now();
+    let e = c.request(&Command::Delete { id: 1 }).unwrap_err();
+    let took = t.elapsed();
+    assert!(
+        matches!(e, Error::Timeout { waited } if waited <= took),
+        "{e:?}"
+    );
+    assert!(
+        took >= IO - Duration::from_millis(50),
+        "gave up early: {took:?}"
+    );
+    assert!(took <= IO + GRACE, "deadline overrun: {took:?}");
+    assert_broken_for_good(&mut c);
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn tiny_segments_within_the_deadline_succeed() {
+    let (addr, peer) = peer(|mut s| {
+        read_line(&mut s);
+        let reply = b"RESERVED 5 10\r\n0\r\n3456789\r\n";
+        for chunk in reply.chunks(2) {
+            s.write_all(chunk).unwrap();
+            thread::sleep(Duration::from_millis(5));
+        }
+        drain(&mut s);
+    });
+    let mut c = Connection::connect(addr, cfg(IO)).unwrap();
+    match c.request(&Command::Reserve).unwrap() {
+        Reply::Reserved { id, body } => assert_eq!((id, body), (5, &b"0\r\n3456789"[..])),
+        r => panic!("{r:?}"),
+    }
+    assert!(c.io_counts().reads > 2, "{:?}", c.io_counts());
+    assert!(!c.is_broken());
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn peer_closing_mid_reply_is_closed_with_outcome_unknown() {
+    let (addr, peer) = peer(|mut s| {
+        read_line(&mut s);
+        s.write_all(b"RESERVED 5 10\r\n01234").unwrap();
+    });
+    let mut c = Connection::connect(addr, cfg(IO)).unwrap();
+    let e = c.request(&Command::Reserve).unwrap_err();
+    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(e.outcome_unknown());
+    assert_broken_for_good(&mut c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn garbage_breaks_the_connection_for_good() {
+    #[rustfmt::skip]
+    let cases: &[(&[u8], ReplyError)] = &[
+        (b"HELLO THERE\r\n", ReplyError::UnknownReply),
+        (b"INSERTED 1\n", ReplyError::BadLineEnd),
+        (b"INSERTED 99999999999999999999999\r\n", ReplyError::BadNumber),
+        (b"BURIED\r\n", ReplyError::Malformed { word: "BURIED" }),
+        (&[b'Z'; 300], ReplyError::LineTooLong),
+    ];
+    for (garbage, want) in cases {
+        let garbage = garbage.to_vec();
+        let (addr, peer) = peer(move |mut s| {
+            read_line(&mut s);
+            s.write_all(&garbage).unwrap();
+            drain(&mut s);
+        });
+        let mut c = Connection::connect(addr, cfg(IO)).unwrap();
+        let put = Command::Put {
+            pri: 1,
+            delay: 0,
+            ttr: 1,
+            body: b"x",
+        };
+        let e = c.request(&put).unwrap_err();
+        assert!(matches!(e, Error::Protocol(got) if got == *want), "{e:?}");
+        assert!(e.outcome_unknown());
+        assert_broken_for_good(&mut c);
+        drop(c);
+        peer.join().unwrap();
+    }
+}
+
+#[test]
+fn reserve_with_timeout_deadline_includes_the_server_wait() {
+    // The server may hold the reply for the whole timeout; the client must wait
+    // that long plus its I/O timeout, and no longer.
+    let io = Duration::from_millis(300);
+    let (addr, peer) = peer(|mut s| {
+        read_line(&mut s);
+        thread::sleep(Duration::from_millis(1000));
+        s.write_all(b"TIMED_OUT\r\n").unwrap();
+        read_line(&mut s);
+        drain(&mut s);
+    });
+    let mut c = Connection::connect(addr, cfg(io)).unwrap();
+    let t = Instant::now();
+    let r = c.request(&Command::ReserveWithTimeout { timeout: 1 });
+    assert_eq!(r.unwrap(), Reply::TimedOut);
+    assert!(t.elapsed() >= Duration::from_millis(950));
+
+    // The next one is never answered: it fails at 1 s + the I/O timeout.
+    let t = Instant::now();
+    let e = c
+        .request(&Command::ReserveWithTimeout { timeout: 1 })
+        .unwrap_err();
+    let took = t.elapsed();
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(
+        took >= Duration::from_millis(1250),
+        "gave up early: {took:?}"
+    );
+    assert!(
+        took <= Duration::from_millis(1300) + GRACE,
+        "deadline overrun: {took:?}"
+    );
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn pipelined_replies_are_read_in_order_from_one_write() {
+    let (addr, peer) = peer(|mut s| {
+        for _ in 0..3 {
+            read_line(&mut s);
+        }
+        // All three replies in one segment, then a fourth split over two.
+        s.write_all(b"USING a\r\nWATCHING 2\r\nRESERVED 9 3\r\nabc\r\nDELE")
+            .unwrap();
+        read_line(&mut s);
+        thread::sleep(Duration::from_millis(20));
+        s.write_all(b"TED\r\n").unwrap();
+        drain(&mut s);
+    });
+    let mut c = Connection::connect(addr, cfg(IO)).unwrap();
+    c.queue(&Command::Use { tube: "a" }).unwrap();
+    c.queue(&Command::Watch { tube: "a" }).unwrap();
+    c.queue(&Command::Reserve).unwrap();
+    let before = c.io_counts().writes;
+    c.flush().unwrap();
+    assert_eq!(c.io_counts().writes - before, 1);
+    assert_eq!(c.queued_len(), 0);
+    assert_eq!(
+        c.recv(CommandKind::Use).unwrap(),
+        Reply::Using { tube: "a" }
+    );
+    assert_eq!(
+        c.recv(CommandKind::Watch).unwrap(),
+        Reply::Watching { count: 2 }
+    );
+    assert_eq!(
+        c.recv(CommandKind::Reserve).unwrap(),
+        Reply::Reserved {
+            id: 9,
+            body: b"abc"
+        }
+    );
+    assert_eq!(
+        c.request(&Command::Delete { id: 9 }).unwrap(),
+        Reply::Deleted
+    );
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn receive_buffer_grows_to_the_limit_and_no_further() {
+    let limits = Limits {
+        max_job_size: 100_000,
+        max_yaml_size: 10,
+    };
+    let (addr, peer) = peer(|mut s| {
+        read_line(&mut s);
+        let mut reply = b"RESERVED 1 100000\r\n".to_vec();
+        reply.extend((0..100_000u32).map(|i| (i % 251) as u8));
+        reply.extend_from_slice(b"\r\n");
+        s.write_all(&reply).unwrap();
+        read_line(&mut s);
+        // One byte over the limit: refused from the line alone, before any body.
+        s.write_all(b"RESERVED 2 100001\r\n").unwrap();
+        drain(&mut s);
+    });
+    let mut c = Connection::connect(
+        addr,
+        Config {
+            limits,
+            ..cfg(Duration::from_secs(2))
+        },
+    )
+    .unwrap();
+    match c.request(&Command::Reserve).unwrap() {
+        Reply::Reserved { id: 1, body } => {
+            assert_eq!(body.len(), 100_000);
+            assert!(body.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        }
+        r => panic!("{r:?}"),
+    }
+    let e = c.request(&Command::Reserve).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Protocol(ReplyError::BodyTooLarge {
+                len: 100_001,
+                max: 100_000
+            })
+        ),
+        "{e:?}"
+    );
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn partial_writes_continue_where_they_stopped() {
+    // 16 MiB is more than loopback buffers hold while the peer is not reading,
+    // so the first send returns short when its timeout expires and the loop
+    // must send the rest, byte-exact.
+    const LEN: usize = 16 << 20;
+    let body: Vec<u8> = (0..LEN).map(|i| (i % 253) as u8).collect();
+    let expect_len = format!("put 1 0 5 {LEN}\r\n").len() + LEN + 2;
+    let (addr, peer) = peer(move |mut s| {
+        thread::sleep(Duration::from_millis(600));
+        let mut got = vec![0u8; expect_len];
+        s.read_exact(&mut got).unwrap();
+        let line_len = got.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+        assert_eq!(&got[..line_len], format!("put 1 0 5 {LEN}\r\n").as_bytes());
+        assert!(got[line_len..line_len + LEN]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 253) as u8));
+        assert_eq!(&got[line_len + LEN..], b"\r\n");
+        s.write_all(b"INSERTED 1\r\n").unwrap();
+        drain(&mut s);
+    });
+    let limits = Limits {
+        max_job_size: LEN,
+        ..Limits::default()
+    };
+    let mut c = Connection::connect(
+        addr,
+        Config {
+            limits,
+            ..cfg(Duration::from_millis(400))
+        },
+    )
+    .unwrap();
+    let put = Command::Put {
+        pri: 1,
+        delay: 0,
+        ttr: 5,
+        body: &body,
+    };
+    match c.send(&put) {
+        Ok(()) => {}
+        Err(e) => panic!("{e}"),
+    }
+    assert!(
+        c.io_counts().writes >= 2,
+        "expected a short write, got {:?}",
+        c.io_counts()
+    );
+    assert_eq!(c.recv(CommandKind::Put).unwrap(), Reply::Inserted { id: 1 });
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn a_peer_that_stops_reading_mid_request_is_outcome_unknown() {
+    const LEN: usize = 16 << 20;
+    let body = vec![1u8; LEN];
+    let (addr, peer) = peer(|mut s| {
+        // Never read; wait for the client to give up.
+        thread::sleep(Duration::from_millis(1500));
+        drain(&mut s);
+    });
+    let limits = Limits {
+        max_job_size: LEN,
+        ..Limits::default()
+    };
+    let mut c = Connection::connect(
+        addr,
+        Config {
+            limits,
+            ..cfg(Duration::from_millis(200))
+        },
+    )
+    .unwrap();
+    let e = c
+        .send(&Command::Put {
+            pri: 1,
+            delay: 0,
+            ttr: 5,
+            body: &body,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Io(_)),
+        "part was sent, so not NotSent: {e:?}"
+    );
+    assert!(e.outcome_unknown());
+    assert_broken_for_good(&mut c);
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn invalid_requests_leave_the_connection_usable() {
+    let (addr, peer) = peer(|mut s| {
+        assert_eq!(read_line(&mut s), b"use ok\r\n");
+        s.write_all(b"USING ok\r\n").unwrap();
+        drain(&mut s);
+    });
+    let mut c = Connection::connect(
+        addr,
+        Config {
+            limits: Limits {
+                max_job_size: 4,
+                ..Limits::default()
+            },
+            ..cfg(IO)
+        },
+    )
+    .unwrap();
+    let e = c.request(&Command::Use { tube: "-bad" }).unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)) && e.not_sent() && !e.breaks_connection());
+    let e = c
+        .request(&Command::Put {
+            pri: 0,
+            delay: 0,
+            ttr: 1,
+            body: b"12345",
+        })
+        .unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e:?}");
+    assert!(matches!(
+        c.queue(&Command::Watch { tube: "" }),
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(c.queued_len(), 0);
+    assert!(!c.is_broken());
+    assert_eq!(c.io_counts().writes, 0, "nothing was sent");
+    assert_eq!(
+        c.request(&Command::Use { tube: "ok" }).unwrap(),
+        Reply::Using { tube: "ok" }
+    );
+    drop(c);
+    peer.join().unwrap();
+}
+
+#[test]
+fn connect_failure_is_not_sent() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = Connection::connect(("127.0.0.1", port), cfg(IO)).unwrap_err();
+    assert!(matches!(e, Error::NotSent(_)) && e.not_sent(), "{e:?}");
+}
