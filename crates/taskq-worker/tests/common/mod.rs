@@ -1,0 +1,226 @@
+//! Helpers shared by the worker's integration tests.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use taskq_proto::{Command as Cmd, Config, Connection, Reply, ServerStats};
+
+/// Connects with test-friendly timeouts.
+pub fn connect(addr: SocketAddr) -> Connection {
+    Connection::connect(addr, Config::default()).expect("connect")
+}
+
+/// Puts `bodies` into `tube` with the given TTR; returns the ids in order.
+pub fn put_all(addr: SocketAddr, tube: &str, ttr: u32, bodies: &[Vec<u8>]) -> Vec<u64> {
+    let mut c = connect(addr);
+    match c.request(&Cmd::Use { tube }).unwrap() {
+        Reply::Using { .. } => {}
+        r => panic!("use: {r:?}"),
+    }
+    bodies
+        .iter()
+        .map(|body| match c
+            .request(&Cmd::Put {
+                pri: 100,
+                delay: 0,
+                ttr,
+                body,
+            })
+            .unwrap()
+        {
+            Reply::Inserted { id } => id,
+            r => panic!("put: {r:?}"),
+        })
+        .collect()
+}
+
+/// The numbers of the server's `stats` that the tests compare against.
+#[derive(Debug, Clone, Copy)]
+pub struct Record {
+    pub cmd_delete: u64,
+    pub cmd_reserve_with_timeout: u64,
+    pub cmd_touch: u64,
+    pub ready: u64,
+    pub reserved: u64,
+    pub delayed: u64,
+    pub buried: u64,
+    pub job_timeouts: u64,
+    pub total_jobs: u64,
+}
+
+pub fn record(addr: SocketAddr) -> Record {
+    let mut c = connect(addr);
+    match c.request(&Cmd::Stats).unwrap() {
+        Reply::Ok { yaml } => {
+            let s = ServerStats::parse(yaml).unwrap();
+            Record {
+                cmd_delete: s.cmd_delete,
+                cmd_reserve_with_timeout: s.cmd_reserve_with_timeout,
+                cmd_touch: s.cmd_touch,
+                ready: s.current_jobs_ready,
+                reserved: s.current_jobs_reserved,
+                delayed: s.current_jobs_delayed,
+                buried: s.current_jobs_buried,
+                job_timeouts: s.job_timeouts,
+                total_jobs: s.total_jobs,
+            }
+        }
+        r => panic!("stats: {r:?}"),
+    }
+}
+
+/// `stats-job`: (state, reserves, timeouts, releases), or None when the job is gone.
+pub fn job_state(addr: SocketAddr, id: u64) -> Option<(String, u64, u64, u64)> {
+    let mut c = connect(addr);
+    match c.request(&Cmd::StatsJob { id }).unwrap() {
+        Reply::Ok { yaml } => {
+            let s = taskq_proto::JobStats::parse(yaml).unwrap();
+            Some((s.state.to_owned(), s.reserves, s.timeouts, s.releases))
+        }
+        Reply::NotFound => None,
+        r => panic!("stats-job: {r:?}"),
+    }
+}
+
+/// Polls `f` every 20 ms until it is true or `limit` passes; returns whether it became true.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `taskq-worker` child process, killed (SIGKILL) and reaped on drop.
+pub struct WorkerProc {
+    pub child: Child,
+    pub stats: PathBuf,
+    _dir: TempDir,
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "taskq-worker-test-{tag}-{}-{}",
+            std::process::id(),
+            fastrand_u64()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
+    h.finish()
+}
+
+impl WorkerProc {
+    /// Starts `taskq-worker ARGS -- sh -c SCRIPT`.
+    pub fn start(args: &[&str], script: &str) -> WorkerProc {
+        let dir = TempDir::new("proc");
+        let stats = dir.0.join("stats.json");
+        let child = Command::new(env!("CARGO_BIN_EXE_taskq-worker"))
+            .args(args)
+            .arg("--stats-json")
+            .arg(&stats)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start taskq-worker");
+        WorkerProc {
+            child,
+            stats,
+            _dir: dir,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name}");
+    }
+
+    /// Waits for the exit within `limit`; panics (after killing it) if it does not come.
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("taskq-worker did not exit within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Standard error, after exit.
+    pub fn stderr(&mut self) -> String {
+        use std::io::Read;
+        let mut s = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// The --stats-json counters, after exit.
+    pub fn counters(&self) -> serde_json::Map<String, serde_json::Value> {
+        let text = std::fs::read_to_string(&self.stats).expect("stats json written");
+        match serde_json::from_str(&text).unwrap() {
+            serde_json::Value::Object(m) => m,
+            v => panic!("not an object: {v}"),
+        }
+    }
+}
+
+pub fn get(m: &serde_json::Map<String, serde_json::Value>, k: &str) -> u64 {
+    m.get(k)
+        .and_then(|v| v.as_u64())
+        .unwrap_or_else(|| panic!("key {k} missing in {m:?}"))
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The lines of a file, or nothing when it does not exist yet.
+pub fn lines(p: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(p)
+        .map(|s| s.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
