@@ -23,7 +23,9 @@ fn cfg(servers: Vec<String>) -> Config {
 fn ten_thousand_jobs_four_threads_counts_equal_the_servers() {
     let server = Beanstalkd::start().unwrap();
     let n = 10_000usize;
-    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("job-{i}\r\n\0").into_bytes()).collect();
+    let bodies: Vec<Vec<u8>> = (0..n)
+        .map(|i| format!("job-{i}\r\n\0").into_bytes())
+        .collect();
     let ids = put_all(server.addr(), "default", 60, &bodies);
     let before = record(server.addr());
 
@@ -57,7 +59,10 @@ fn ten_thousand_jobs_four_threads_counts_equal_the_servers() {
     assert_eq!(counts.reserved, n as u64);
     assert_eq!(after.cmd_delete - before.cmd_delete, counts.deleted);
     assert_eq!(counts.lost_lease + counts.ack_unknown + counts.released, 0);
-    assert_eq!(after.ready + after.reserved + after.delayed + after.buried, 0);
+    assert_eq!(
+        after.ready + after.reserved + after.delayed + after.buried,
+        0
+    );
     assert_eq!(counts.reconnects + counts.io_timeouts, 0);
 }
 
@@ -104,7 +109,11 @@ fn outcomes_release_bury_and_count_attempts() {
     assert!(job_state(server.addr(), ids[0]).is_none());
     assert_eq!(job_state(server.addr(), ids[1]).unwrap().0, "buried");
     let fail = job_state(server.addr(), ids[2]).unwrap();
-    assert_eq!((fail.0.as_str(), fail.3), ("buried", 1), "one release, then buried");
+    assert_eq!(
+        (fail.0.as_str(), fail.3),
+        ("buried", 1),
+        "one release, then buried"
+    );
     assert!(job_state(server.addr(), ids[3]).is_none());
     assert!(job_state(server.addr(), ids[4]).is_none());
     assert_eq!(counts.deleted, 3);
@@ -136,7 +145,11 @@ fn a_job_longer_than_its_ttr_is_touched_and_held_once() {
     )
     .unwrap();
     let counts = worker.run();
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the other thread never got it");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the other thread never got it"
+    );
     assert_eq!(counts.touched, 7);
     assert_eq!(counts.deleted, 1);
     assert_eq!(record(server.addr()).job_timeouts, 0);
@@ -147,7 +160,10 @@ fn a_job_longer_than_its_ttr_is_touched_and_held_once() {
 fn several_servers_one_down_all_work_done() {
     let a = Beanstalkd::start().unwrap();
     let b = Beanstalkd::start().unwrap();
-    let dead = format!("127.0.0.1:{}", taskq_testkit::beanstalkd::free_port().unwrap());
+    let dead = format!(
+        "127.0.0.1:{}",
+        taskq_testkit::beanstalkd::free_port().unwrap()
+    );
     let bodies: Vec<Vec<u8>> = (0..50).map(|i| vec![b'x'; i + 1]).collect();
     put_all(a.addr(), "default", 60, &bodies);
     put_all(b.addr(), "default", 60, &bodies);
@@ -168,7 +184,11 @@ fn several_servers_one_down_all_work_done() {
     });
     let t = Instant::now();
     let counts = running.join();
-    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
     assert_eq!(counts.deleted, 100);
     assert!(counts.connect_failures >= 1);
     assert_eq!(record(a.addr()).ready + record(b.addr()).ready, 0);
@@ -196,7 +216,11 @@ fn shutdown_cuts_a_waiting_reserve_at_once() {
     let t = Instant::now();
     control.shutdown();
     let counts = running.join();
-    assert!(t.elapsed() < Duration::from_millis(500), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        t.elapsed()
+    );
     assert_eq!(counts.reserved, 0);
 }
 
@@ -228,14 +252,25 @@ fn server_down_then_up_costs_little_and_resumes() {
         .spawn()
         .unwrap();
     let sock: std::net::SocketAddr = addr.parse().unwrap();
-    assert!(wait_until(Duration::from_secs(5), || std::net::TcpStream::connect(sock).is_ok()));
-    put_all(sock, "default", 60, &[b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::net::TcpStream::connect(sock).is_ok()
+    }));
+    put_all(
+        sock,
+        "default",
+        60,
+        &[b"a".to_vec(), b"b".to_vec(), b"c".to_vec()],
+    );
     let t = Instant::now();
     let counts = running.join();
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(counts.deleted, 3);
-    assert!(t.elapsed() < Duration::from_secs(8), "resumed after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "resumed after {:?}",
+        t.elapsed()
+    );
 }
 
 /// User plus system CPU of this process, in clock ticks.

@@ -115,6 +115,13 @@ fn run(args: Args) -> Result<(), String> {
         max_attempts: args.max_attempts,
         exit_when_idle: seconds("--exit-when-idle", args.exit_when_idle)?,
         max_jobs: args.max_jobs,
+        // Any job the server accepts must be readable, or it would come back
+        // forever: allow beanstalkd's own ceiling. The buffer grows only when a
+        // job that large arrives.
+        limits: taskq_proto::Limits {
+            max_job_size: 1 << 30,
+            ..taskq_proto::Limits::default()
+        },
         ..Config::default()
     };
     let handler = CommandHandler::new(program.clone(), rest.to_vec(), job_timeout);

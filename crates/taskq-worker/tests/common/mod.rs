@@ -10,7 +10,9 @@ use taskq_proto::{Command as Cmd, Config, Connection, Reply, ServerStats};
 
 /// Connects with test-friendly timeouts.
 pub fn connect(addr: SocketAddr) -> Connection {
-    Connection::connect(addr, Config::default()).expect("connect")
+    let mut cfg = Config::default();
+    cfg.limits.max_job_size = 1 << 20;
+    Connection::connect(addr, cfg).expect("connect")
 }
 
 /// Puts `bodies` into `tube` with the given TTR; returns the ids in order.
@@ -22,17 +24,19 @@ pub fn put_all(addr: SocketAddr, tube: &str, ttr: u32, bodies: &[Vec<u8>]) -> Ve
     }
     bodies
         .iter()
-        .map(|body| match c
-            .request(&Cmd::Put {
-                pri: 100,
-                delay: 0,
-                ttr,
-                body,
-            })
-            .unwrap()
-        {
-            Reply::Inserted { id } => id,
-            r => panic!("put: {r:?}"),
+        .map(|body| {
+            match c
+                .request(&Cmd::Put {
+                    pri: 100,
+                    delay: 0,
+                    ttr,
+                    body,
+                })
+                .unwrap()
+            {
+                Reply::Inserted { id } => id,
+                r => panic!("put: {r:?}"),
+            }
         })
         .collect()
 }

@@ -1,0 +1,363 @@
+//! The `taskq-worker` binary against a real beanstalkd: exit statuses, flags,
+//! touching, job timeout, signals in each phase, kill -9, and idling.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use taskq_testkit::Beanstalkd;
+
+const BIN: &str = env!("CARGO_BIN_EXE_taskq-worker");
+
+#[test]
+fn bad_flag_and_missing_command_give_one_line_and_fail() {
+    for args in [
+        vec!["--no-such-flag", "--", "true"],
+        vec!["--concurrency", "0", "--", "true"],
+        vec!["--tube", "-bad", "--", "true"],
+        vec!["--", "/no/such/program"],
+        vec!["--", "no-such-program-taskq"],
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        assert!(
+            first.starts_with("error:") || first.starts_with("taskq-worker:"),
+            "{args:?}: {err}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["--", "/no/such/program"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).lines().count(),
+        1,
+        "one line"
+    );
+}
+
+#[test]
+fn exit_statuses_decide_delete_release_and_bury() {
+    let server = Beanstalkd::start().unwrap();
+    let dir = TempDir::new("status");
+    let bodies = [b"ok".to_vec(), b"temp".to_vec(), b"fail".to_vec()];
+    let ids = put_all(server.addr(), "default", 60, &bodies);
+    // "temp" exits 75 the first time; "fail" always exits 3. Each run logs its body.
+    let script = format!(
+        r#"b=$(cat); echo "$b $TASKQ_JOB_ID $TASKQ_ADDR" >> {d}/runs
+case "$b" in
+  ok) exit 0;;
+  temp) if [ -e {d}/temp ]; then exit 0; fi; touch {d}/temp; exit 75;;
+  *) exit 3;;
+esac"#,
+        d = dir.0.display()
+    );
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(
+        &[
+            "--addr",
+            &addr,
+            "--max-attempts",
+            "2",
+            "--exit-when-idle",
+            "2.5",
+            "--json",
+        ],
+        &script,
+    );
+    let st = w.wait(Duration::from_secs(20));
+    let err = w.stderr();
+    assert!(st.success(), "{st}: {err}");
+    let c = w.counters();
+    for k in [
+        "reserved",
+        "deleted",
+        "released",
+        "buried",
+        "lost_lease",
+        "ack_unknown",
+        "reconnects",
+        "io_timeouts",
+    ] {
+        get(&c, k);
+    }
+    assert_eq!(get(&c, "deleted"), 2);
+    assert_eq!(get(&c, "buried"), 1);
+    assert_eq!(get(&c, "released"), 2, "temp once, fail once");
+    assert!(
+        err.trim_end().lines().last().unwrap().starts_with('{'),
+        "--json summary: {err}"
+    );
+    let runs = lines(&dir.0.join("runs"));
+    assert_eq!(
+        runs.iter().filter(|l| l.starts_with("fail ")).count(),
+        2,
+        "{runs:?}"
+    );
+    assert!(runs.contains(&format!("ok {} {addr}", ids[0])), "{runs:?}");
+    assert_eq!(job_state(server.addr(), ids[2]).unwrap().0, "buried");
+    assert!(job_state(server.addr(), ids[1]).is_none());
+}
+
+#[test]
+fn body_is_byte_exact_on_stdin() {
+    let server = Beanstalkd::start_with(&["-z", "300000"]).unwrap();
+    let dir = TempDir::new("body");
+    let mut big = Vec::new();
+    for i in 0..200_000u32 {
+        big.push((i % 251) as u8);
+    }
+    let bodies = [b"a\r\nb\0c\r\n".to_vec(), Vec::new(), big];
+    let ids = put_all(server.addr(), "default", 60, &bodies);
+    let script = format!("cat > {}/$TASKQ_JOB_ID", dir.0.display());
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(&["--addr", &addr, "--max-jobs", "3"], &script);
+    assert!(w.wait(Duration::from_secs(20)).success());
+    for (id, body) in ids.iter().zip(&bodies) {
+        assert_eq!(&std::fs::read(dir.0.join(id.to_string())).unwrap(), body);
+    }
+}
+
+#[test]
+fn long_job_is_touched_and_never_held_twice() {
+    let server = Beanstalkd::start().unwrap();
+    let dir = TempDir::new("touch");
+    let ids = put_all(server.addr(), "default", 1, &[b"slow".to_vec()]);
+    let script = format!("echo $$ >> {}/runs; sleep 3", dir.0.display());
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(
+        &["--addr", &addr, "--concurrency", "3", "--max-jobs", "1"],
+        &script,
+    );
+    assert!(w.wait(Duration::from_secs(15)).success());
+    assert_eq!(lines(&dir.0.join("runs")).len(), 1, "run once");
+    assert!(get(&w.counters(), "touched") >= 4);
+    assert_eq!(record(server.addr()).job_timeouts, 0);
+    assert!(job_state(server.addr(), ids[0]).is_none());
+}
+
+#[test]
+fn job_timeout_kills_the_whole_group_and_counts_a_failure() {
+    let server = Beanstalkd::start().unwrap();
+    let dir = TempDir::new("jobtimeout");
+    let ids = put_all(server.addr(), "default", 60, &[b"hang".to_vec()]);
+    // The grandchild would outlive a kill of the shell alone.
+    let script = format!(
+        "sleep 30 & echo $! > {d}/grandchild; wait",
+        d = dir.0.display()
+    );
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(
+        &[
+            "--addr",
+            &addr,
+            "--job-timeout",
+            "0.5",
+            "--max-attempts",
+            "1",
+            "--exit-when-idle",
+            "1",
+        ],
+        &script,
+    );
+    let t = Instant::now();
+    assert!(w.wait(Duration::from_secs(10)).success());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(get(&w.counters(), "buried"), 1);
+    assert_eq!(job_state(server.addr(), ids[0]).unwrap().0, "buried");
+    let gc = lines(&dir.0.join("grandchild"))[0].clone();
+    assert!(
+        wait_until(Duration::from_secs(2), || !std::path::Path::new(&format!(
+            "/proc/{gc}"
+        ))
+        .exists()
+            || std::fs::read_to_string(format!("/proc/{gc}/stat"))
+                .is_ok_and(|s| s.contains(") Z"))),
+        "grandchild {gc} survived"
+    );
+}
+
+#[test]
+fn sigterm_while_waiting_exits_at_once() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    for sig in ["TERM", "INT"] {
+        let mut w = WorkerProc::start(
+            &[
+                "--addr",
+                &addr,
+                "--concurrency",
+                "2",
+                "--reserve-timeout",
+                "5",
+            ],
+            "exit 0",
+        );
+        let start = record(server.addr()).cmd_reserve_with_timeout;
+        assert!(wait_until(Duration::from_secs(5), || {
+            record(server.addr()).cmd_reserve_with_timeout >= start + 2
+        }));
+        let t = Instant::now();
+        w.signal(sig);
+        let st = w.wait(Duration::from_secs(5));
+        assert!(st.success(), "{sig}: {st}");
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{sig}: {:?}",
+            t.elapsed()
+        );
+        assert_eq!(get(&w.counters(), "reserved"), 0);
+        let before = record(server.addr()).cmd_reserve_with_timeout;
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(record(server.addr()).cmd_reserve_with_timeout, before);
+    }
+}
+
+#[test]
+fn sigterm_while_running_finishes_and_deletes_the_job() {
+    let server = Beanstalkd::start().unwrap();
+    let dir = TempDir::new("term");
+    let addr = server.addr().to_string();
+    for sig in ["TERM", "INT"] {
+        let ids = put_all(server.addr(), "default", 60, &[sig.as_bytes().to_vec()]);
+        let mark = dir.0.join(sig);
+        // The command must not see the signal: it would die before writing the mark.
+        let script = format!("sleep 1.5; echo done > {}", mark.display());
+        let mut w = WorkerProc::start(&["--addr", &addr, "--concurrency", "2"], &script);
+        assert!(wait_until(Duration::from_secs(5), || {
+            job_state(server.addr(), ids[0]).is_some_and(|s| s.0 == "reserved")
+        }));
+        let t = Instant::now();
+        w.signal(sig);
+        let st = w.wait(Duration::from_secs(10));
+        assert!(st.success(), "{sig}: {st}");
+        assert!(
+            t.elapsed() < Duration::from_millis(2500),
+            "{sig}: {:?}",
+            t.elapsed()
+        );
+        assert!(mark.exists(), "{sig}: the command ran to its end");
+        assert!(job_state(server.addr(), ids[0]).is_none(), "{sig}: deleted");
+        let c = w.counters();
+        assert_eq!((get(&c, "reserved"), get(&c, "deleted")), (1, 1));
+    }
+}
+
+#[test]
+fn second_signal_releases_the_running_job_at_once() {
+    let server = Beanstalkd::start().unwrap();
+    let ids = put_all(server.addr(), "default", 60, &[b"long".to_vec()]);
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(&["--addr", &addr], "sleep 30");
+    assert!(wait_until(Duration::from_secs(5), || {
+        job_state(server.addr(), ids[0]).is_some_and(|s| s.0 == "reserved")
+    }));
+    let t = Instant::now();
+    w.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    w.signal("TERM");
+    let st = w.wait(Duration::from_secs(5));
+    assert!(st.success(), "{st}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let s = job_state(server.addr(), ids[0]).unwrap();
+    assert_eq!((s.0.as_str(), s.3), ("ready", 1), "released without delay");
+    assert_eq!(get(&w.counters(), "released"), 1);
+}
+
+#[test]
+fn kill_9_mid_job_the_job_comes_back_to_another_worker() {
+    let server = Beanstalkd::start().unwrap();
+    let dir = TempDir::new("kill9");
+    let ids = put_all(server.addr(), "default", 60, &[b"precious".to_vec()]);
+    let addr = server.addr().to_string();
+    // The first run records its process group and hangs; a later run finishes.
+    let script = format!(
+        r#"if [ ! -e {d}/first ]; then echo $$ > {d}/first; sleep 30; exit 1; fi
+cat > {d}/done"#,
+        d = dir.0.display()
+    );
+    let mut a = WorkerProc::start(&["--addr", &addr], &script);
+    assert!(wait_until(Duration::from_secs(5), || dir
+        .0
+        .join("first")
+        .exists()));
+    let mut b = WorkerProc::start(&["--addr", &addr, "--max-jobs", "1"], &script);
+    std::thread::sleep(Duration::from_millis(300));
+    a.signal("KILL");
+    let _ = a.wait(Duration::from_secs(5));
+    let st = b.wait(Duration::from_secs(10));
+    // The orphaned first command runs in its own group: end it.
+    let pgid = lines(&dir.0.join("first"))[0].clone();
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+    assert!(st.success());
+    assert_eq!(std::fs::read(dir.0.join("done")).unwrap(), b"precious");
+    assert!(job_state(server.addr(), ids[0]).is_none(), "lost 0");
+    assert_eq!(get(&b.counters(), "deleted"), 1);
+}
+
+#[test]
+fn idle_ten_seconds_few_requests_near_zero_cpu() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(
+        &[
+            "--addr",
+            &addr,
+            "--concurrency",
+            "2",
+            "--reserve-timeout",
+            "1",
+        ],
+        "exit 0",
+    );
+    assert!(wait_until(Duration::from_secs(5), || record(server.addr())
+        .cmd_reserve_with_timeout
+        >= 2));
+    let before = record(server.addr()).cmd_reserve_with_timeout;
+    let cpu0 = proc_cpu_ticks(w.pid());
+    std::thread::sleep(Duration::from_secs(10));
+    let reserves = record(server.addr()).cmd_reserve_with_timeout - before;
+    let cpu = proc_cpu_ticks(w.pid()) - cpu0;
+    w.signal("TERM");
+    assert!(w.wait(Duration::from_secs(5)).success());
+    eprintln!("idle 10 s, 2 connections: {reserves} reserves, {cpu} CPU ticks");
+    // One reserve per second per connection, and one more in flight at each end.
+    assert!(reserves <= 2 * (10 + 1), "{reserves} reserves in 10 s");
+    assert!(reserves >= 2 * 8, "it kept reserving: {reserves}");
+    assert!(cpu <= 10, "{cpu} ticks of CPU in 10 s idle");
+}
+
+#[test]
+fn addr_defaults_to_taskq_addr() {
+    let server = Beanstalkd::start().unwrap();
+    let dir = TempDir::new("env");
+    put_all(server.addr(), "default", 60, &[b"e".to_vec()]);
+    let out = Command::new(BIN)
+        .env("TASKQ_ADDR", server.addr().to_string())
+        .args(["--max-jobs", "1", "--", "sh", "-c"])
+        .arg(format!("echo $TASKQ_ADDR > {}/addr", dir.0.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(&dir.0.join("addr")), [server.addr().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("done 1"), "{err}");
+}
+
+/// utime + stime of a process, in clock ticks.
+fn proc_cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
