@@ -1,6 +1,21 @@
 //! Test support for taskq: a real `beanstalkd` harness, a beanstalkd-compatible
 //! reference server with a ledger and fault plans, and a fault-injecting proxy.
+//!
+//! - [`Beanstalkd`]: the real server as a child process on a free loopback port.
+//! - [`TestServer`]: the reference server in this process, with a [`Ledger`] of
+//!   every job and connection and [`FaultPlan`]s that make it misbehave on demand.
+//! - [`ChaosProxy`]: a TCP proxy with run-time [`Toxic`]s (latency, reset,
+//!   silence, data limit, slicer) to put in front of either.
+//!
+//! Everything listens on 127.0.0.1 only and stops when dropped.
 
 pub mod beanstalkd;
+pub mod proxy;
+pub mod server;
 
 pub use beanstalkd::Beanstalkd;
+pub use proxy::{ChaosProxy, Direction, Toxic};
+pub use server::{
+    ConnCounts, Defects, Fault, FaultPlan, JobHistory, Ledger, LedgerReport, ServerConfig, Target,
+    TestServer,
+};

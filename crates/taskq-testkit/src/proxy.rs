@@ -1,0 +1,428 @@
+//! A chaos proxy: a TCP proxy on loopback with toxics in the manner of
+//! toxiproxy, switchable at run time, to put in front of any server.
+//!
+//! ```
+//! use std::time::Duration;
+//! use taskq_testkit::{ChaosProxy, Direction, TestServer, Toxic};
+//!
+//! let server = TestServer::start().unwrap();
+//! let proxy = ChaosProxy::start(server.addr()).unwrap();
+//! proxy.add(Toxic::Latency { delay: Duration::from_millis(5), jitter: Duration::ZERO }, Direction::Downstream, 1.0);
+//! // ... connect clients to proxy.addr() ...
+//! proxy.clear();
+//! ```
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often a pump looks at the toxics and the stop flag while no data flows.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Which way data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Client to server (requests).
+    Upstream,
+    /// Server to client (replies).
+    Downstream,
+    /// Both ways.
+    Both,
+}
+
+impl Direction {
+    fn covers(self, d: Direction) -> bool {
+        self == Direction::Both || self == d
+    }
+}
+
+/// A way of spoiling a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Toxic {
+    /// Hold each chunk back for `delay` plus up to `jitter` more.
+    Latency {
+        /// Fixed delay.
+        delay: Duration,
+        /// Random extra delay, up to this much.
+        jitter: Duration,
+    },
+    /// Reset both sides of the connection (RST) once the toxic has been active
+    /// on it for `after` (zero: at once).
+    Reset {
+        /// Time from activation to reset.
+        after: Duration,
+    },
+    /// Forward nothing (the bytes are dropped) and keep both sockets open.
+    Silence,
+    /// Forward `bytes` bytes in this direction, then close both sides.
+    LimitData {
+        /// Bytes let through before the close.
+        bytes: u64,
+    },
+    /// Forward in segments of at most `max_segment` bytes, `delay` apart.
+    Slicer {
+        /// Largest segment, at least 1.
+        max_segment: usize,
+        /// Pause between segments.
+        delay: Duration,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Rule {
+    toxic: Toxic,
+    direction: Direction,
+    probability: f64,
+}
+
+struct Shared {
+    upstream: SocketAddr,
+    rules: Mutex<Vec<Rule>>,
+    generation: AtomicU64,
+    stop: AtomicBool,
+    opened: AtomicU64,
+    closed: AtomicU64,
+    seed: u64,
+    socks: Mutex<Vec<TcpStream>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A fault-injecting TCP proxy on 127.0.0.1. Stopped on drop.
+pub struct ChaosProxy {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ChaosProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChaosProxy")
+            .field("addr", &self.addr)
+            .field("upstream", &self.shared.upstream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChaosProxy {
+    /// Starts a proxy to `upstream` on a free loopback port, with no toxics.
+    pub fn start(upstream: SocketAddr) -> io::Result<ChaosProxy> {
+        let seed = fastrand::u64(..);
+        ChaosProxy::start_seeded(upstream, seed)
+    }
+
+    /// As [`start`](Self::start), drawing the toxics' chances from `seed`.
+    pub fn start_seeded(upstream: SocketAddr, seed: u64) -> io::Result<ChaosProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            upstream,
+            rules: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            opened: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            seed,
+            socks: Mutex::new(Vec::new()),
+            threads: Mutex::new(Vec::new()),
+        });
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("chaos-accept".into())
+            .spawn(move || accept_loop(s, listener))?;
+        Ok(ChaosProxy {
+            shared,
+            addr,
+            accept: Some(accept),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server behind the proxy.
+    pub fn upstream(&self) -> SocketAddr {
+        self.shared.upstream
+    }
+
+    /// The seed the toxics' chances are drawn from.
+    pub fn seed(&self) -> u64 {
+        self.shared.seed
+    }
+
+    /// Adds a toxic in `direction`, active on each connection with `probability`
+    /// (drawn per connection and direction, again whenever the toxics change).
+    /// Applies at once to open connections.
+    pub fn add(&self, toxic: Toxic, direction: Direction, probability: f64) {
+        lock(&self.shared.rules).push(Rule {
+            toxic,
+            direction,
+            probability,
+        });
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Removes every toxic; data flows freely again.
+    pub fn clear(&self) {
+        lock(&self.shared.rules).clear();
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Connections accepted so far.
+    pub fn opened(&self) -> u64 {
+        self.shared.opened.load(Ordering::Acquire)
+    }
+
+    /// Connections closed so far (both directions finished).
+    pub fn closed(&self) -> u64 {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Waits up to `limit` until every opened connection has closed.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if self.opened() == self.closed() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.opened() == self.closed()
+    }
+}
+
+impl Drop for ChaosProxy {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("taskq-testkit: chaos proxy seed {}", self.shared.seed);
+        }
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        for s in lock(&self.shared.socks).iter() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        let threads = std::mem::take(&mut *lock(&self.shared.threads));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let mut n = 0u64;
+    for client in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(client) = client else { continue };
+        n += 1;
+        shared.opened.fetch_add(1, Ordering::AcqRel);
+        let server = match TcpStream::connect_timeout(&shared.upstream, Duration::from_secs(2)) {
+            Ok(s) => s,
+            Err(_) => {
+                // The upstream is down: the client sees its connection closed.
+                drop(client);
+                shared.closed.fetch_add(1, Ordering::AcqRel);
+                continue;
+            }
+        };
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
+        let link = match Link::new(client, server) {
+            Ok(l) => Arc::new(l),
+            Err(_) => {
+                shared.closed.fetch_add(1, Ordering::AcqRel);
+                continue;
+            }
+        };
+        {
+            let mut socks = lock(&shared.socks);
+            if let (Ok(a), Ok(b)) = (link.client.try_clone(), link.server.try_clone()) {
+                socks.push(a);
+                socks.push(b);
+            }
+        }
+        let mut handles = Vec::new();
+        for dir in [Direction::Upstream, Direction::Downstream] {
+            let (s, l) = (shared.clone(), link.clone());
+            let seed = shared.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (dir as u64);
+            let spawned = std::thread::Builder::new()
+                .name("chaos-pump".into())
+                .spawn(move || pump(s, l, dir, seed));
+            if let Ok(h) = spawned {
+                handles.push(h);
+            } else {
+                link.kill(false);
+            }
+        }
+        let mut threads = lock(&shared.threads);
+        threads.retain(|t| !t.is_finished());
+        threads.extend(handles);
+    }
+}
+
+/// Both sockets of one proxied connection.
+struct Link {
+    client: TcpStream,
+    server: TcpStream,
+    /// Pumps still running; the last one out counts the connection closed.
+    running: AtomicU64,
+    dead: AtomicBool,
+}
+
+impl Link {
+    fn new(client: TcpStream, server: TcpStream) -> io::Result<Link> {
+        client.set_read_timeout(Some(POLL))?;
+        server.set_read_timeout(Some(POLL))?;
+        Ok(Link {
+            client,
+            server,
+            running: AtomicU64::new(2),
+            dead: AtomicBool::new(false),
+        })
+    }
+
+    /// Closes both sides, with RST when `reset`.
+    fn kill(&self, reset: bool) {
+        if self.dead.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if reset {
+            let _ = socket2::SockRef::from(&self.client).set_linger(Some(Duration::ZERO));
+            let _ = socket2::SockRef::from(&self.server).set_linger(Some(Duration::ZERO));
+        }
+        let _ = self.client.shutdown(Shutdown::Both);
+        let _ = self.server.shutdown(Shutdown::Both);
+    }
+}
+
+/// The toxics active on one direction of one connection.
+#[derive(Default)]
+struct Active {
+    latency: Option<(Duration, Duration)>,
+    reset_at: Option<Instant>,
+    silence: bool,
+    limit: Option<u64>,
+    slicer: Option<(usize, Duration)>,
+}
+
+fn draw(shared: &Shared, dir: Direction, rng: &mut fastrand::Rng, sent: u64) -> Active {
+    let mut a = Active::default();
+    let now = Instant::now();
+    for r in lock(&shared.rules).iter() {
+        if !r.direction.covers(dir) || rng.f64() >= r.probability {
+            continue;
+        }
+        match r.toxic {
+            Toxic::Latency { delay, jitter } => a.latency = Some((delay, jitter)),
+            Toxic::Reset { after } => a.reset_at = Some(now + after),
+            Toxic::Silence => a.silence = true,
+            Toxic::LimitData { bytes } => a.limit = Some(sent + bytes),
+            Toxic::Slicer { max_segment, delay } => a.slicer = Some((max_segment.max(1), delay)),
+        }
+    }
+    a
+}
+
+fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
+    let (mut from, mut to) = match dir {
+        Direction::Upstream => (&link.client, &link.server),
+        _ => (&link.server, &link.client),
+    };
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut generation = u64::MAX;
+    let mut active = Active::default();
+    let mut sent: u64 = 0;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        if shared.stop.load(Ordering::Relaxed) || link.dead.load(Ordering::SeqCst) {
+            break;
+        }
+        let g = shared.generation.load(Ordering::Acquire);
+        if g != generation {
+            generation = g;
+            active = draw(&shared, dir, &mut rng, sent);
+        }
+        if active.reset_at.is_some_and(|t| Instant::now() >= t) {
+            link.kill(true);
+            break;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => {
+                // Pass the half-close on; the other pump ends when its side closes.
+                let _ = to.shutdown(Shutdown::Write);
+                break;
+            }
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(_) => {
+                link.kill(false);
+                break;
+            }
+        };
+        if active.reset_at.is_some_and(|t| Instant::now() >= t) {
+            link.kill(true);
+            break;
+        }
+        if active.silence {
+            continue;
+        }
+        let mut chunk = &buf[..n];
+        let mut over = false;
+        if let Some(limit) = active.limit {
+            let room = limit.saturating_sub(sent);
+            if (chunk.len() as u64) >= room {
+                chunk = &chunk[..room as usize];
+                over = true;
+            }
+        }
+        if let Some((delay, jitter)) = active.latency {
+            let extra = if jitter.is_zero() {
+                Duration::ZERO
+            } else {
+                jitter.mul_f64(rng.f64())
+            };
+            std::thread::sleep(delay + extra);
+        }
+        let ok = match active.slicer {
+            Some((seg, delay)) => chunk.chunks(seg).enumerate().all(|(i, s)| {
+                if i > 0 && !delay.is_zero() {
+                    std::thread::sleep(delay);
+                }
+                to.write_all(s).is_ok()
+            }),
+            None => to.write_all(chunk).is_ok(),
+        };
+        sent += chunk.len() as u64;
+        if over || !ok {
+            link.kill(false);
+            break;
+        }
+        let _ = &mut to;
+    }
+    if link.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+        link.kill(false);
+        shared.closed.fetch_add(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,414 @@
+//! The reference server: beanstalkd's protocol and semantics in memory, with a
+//! ledger of every job and connection, and fault plans.
+//!
+//! One thread per connection and one lock over the whole state: simple to
+//! reason about, and fast enough for tests and demos. Production uses beanstalkd.
+//!
+//! ```
+//! use taskq_proto::{Command, Config, Connection, Reply};
+//! use taskq_testkit::TestServer;
+//!
+//! let server = TestServer::start().unwrap();
+//! let mut c = Connection::connect(server.addr(), Config::default()).unwrap();
+//! let put = Command::Put { pri: 0, delay: 0, ttr: 10, body: b"job" };
+//! assert!(matches!(c.request(&put).unwrap(), Reply::Inserted { .. }));
+//! let report = server.ledger().check();
+//! assert_eq!((report.added, report.acknowledged, report.done), (1, 1, 0));
+//! assert_eq!(report.lost.len(), 1); // nobody did it
+//! ```
+
+mod conn;
+mod faults;
+mod ledger;
+mod state;
+mod stats;
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use faults::{Fault, FaultPlan, RandomFaults, Rule, Target};
+pub use ledger::{ConnCounts, JobHistory, Ledger, LedgerReport};
+
+use state::State;
+
+/// Deliberate defects, so that tests can prove the ledger catches a server that
+/// loses or double-hands jobs. All off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Defects {
+    /// `reserve-job` hands out a job another connection holds.
+    pub hand_out_held_jobs: bool,
+    /// `release` answers `RELEASED` and then drops the job.
+    pub lose_released_jobs: bool,
+}
+
+impl Defects {
+    /// No defects.
+    pub fn none() -> Defects {
+        Defects::default()
+    }
+
+    /// `reserve-job` hands out held jobs.
+    pub fn hand_out_held_jobs(mut self) -> Defects {
+        self.hand_out_held_jobs = true;
+        self
+    }
+
+    /// `release` loses the job.
+    pub fn lose_released_jobs(mut self) -> Defects {
+        self.lose_released_jobs = true;
+        self
+    }
+}
+
+/// Settings of a [`TestServer`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Where to listen; port 0 picks a free one. Default `127.0.0.1:0`.
+    pub addr: SocketAddr,
+    /// Largest job body accepted (beanstalkd's `-z`). Default 65535.
+    pub max_job_size: usize,
+    /// Faults from the start.
+    pub faults: FaultPlan,
+    /// Deliberate defects (for tests of the ledger).
+    pub defects: Defects,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            max_job_size: taskq_proto::DEFAULT_MAX_JOB_SIZE,
+            faults: FaultPlan::none(),
+            defects: Defects::none(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Sets the address.
+    pub fn addr(mut self, addr: SocketAddr) -> Self {
+        self.addr = addr;
+        self
+    }
+
+    /// Sets the largest job body.
+    pub fn max_job_size(mut self, bytes: usize) -> Self {
+        self.max_job_size = bytes;
+        self
+    }
+
+    /// Sets the fault plan.
+    pub fn faults(mut self, plan: FaultPlan) -> Self {
+        self.faults = plan;
+        self
+    }
+
+    /// Sets deliberate defects.
+    pub fn defects(mut self, defects: Defects) -> Self {
+        self.defects = defects;
+        self
+    }
+}
+
+/// The fault plan in force and how many connections came since it was installed.
+#[derive(Debug, Default)]
+pub(crate) struct PlanSlot {
+    pub(crate) plan: FaultPlan,
+    pub(crate) generation: u64,
+    pub(crate) accepted: u64,
+}
+
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    pub(crate) cond: Condvar,
+    stop: AtomicBool,
+    pub(crate) plan: Mutex<PlanSlot>,
+    pub(crate) plan_generation: AtomicU64,
+    refuse_until: Mutex<Option<Instant>>,
+    socks: Mutex<HashMap<u64, TcpStream>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    next_conn: AtomicU64,
+    pub(crate) max_job_size: usize,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking connection thread must not take the whole server down with it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn fault_seed(&self) -> Option<u64> {
+        lock(&self.plan).plan.seed()
+    }
+
+    /// Sleeps for `d`, waking early when the server stops. Returns false if it did.
+    pub(crate) fn sleep(&self, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        loop {
+            if self.stopped() {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(10)));
+        }
+    }
+
+    pub(crate) fn forget_sock(&self, id: u64) {
+        lock(&self.socks).remove(&id);
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A beanstalkd-compatible server in this process, on a loopback port. Stopped on drop.
+pub struct TestServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for TestServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestServer {
+    /// Starts a server with default settings on a free 127.0.0.1 port.
+    pub fn start() -> io::Result<TestServer> {
+        TestServer::start_with(ServerConfig::default())
+    }
+
+    /// Starts a server with these settings.
+    pub fn start_with(cfg: ServerConfig) -> io::Result<TestServer> {
+        let listener = TcpListener::bind(cfg.addr)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(cfg.max_job_size, cfg.defects)),
+            cond: Condvar::new(),
+            stop: AtomicBool::new(false),
+            plan: Mutex::new(PlanSlot {
+                plan: cfg.faults,
+                generation: 0,
+                accepted: 0,
+            }),
+            plan_generation: AtomicU64::new(0),
+            refuse_until: Mutex::new(None),
+            socks: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Vec::new()),
+            next_conn: AtomicU64::new(1),
+            max_job_size: cfg.max_job_size,
+        });
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("testkit-accept".into())
+            .spawn(move || accept_loop(s, listener, addr))?;
+        Ok(TestServer {
+            shared,
+            addr,
+            accept: Some(accept),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A handle on the ledger.
+    pub fn ledger(&self) -> Ledger {
+        Ledger {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Installs a new fault plan. It applies at once to open connections
+    /// (their request counts start again from 0) and to new ones (`Target::Nth`
+    /// counts connections accepted from now on).
+    pub fn set_faults(&self, plan: FaultPlan) {
+        let mut slot = lock(&self.shared.plan);
+        slot.plan = plan;
+        slot.generation += 1;
+        slot.accepted = 0;
+        self.shared
+            .plan_generation
+            .store(slot.generation, Ordering::Release);
+    }
+
+    /// Removes every fault.
+    pub fn clear_faults(&self) {
+        self.set_faults(FaultPlan::none());
+    }
+
+    /// Refuses connections for `d`: the listening socket is closed, so connects
+    /// fail with "connection refused", then opened again on the same port.
+    /// Open connections are not touched.
+    pub fn refuse_for(&self, d: Duration) {
+        *lock(&self.shared.refuse_until) = Some(Instant::now() + d);
+        self.wake_accept();
+        // Wait until the listener is really closed, so the caller's next connect is refused.
+        let until = Instant::now() + Duration::from_secs(1);
+        while lock(&self.shared.refuse_until).is_some_and(|_| Instant::now() < until) {
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(50)).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Drain mode: `put` is answered with `DRAINING`.
+    pub fn set_draining(&self, on: bool) {
+        self.shared.lock().draining = on;
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.shared.lock().conns.len()
+    }
+
+    /// Jobs in the server now, in any state.
+    pub fn job_count(&self) -> usize {
+        self.shared.lock().jobs.len()
+    }
+
+    /// Closes every open connection abruptly (FIN), as a server restart would.
+    pub fn close_connections(&self) {
+        for s in lock(&self.shared.socks).values() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Stops the server: closes the listener and every connection, and waits for its threads.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn wake_accept(&self) {
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+    }
+
+    fn shutdown(&mut self) {
+        if self.shared.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.wake_accept();
+        self.close_connections();
+        self.shared.cond.notify_all();
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        let threads = std::mem::take(&mut *lock(&self.shared.threads));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(seed) = self.shared.fault_seed() {
+                eprintln!(
+                    "taskq-testkit: the failing run used fault seed {seed} \
+                     (replay: TASKQ_FAULT_SEED={seed})"
+                );
+            }
+        }
+        self.shutdown();
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, mut listener: TcpListener, addr: SocketAddr) {
+    loop {
+        let accepted = listener.accept();
+        if shared.stopped() {
+            return;
+        }
+        let refuse = *lock(&shared.refuse_until);
+        if let Some(until) = refuse {
+            drop(accepted);
+            drop(listener);
+            if !shared.sleep(until.saturating_duration_since(Instant::now())) {
+                return;
+            }
+            *lock(&shared.refuse_until) = None;
+            listener = match rebind(addr, &shared) {
+                Some(l) => l,
+                None => return,
+            };
+            continue;
+        }
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(_) => {
+                // Out of descriptors or a connection that died in the backlog: go on.
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+        };
+        let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        let Ok(clone) = stream.try_clone() else {
+            continue;
+        };
+        lock(&shared.socks).insert(id, clone);
+        shared.lock().open(id, peer);
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("testkit-conn-{id}"))
+            .spawn(move || conn::serve(s, id, stream));
+        match spawned {
+            Ok(h) => {
+                let mut threads = lock(&shared.threads);
+                threads.retain(|t| !t.is_finished());
+                threads.push(h);
+            }
+            Err(_) => {
+                shared.lock().close(id);
+                shared.forget_sock(id);
+            }
+        }
+    }
+}
+
+/// Opens the listening socket again on the same address after a refusal.
+fn rebind(addr: SocketAddr, shared: &Shared) -> Option<TcpListener> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let bound = (|| -> io::Result<TcpListener> {
+            let s = socket2::Socket::new(
+                socket2::Domain::for_address(addr),
+                socket2::Type::STREAM,
+                None,
+            )?;
+            s.set_reuse_address(true)?;
+            s.bind(&addr.into())?;
+            s.listen(1024)?;
+            Ok(s.into())
+        })();
+        match bound {
+            Ok(l) => return Some(l),
+            Err(_) if Instant::now() < until && !shared.stopped() => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(_) => return None,
+        }
+    }
+}
