@@ -1,0 +1,169 @@
+//! Faults through the chaos proxy in front of a real beanstalkd: random resets
+//! in both directions, and silence during a reserve.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, Toxic};
+use taskq_worker::{Backoff, Config, Job, Outcome, Worker};
+
+fn cfg(addr: String) -> Config {
+    Config {
+        servers: vec![addr],
+        io_timeout: Duration::from_millis(500),
+        reconnect_backoff: Backoff {
+            base: Duration::from_millis(5),
+            cap: Duration::from_millis(100),
+        },
+        ..Config::default()
+    }
+}
+
+#[test]
+fn random_resets_lose_nothing_and_counts_bracket_the_servers() {
+    let server = Beanstalkd::start().unwrap();
+    let seed = std::env::var("TASKQ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(fastrand_seed);
+    eprintln!("chaos seed {seed} (replay with TASKQ_SEED={seed})");
+    let proxy = ChaosProxy::start_seeded(server.addr(), seed).unwrap();
+    let n = 4000;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    let ids: HashSet<u64> = put_all(server.addr(), "default", 60, &bodies)
+        .into_iter()
+        .collect();
+    let before = record(server.addr());
+
+    let runs: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let runs2 = runs.clone();
+    let worker = Worker::new(
+        Config {
+            concurrency: 4,
+            ..cfg(proxy.addr().to_string())
+        },
+        move |job: &mut Job<'_>| {
+            *runs2.lock().unwrap().entry(job.id()).or_default() += 1;
+            std::thread::sleep(Duration::from_millis(1));
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let control = worker.control();
+    let running = worker.start();
+
+    // Faults: every 20 ms, resets at random moments on about half the connections.
+    let chaos_on = Arc::new(AtomicBool::new(true));
+    let rounds = {
+        let chaos_flag = chaos_on.clone();
+        let mut rng_state = seed;
+        let proxy = &proxy;
+        std::thread::scope(|s| {
+            let h = s.spawn(move || {
+                let mut rounds = 0u64;
+                let until = Instant::now() + Duration::from_secs(6);
+                while chaos_flag.load(Ordering::SeqCst) && Instant::now() < until {
+                    rng_state = rng_state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let after = Duration::from_millis((rng_state >> 33) % 15);
+                    proxy.add(Toxic::Reset { after }, Direction::Both, 0.5);
+                    std::thread::sleep(Duration::from_millis(20));
+                    proxy.clear();
+                    rounds += 1;
+                }
+                rounds
+            });
+            let done = wait_until(Duration::from_secs(60), || {
+                let r = record(server.addr());
+                r.ready + r.reserved + r.delayed == 0
+            });
+            chaos_on.store(false, Ordering::SeqCst);
+            let rounds = h.join().unwrap();
+            assert!(done, "queue not drained; seed {seed}");
+            rounds
+        })
+    };
+    proxy.clear();
+    control.shutdown();
+    let counts = running.join();
+    let after = record(server.addr());
+    let runs = runs.lock().unwrap();
+    let lost = ids.iter().filter(|id| !runs.contains_key(id)).count();
+    let unexpected = runs.keys().filter(|id| !ids.contains(id)).count();
+    let duplicates: u64 = runs.values().map(|&k| u64::from(k - 1)).sum();
+    let cmd_delete = after.cmd_delete - before.cmd_delete;
+    eprintln!(
+        "seed {seed}: {rounds} fault rounds, {} reconnects; lost {lost}, unexpected {unexpected}, duplicates {duplicates}; {counts}; server cmd-delete {cmd_delete}",
+        counts.reconnects
+    );
+    assert_eq!(lost, 0, "seed {seed}");
+    assert_eq!(unexpected, 0, "seed {seed}");
+    assert_eq!(after.buried, 0);
+    assert!(
+        counts.reconnects >= 100,
+        "hundreds of faults wanted: {counts}"
+    );
+    // A fault can repeat at most the one job its connection held.
+    assert!(
+        duplicates <= counts.lease_dropped + counts.ack_unknown + counts.lost_lease,
+        "duplicates {duplicates} beyond the faults that hit a held job: {counts}"
+    );
+    assert!(
+        counts.deleted + counts.lost_lease <= cmd_delete,
+        "{counts} vs {cmd_delete}"
+    );
+    assert!(
+        cmd_delete <= counts.deleted + counts.lost_lease + counts.ack_unknown,
+        "{counts} vs {cmd_delete}"
+    );
+}
+
+#[test]
+fn silence_during_reserve_is_detected_then_work_resumes() {
+    let server = Beanstalkd::start().unwrap();
+    let proxy = ChaosProxy::start(server.addr()).unwrap();
+    let worker = Worker::new(cfg(proxy.addr().to_string()), |_: &mut Job<'_>| {
+        Outcome::Done
+    })
+    .unwrap();
+    let control = worker.control();
+    let running = worker.start();
+    assert!(wait_until(Duration::from_secs(5), || record(server.addr())
+        .cmd_reserve_with_timeout
+        >= 1));
+    let t = Instant::now();
+    proxy.add(Toxic::Silence, Direction::Downstream, 1.0);
+    assert!(wait_until(Duration::from_secs(5), || control
+        .counters()
+        .io_timeouts
+        >= 1));
+    let detected = t.elapsed();
+    // Deadline: the 1 s slice plus the 0.5 s I/O timeout; allowed 0.5 s more.
+    assert!(
+        detected <= Duration::from_millis(2000),
+        "detected after {detected:?}"
+    );
+    proxy.clear();
+    put_all(server.addr(), "default", 60, &[b"after".to_vec()]);
+    assert!(wait_until(Duration::from_secs(5), || control
+        .counters()
+        .deleted
+        == 1));
+    control.shutdown();
+    let counts = running.join();
+    assert!(counts.reconnects >= 1);
+    eprintln!("silence detected after {detected:?}; {counts}");
+}
+
+fn fastrand_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
