@@ -1,19 +1,464 @@
-//! `taskq demo`.
+//! `taskq demo`: the whole system in one command.
+//!
+//! Enqueues a batch of jobs (every tenth one urgent), works them off with
+//! several in-process workers on a handler that fails a few jobs once and runs a
+//! few past their TTR (touching them), shows live progress, and ends with the
+//! workers' counts beside the server's own record. It exits non-zero when the
+//! two disagree, a job is lost, or the tube is not drained.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use taskq_producer::{Producer, PutOptions};
+use taskq_proto::{Command, Config as ConnConfig, Connection, Reply, ServerStats, TubeStats};
+use taskq_testkit::TestServer;
+use taskq_worker::{Backoff, Config as WorkerConfig, Job, Outcome, Snapshot, Worker};
 
 use crate::CliResult;
 
 /// Arguments of `taskq demo`.
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
-    /// Server address; defaults to $TASKQ_ADDR, then 127.0.0.1:11300.
+    /// Jobs to enqueue.
+    #[arg(short = 'n', long = "jobs", default_value_t = 100_000)]
+    pub jobs: u64,
+    /// A beanstalkd to run against; without it the embedded reference server is
+    /// started in this process. ($TASKQ_ADDR is deliberately not read: a demo
+    /// should never pour jobs into a server nobody named.)
     #[arg(long)]
     pub addr: Option<String>,
     /// Limit on each reply, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub io_timeout: u64,
+    /// Worker threads.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Producer threads, each with its own connection.
+    #[arg(long, default_value_t = 2)]
+    pub producers: usize,
+}
+
+/// What the handler does with job `i`: the schedule is fixed so every run, and
+/// every report, can be checked against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    /// Fails its first attempt, then succeeds: shows up as one release.
+    FailOnce,
+    /// Runs past its one-second TTR, touching it: shows up as touches, never as a lost lease.
+    Slow,
+}
+
+fn kind_of(i: u64) -> Kind {
+    if i % 25_000 == 13 {
+        Kind::Slow
+    } else if i % 1_000 == 7 {
+        Kind::FailOnce
+    } else {
+        Kind::Plain
+    }
+}
+
+fn options_of(i: u64) -> PutOptions {
+    PutOptions {
+        // Every tenth job is urgent (below 1024), so it goes first.
+        pri: if i % 10 == 0 { 0 } else { 1024 },
+        delay: 0,
+        ttr: if kind_of(i) == Kind::Slow { 1 } else { 60 },
+    }
+}
+
+const SLOW_JOB: Duration = Duration::from_millis(1800);
+const TOUCH_EVERY: Duration = Duration::from_millis(300);
+
+fn handle(job: &mut Job<'_>) -> Outcome {
+    let body = job.body();
+    let i = body
+        .strip_prefix(b"demo-job ")
+        .and_then(|rest| std::str::from_utf8(rest).ok())
+        .and_then(|s| s.parse::<u64>().ok());
+    let Some(i) = i else {
+        // Not ours: bury it rather than delete somebody else's work.
+        return Outcome::Bury;
+    };
+    match kind_of(i) {
+        Kind::Plain => Outcome::Done,
+        Kind::FailOnce => match job.stats() {
+            Ok(info) if info.releases == 0 => Outcome::Fail,
+            Ok(_) => Outcome::Done,
+            Err(_) => Outcome::Fail,
+        },
+        Kind::Slow => {
+            let until = Instant::now() + SLOW_JOB;
+            while Instant::now() < until {
+                thread::sleep(TOUCH_EVERY);
+                if job.touch().is_err() {
+                    return Outcome::Fail;
+                }
+            }
+            Outcome::Done
+        }
+    }
+}
+
+/// Enqueue results of one producer thread.
+struct Enqueued {
+    latency: Histogram<u64>,
+    failed: u64,
 }
 
 /// Runs `taskq demo`.
-pub fn run(_args: DemoArgs) -> CliResult {
-    Err("not implemented yet".into())
+pub fn run(args: DemoArgs) -> CliResult {
+    if args.workers == 0 || args.producers == 0 {
+        return Err("--workers and --producers must be at least 1".into());
+    }
+    let io_timeout = Duration::from_millis(args.io_timeout.max(1));
+    let embedded = match args.addr {
+        Some(_) => None,
+        None => Some(
+            TestServer::start().map_err(|e| format!("cannot start the reference server: {e}"))?,
+        ),
+    };
+    let addr = match (&args.addr, &embedded) {
+        (Some(a), _) => a.clone(),
+        (None, Some(server)) => server.addr().to_string(),
+        (None, None) => return Err("no server".into()),
+    };
+    if embedded.is_some() {
+        eprintln!("taskq demo: reference server on {addr} (in this process)");
+    }
+    let tube = format!(
+        "taskq-demo-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() % 1_000_000)
+            .unwrap_or(0)
+    );
+
+    let conn_cfg = ConnConfig {
+        io_timeout,
+        ..ConnConfig::default()
+    };
+    let mut admin = Connection::connect(addr.as_str(), conn_cfg)
+        .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+    let before = server_record(&mut admin)?;
+
+    let worker = Worker::new(
+        WorkerConfig {
+            servers: vec![addr.clone()],
+            tubes: vec![tube.clone()],
+            concurrency: args.workers,
+            io_timeout,
+            max_attempts: 3,
+            retry_backoff: Backoff {
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(1),
+            },
+            ..WorkerConfig::default()
+        },
+        handle,
+    )?;
+    let control = worker.control();
+    let started = Instant::now();
+    let running = worker.start();
+
+    let queued = Arc::new(AtomicU64::new(0));
+    let mut producers = Vec::new();
+    for p in 0..args.producers as u64 {
+        let (addr, tube, queued) = (addr.clone(), tube.clone(), queued.clone());
+        let (jobs, stride) = (args.jobs, args.producers as u64);
+        producers.push(thread::spawn(move || -> Result<Enqueued, String> {
+            let mut producer = Producer::builder()
+                .io_timeout(io_timeout)
+                .tube(&tube)
+                .connect(addr.as_str())
+                .map_err(|e| format!("producer cannot connect: {e}"))?;
+            let mut latency =
+                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+            let mut failed = 0;
+            let mut body = Vec::with_capacity(32);
+            let mut i = p;
+            while i < jobs {
+                body.clear();
+                body.extend_from_slice(b"demo-job ");
+                body.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+                let t = Instant::now();
+                match producer.put(&body, options_of(i)) {
+                    Ok(_) => {
+                        latency.saturating_record(t.elapsed().as_micros() as u64);
+                        queued.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        if failed <= 3 {
+                            eprintln!("taskq demo: put of job {i} failed: {e}");
+                        }
+                    }
+                }
+                i += stride;
+            }
+            Ok(Enqueued { latency, failed })
+        }));
+    }
+
+    let tty = std::io::stderr().is_terminal();
+    let mut last_print = Instant::now();
+    let mut enqueue_done_at = None;
+    let budget = Duration::from_secs(60 + args.jobs / 1_000);
+    let finished = loop {
+        thread::sleep(Duration::from_millis(100));
+        let q = queued.load(Ordering::Relaxed);
+        let all_put = producers.iter().all(|h| h.is_finished());
+        if all_put && enqueue_done_at.is_none() {
+            enqueue_done_at = Some(started.elapsed());
+        }
+        let c = control.counters();
+        if tty || last_print.elapsed() >= Duration::from_secs(1) {
+            progress(q, args.jobs, &c, started.elapsed(), tty);
+            last_print = Instant::now();
+        }
+        if all_put && c.deleted + c.buried >= q {
+            break true;
+        }
+        if started.elapsed() > budget {
+            break false;
+        }
+    };
+    control.shutdown();
+    let counts = running.join();
+    let wall = started.elapsed();
+    progress(
+        queued.load(Ordering::Relaxed),
+        args.jobs,
+        &counts,
+        wall,
+        tty,
+    );
+    if tty {
+        eprintln!();
+    }
+
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut put_failed = 0;
+    for h in producers {
+        let e = h.join().map_err(|_| "a producer thread panicked")??;
+        latency.add(&e.latency)?;
+        put_failed += e.failed;
+    }
+    let inserted = latency.len();
+
+    let after = server_record(&mut admin)?;
+    let left = tube_left(&mut admin, &tube)?;
+    let ledger = embedded.as_ref().map(|s| s.ledger().check());
+
+    let expect_releases = (0..args.jobs)
+        .filter(|&i| kind_of(i) == Kind::FailOnce)
+        .count() as u64;
+    let d = |f: fn(&ServerStatsCopy) -> u64| f(&after) - f(&before);
+    println!();
+    println!(
+        "taskq demo: {} jobs on {} ({}), {} workers, {} producers",
+        args.jobs,
+        addr,
+        if embedded.is_some() {
+            "embedded reference server"
+        } else {
+            "external server"
+        },
+        args.workers,
+        args.producers
+    );
+    println!();
+    println!(
+        "  {:<22} {:>10}   {:>10}  {}",
+        "", "taskq", "server", "(server's field)"
+    );
+    let rows: [(&str, u64, u64, &str); 5] = [
+        ("jobs put", inserted, d(|s| s.cmd_put), "cmd-put"),
+        (
+            "deleted (done)",
+            counts.deleted,
+            d(|s| s.cmd_delete),
+            "cmd-delete",
+        ),
+        (
+            "released (retried)",
+            counts.released,
+            d(|s| s.cmd_release),
+            "cmd-release",
+        ),
+        ("buried", counts.buried, d(|s| s.cmd_bury), "cmd-bury"),
+        ("touched", counts.touched, d(|s| s.cmd_touch), "cmd-touch"),
+    ];
+    let mut mismatches = Vec::new();
+    for (name, ours, theirs, field) in rows {
+        let mark = if ours == theirs { "" } else { "  <-- differs" };
+        println!("  {name:<22} {ours:>10}   {theirs:>10}  ({field}){mark}");
+        if ours != theirs {
+            mismatches.push(name);
+        }
+    }
+    println!("  {:<22} {:>10}", "reserved", counts.reserved);
+    println!("  {:<22} {:>10}", "lost lease", counts.lost_lease);
+    println!("  {:<22} {:>10}", "ack unknown", counts.ack_unknown);
+    println!("  {:<22} {:>10}", "put failed", put_failed);
+    println!(
+        "  {:<22} {:>10}   (ready {}, reserved {}, delayed {}, buried {})",
+        "left in tube",
+        left.total(),
+        left.ready,
+        left.reserved,
+        left.delayed,
+        left.buried
+    );
+    let lost = match &ledger {
+        Some(r) => {
+            println!(
+                "  ledger: added {}, done {}, lost {}, unexpected {}, held twice {}",
+                r.added,
+                r.done,
+                r.lost.len(),
+                r.unexpected.len(),
+                r.double_held.len()
+            );
+            r.lost.len() as u64 + r.unexpected.len() as u64 + r.double_held.len() as u64
+        }
+        // Without a ledger, a job is lost when it was acknowledged and is
+        // neither done nor still in the tube.
+        None => inserted.saturating_sub(counts.deleted + left.total()),
+    };
+    println!("  lost: {lost}");
+    println!();
+    let q = |p: f64| latency.value_at_quantile(p);
+    println!(
+        "  enqueue latency (us): p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        q(0.50),
+        q(0.90),
+        q(0.99),
+        q(0.999),
+        latency.max()
+    );
+    let enq = enqueue_done_at.unwrap_or(wall).as_secs_f64().max(1e-9);
+    println!(
+        "  throughput: enqueue {:.0} jobs/s, end to end {:.0} jobs/s, wall {:.2} s",
+        inserted as f64 / enq,
+        counts.deleted as f64 / wall.as_secs_f64().max(1e-9),
+        wall.as_secs_f64()
+    );
+    println!("  failed once and retried as planned: {expect_releases}");
+
+    let mut problems = Vec::new();
+    if !finished {
+        problems.push(format!("not finished within {} s", budget.as_secs()));
+    }
+    if !mismatches.is_empty() {
+        problems.push(format!(
+            "counts differ from the server's: {}",
+            mismatches.join(", ")
+        ));
+    }
+    if lost != 0 {
+        problems.push(format!("{lost} jobs lost"));
+    }
+    if put_failed != 0 || inserted != args.jobs {
+        problems.push(format!(
+            "{} of {} puts failed",
+            args.jobs - inserted,
+            args.jobs
+        ));
+    }
+    if left.total() != 0 {
+        problems.push(format!("{} jobs left in tube {tube}", left.total()));
+    }
+    if counts.deleted != inserted {
+        problems.push(format!("{} jobs done of {inserted} put", counts.deleted));
+    }
+    if problems.is_empty() {
+        println!("  result: every job done, counts equal to the server's record, lost 0");
+        Ok(())
+    } else {
+        Err(format!("demo failed: {}", problems.join("; ")).into())
+    }
+}
+
+fn progress(queued: u64, total: u64, c: &Snapshot, elapsed: Duration, tty: bool) {
+    let in_flight = c.reserved.saturating_sub(c.settled());
+    let rate = c.deleted as f64 / elapsed.as_secs_f64().max(1e-9);
+    let line = format!(
+        "queued {queued}/{total}  in flight {in_flight}  done {}  retried {}  buried {}  {rate:.0} jobs/s",
+        c.deleted, c.released, c.buried
+    );
+    if tty {
+        eprint!("\r\x1b[2K{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+/// The counters of `stats` that the report compares, copied out of the reply.
+struct ServerStatsCopy {
+    cmd_put: u64,
+    cmd_delete: u64,
+    cmd_release: u64,
+    cmd_bury: u64,
+    cmd_touch: u64,
+}
+
+fn server_record(c: &mut Connection) -> Result<ServerStatsCopy, String> {
+    match c
+        .request(&Command::Stats)
+        .map_err(|e| format!("stats: {e}"))?
+    {
+        Reply::Ok { yaml } => {
+            let s = ServerStats::parse(yaml).map_err(|e| format!("stats: {e}"))?;
+            Ok(ServerStatsCopy {
+                cmd_put: s.cmd_put,
+                cmd_delete: s.cmd_delete,
+                cmd_release: s.cmd_release,
+                cmd_bury: s.cmd_bury,
+                cmd_touch: s.cmd_touch,
+            })
+        }
+        r => Err(format!("stats: unexpected reply {}", r.word())),
+    }
+}
+
+/// Jobs still in the demo's tube, by state.
+#[derive(Default)]
+struct Left {
+    ready: u64,
+    reserved: u64,
+    delayed: u64,
+    buried: u64,
+}
+
+impl Left {
+    fn total(&self) -> u64 {
+        self.ready + self.reserved + self.delayed + self.buried
+    }
+}
+
+fn tube_left(c: &mut Connection, tube: &str) -> Result<Left, String> {
+    match c
+        .request(&Command::StatsTube { tube })
+        .map_err(|e| format!("stats-tube: {e}"))?
+    {
+        // A tube with no jobs and no users disappears: nothing is left.
+        Reply::NotFound => Ok(Left::default()),
+        Reply::Ok { yaml } => {
+            let s = TubeStats::parse(yaml).map_err(|e| format!("stats-tube: {e}"))?;
+            Ok(Left {
+                ready: s.current_jobs_ready,
+                reserved: s.current_jobs_reserved,
+                delayed: s.current_jobs_delayed,
+                buried: s.current_jobs_buried,
+            })
+        }
+        r => Err(format!("stats-tube: unexpected reply {}", r.word())),
+    }
 }
