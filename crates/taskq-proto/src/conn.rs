@@ -182,6 +182,9 @@ impl Connection {
     }
 
     /// Sends one request with a single write call (looping only on a partial write).
+    ///
+    /// Requests gathered by [`queue`](Self::queue) are not sent first: flush them
+    /// before, or their replies will be read out of order.
     pub fn send(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
         if self.broken {
             return Err(Error::Broken);

@@ -24,7 +24,7 @@ pub enum EncodeError {
     },
     /// The caller's buffer cannot hold the request.
     BufferTooSmall {
-        /// Bytes the whole request needs.
+        /// Bytes the buffer needs: the whole request for `encode`, the line for `encode_line`.
         needed: usize,
     },
 }
