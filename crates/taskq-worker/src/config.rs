@@ -16,6 +16,14 @@ pub struct Config {
     pub servers: Vec<String>,
     /// Tubes to watch; `default` is ignored unless listed.
     pub tubes: Vec<String>,
+    /// Weighted tubes: empty for strict mode (the server's order over all
+    /// `tubes`), or one weight (at least 1) per tube, in the same order. See the
+    /// crate docs for the exact rule.
+    pub weights: Vec<u32>,
+    /// With weights: jobs taken in a row per unit of weight, so that a tube of
+    /// weight 4 gets runs of `4 * run_scale` jobs. Longer runs mean fewer
+    /// `watch`/`ignore` commands; shorter runs a finer mix.
+    pub run_scale: u32,
     /// Worker threads, each running one job at a time.
     pub concurrency: usize,
     /// Server-side wait of each `reserve-with-timeout`, rounded up to whole
@@ -46,6 +54,8 @@ impl Default for Config {
         Config {
             servers: vec!["127.0.0.1:11300".into()],
             tubes: vec!["default".into()],
+            weights: Vec::new(),
+            run_scale: 8,
             concurrency: 1,
             reserve_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
@@ -85,6 +95,23 @@ pub enum ConfigError {
     ZeroConcurrency,
     /// `max_attempts` of zero.
     ZeroAttempts,
+    /// Weights given, but not one per tube.
+    WeightCount {
+        /// Tubes.
+        tubes: usize,
+        /// Weights.
+        weights: usize,
+    },
+    /// A weight (or `run_scale`) of zero, or a weight that is not a number.
+    BadWeight {
+        /// The tube, or `run_scale`.
+        name: String,
+    },
+    /// The same tube twice.
+    DuplicateTube {
+        /// The name.
+        name: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -95,6 +122,19 @@ impl fmt::Display for ConfigError {
             ConfigError::BadTube { name, error } => write!(f, "tube {name:?}: {error}"),
             ConfigError::ZeroConcurrency => f.write_str("concurrency must be at least 1"),
             ConfigError::ZeroAttempts => f.write_str("max attempts must be at least 1"),
+            ConfigError::WeightCount { tubes, weights } => {
+                write!(
+                    f,
+                    "{weights} weights for {tubes} tubes: give one per tube, or none"
+                )
+            }
+            ConfigError::BadWeight { name } => {
+                write!(
+                    f,
+                    "tube {name:?}: the weight must be a whole number of at least 1"
+                )
+            }
+            ConfigError::DuplicateTube { name } => write!(f, "tube {name:?} given twice"),
         }
     }
 }
@@ -116,6 +156,33 @@ impl Config {
                 error,
             })?;
         }
+        if let Some(name) = self
+            .tubes
+            .iter()
+            .enumerate()
+            .find(|(i, t)| self.tubes[..*i].contains(t))
+            .map(|(_, t)| t.clone())
+        {
+            return Err(ConfigError::DuplicateTube { name });
+        }
+        if !self.weights.is_empty() {
+            if self.weights.len() != self.tubes.len() {
+                return Err(ConfigError::WeightCount {
+                    tubes: self.tubes.len(),
+                    weights: self.weights.len(),
+                });
+            }
+            if let Some(i) = self.weights.iter().position(|&w| w == 0) {
+                return Err(ConfigError::BadWeight {
+                    name: self.tubes[i].clone(),
+                });
+            }
+            if self.run_scale == 0 {
+                return Err(ConfigError::BadWeight {
+                    name: "run_scale".into(),
+                });
+            }
+        }
         if self.concurrency == 0 {
             return Err(ConfigError::ZeroConcurrency);
         }
@@ -123,6 +190,41 @@ impl Config {
             return Err(ConfigError::ZeroAttempts);
         }
         Ok(())
+    }
+
+    /// Sets the tubes from `NAME` or `NAME:WEIGHT` specs (as `--tube` takes
+    /// them). Plain names only: strict mode. Any weight: weighted mode, where a
+    /// plain name has weight 1.
+    pub fn set_tubes<S: AsRef<str>>(&mut self, specs: &[S]) -> Result<(), ConfigError> {
+        let mut tubes = Vec::with_capacity(specs.len());
+        let mut weights = Vec::with_capacity(specs.len());
+        let mut any = false;
+        for spec in specs {
+            let spec = spec.as_ref();
+            // Tube names cannot hold ':', so the split is unambiguous.
+            match spec.split_once(':') {
+                Some((name, w)) => {
+                    let w: u32 = w.parse().map_err(|_| ConfigError::BadWeight {
+                        name: name.to_owned(),
+                    })?;
+                    tubes.push(name.to_owned());
+                    weights.push(w);
+                    any = true;
+                }
+                None => {
+                    tubes.push(spec.to_owned());
+                    weights.push(1);
+                }
+            }
+        }
+        self.tubes = tubes;
+        self.weights = if any { weights } else { Vec::new() };
+        self.validate()
+    }
+
+    /// True when tubes are weighted (more than one tube, with weights).
+    pub fn is_weighted(&self) -> bool {
+        !self.weights.is_empty() && self.tubes.len() > 1
     }
 
     /// The reserve slice in whole seconds, at least one.

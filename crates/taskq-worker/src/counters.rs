@@ -4,19 +4,24 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
-    ($( $(#[$doc:meta])* $field:ident, )*) => {
+    ($( $(#[doc = $doc:literal])* $field:ident, )*) => {
         /// Live counters of a worker, shared by its threads.
         #[derive(Debug, Default)]
         pub struct Counters {
-            $( $(#[$doc])* pub $field: AtomicU64, )*
+            $( $(#[doc = $doc])* pub $field: AtomicU64, )*
         }
 
         /// A copy of the counters at one moment.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
         #[non_exhaustive]
         pub struct Snapshot {
-            $( $(#[$doc])* pub $field: u64, )*
+            $( $(#[doc = $doc])* pub $field: u64, )*
         }
+
+        /// Each counter's name and what it counts (its doc comment), in the
+        /// order of [`Snapshot::pairs`].
+        pub const COUNTER_HELP: [(&str, &str); counters!(@count $($field)*)] =
+            [ $( (stringify!($field), concat!($($doc, " "),*)), )* ];
 
         impl Counters {
             /// Reads every counter.
@@ -47,12 +52,20 @@ counters! {
     buried,
     /// Touches the server confirmed (`TOUCHED`).
     touched,
-    /// Outcomes answered `NOT_FOUND`: the lease had run out and the job went back.
+    /// Deletes answered `NOT_FOUND`: the lease had run out and the job went
+    /// back, so another worker may run it again. The `cmd-delete` bracket of
+    /// RELIABILITY.md counts these deletes: `deleted + lost_lease <= cmd-delete
+    /// <= deleted + lost_lease + ack_unknown`.
     lost_lease,
-    /// Deletes sent whose reply never came: maybe deleted, maybe not.
+    /// Releases and buries answered `NOT_FOUND`, or whose `stats-job` lookup
+    /// was: the lease had run out first and the job went back by itself. No
+    /// delete was sent for these.
+    lost_lease_on_release,
+    /// Deletes sent (or maybe sent) whose reply never came: maybe deleted, maybe not.
     ack_unknown,
-    /// Held jobs whose release or bury could not be confirmed because the
-    /// connection broke; the server puts them back by itself.
+    /// Held jobs let go without a reply because the connection broke (while the
+    /// handler ran, or before a release or bury was answered), or whose delete
+    /// surely never left: the server puts them back by itself when it notices.
     lease_dropped,
     /// `DEADLINE_SOON` replies to a reserve.
     deadline_soon,
@@ -66,6 +79,11 @@ counters! {
     reserve_timeouts,
     /// Replies that cannot answer the command sent, or server errors.
     unexpected_replies,
+    /// Write system calls on the worker's connections (each carries one request
+    /// or several pipelined ones).
+    writes,
+    /// Read system calls on the worker's connections.
+    reads,
 }
 
 impl Counters {
@@ -98,8 +116,21 @@ impl Snapshot {
             + self.released
             + self.buried
             + self.lost_lease
+            + self.lost_lease_on_release
             + self.ack_unknown
             + self.lease_dropped
+    }
+}
+
+impl Snapshot {
+    /// A two-column table, one counter a line, for people.
+    pub fn table(&self) -> String {
+        let width = self.pairs().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        let mut s = String::new();
+        for (k, v) in self.pairs() {
+            s.push_str(&format!("{k:<width$}  {v:>12}\n"));
+        }
+        s
     }
 }
 
@@ -134,5 +165,11 @@ mod tests {
             c.snapshot().to_string().split(' ').count(),
             2 * c.snapshot().pairs().len()
         );
+        let table = c.snapshot().table();
+        assert_eq!(table.lines().count(), c.snapshot().pairs().len());
+        assert!(table.lines().nth(1).unwrap().starts_with("deleted "));
+        assert!(table.lines().nth(1).unwrap().ends_with(" 2"));
+        assert!(COUNTER_HELP.iter().all(|(_, h)| !h.trim().is_empty()));
+        assert_eq!(COUNTER_HELP[1].0, "deleted");
     }
 }

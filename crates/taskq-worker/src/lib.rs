@@ -11,6 +11,34 @@
 //! the job's `delete` and the next `reserve-with-timeout` in one write, so one
 //! round trip serves both.
 //!
+//! # Weighted tubes
+//!
+//! beanstalkd serves the tubes a connection watches in strict priority order,
+//! then oldest first, so a steady stream of urgent jobs starves every other
+//! tube. Give [`Config::weights`] (or `--tube vip:4 --tube standard:1` to
+//! `taskq-worker`; plain `--tube NAME` keeps the strict order) and each
+//! connection follows this rule instead:
+//!
+//! 1. The tubes take turns in the order given; tube `i`'s turn is a run of
+//!    `weights[i] * run_scale` jobs ([`Config::run_scale`], default 8).
+//! 2. During tube `i`'s run the connection watches tube `i` alone and reserves
+//!    with `reserve-with-timeout 0`, which answers at once. The `watch`/`ignore`
+//!    commands of a switch go out in the same write as the previous job's
+//!    `delete` and the next reserve: no extra round trip, two extra commands per
+//!    switch.
+//! 3. When tube `i` answers `TIMED_OUT` (no ready job), the rest of its run is a
+//!    fallback run: the connection watches all the weighted tubes and makes
+//!    ordinary blocking reserves (the server's order), so an idle tube's share
+//!    goes to the others and an empty queue costs one reserve per reserve
+//!    timeout, as in strict mode. After as many jobs as were left of the run,
+//!    the next tube has its turn.
+//!
+//! So while every tube has ready jobs, tube `i` gets `weights[i] / sum(weights)`
+//! of the jobs each connection takes, whatever the jobs' priorities and ages;
+//! priorities still order jobs within a tube. A tube with nothing ready costs
+//! one immediate `TIMED_OUT` round trip per cycle. Each thread keeps its own
+//! schedule (threads start at different tubes).
+//!
 //! ```no_run
 //! use taskq_worker::{Config, Outcome, Worker};
 //!
@@ -32,12 +60,14 @@ mod backoff;
 pub mod command;
 mod config;
 mod counters;
+mod fair;
 mod job;
+pub mod metrics;
 mod worker;
 
 pub use backoff::Backoff;
 pub use config::{Config, ConfigError};
-pub use counters::{Counters, Snapshot};
+pub use counters::{Counters, Snapshot, COUNTER_HELP};
 pub use job::{Job, JobError, JobInfo};
 pub use worker::{Control, Running, Worker};
 

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, CommandKind, Connection, Error, Interrupter, Reply};
+use taskq_proto::{Command, CommandKind, Connection, Error, Interrupter, IoCounts, Reply};
 
 use crate::config::{Config, ConfigError};
 use crate::counters::{Counters, Snapshot};
+use crate::fair::{Schedule, Want};
 use crate::job::{job_info, Job, JobError};
 use crate::{Handler, Outcome};
 
@@ -254,6 +255,17 @@ struct Lane {
     ever_connected: bool,
     /// The current connection got at least one reply after setup.
     progress: bool,
+    /// Weighted tubes: this connection's place in the cycle.
+    sched: Option<Schedule>,
+    /// The connection's system calls already added to the counters.
+    io_seen: IoCounts,
+}
+
+/// The reserve in flight, and the `watch`/`ignore` replies that come before its own.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    watch_replies: usize,
+    timeout: u32,
 }
 
 /// How a lane's turn ended.
@@ -288,6 +300,11 @@ impl Lanes {
                 retry_at: now,
                 ever_connected: false,
                 progress: false,
+                sched: shared
+                    .cfg
+                    .is_weighted()
+                    .then(|| Schedule::new(&shared.cfg.weights, shared.cfg.run_scale, thread)),
+                io_seen: IoCounts::default(),
             })
             .collect();
         Lanes {
@@ -340,6 +357,7 @@ impl Lanes {
         for i in 0..m {
             self.lane_shared(i).state.store(IDLE, Ordering::SeqCst);
             if let Some(c) = self.lanes[i].conn.take() {
+                account_io(&self.shared.counters, &c, &mut self.lanes[i].io_seen);
                 c.quit();
             }
         }
@@ -375,6 +393,11 @@ impl Lanes {
                 }
                 lane.ever_connected = true;
                 lane.progress = false;
+                lane.io_seen = IoCounts::default();
+                account_io(&sh.counters, &conn, &mut lane.io_seen);
+                if let Some(s) = lane.sched.as_mut() {
+                    s.watching_all();
+                }
                 lane.conn = Some(conn);
                 true
             }
@@ -402,7 +425,9 @@ impl Lanes {
     fn broke(&mut self, i: usize) {
         self.lane_shared(i).state.store(IDLE, Ordering::SeqCst);
         let lane = &mut self.lanes[i];
-        lane.conn = None;
+        if let Some(c) = lane.conn.take() {
+            account_io(&self.shared.counters, &c, &mut lane.io_seen);
+        }
         if lane.progress {
             lane.failures = 0;
             lane.retry_at = Instant::now();
@@ -425,14 +450,22 @@ impl Lanes {
             return After::Broken;
         };
         let slice = sh.cfg.reserve_secs();
-        let reserve = CommandKind::ReserveWithTimeout { timeout: slice };
-        if let Err(e) = queue_reserve(conn, slice).and_then(|()| conn.flush()) {
-            sh.give_ticket();
-            return failed(sh, server, None, &e);
-        }
+        let tubes = &sh.cfg.tubes;
+        let mut pending =
+            match queue_reserve(conn, lane.sched.as_mut(), tubes, slice).and_then(|p| {
+                conn.flush()?;
+                Ok(p)
+            }) {
+                Ok(p) => p,
+                Err(e) => {
+                    sh.give_ticket();
+                    return failed(sh, server, None, &e);
+                }
+            };
         loop {
             // A reserve is in flight, and a ticket is held for it.
             ls.state.store(RESERVING, Ordering::SeqCst);
+            account_io(&sh.counters, conn, &mut lane.io_seen);
             if sh.stop.load(Ordering::SeqCst) {
                 ls.state.store(IDLE, Ordering::SeqCst);
                 sh.give_ticket();
@@ -440,11 +473,44 @@ impl Lanes {
                 lane.conn = None;
                 return After::Stop;
             }
+            if let Err(after) = recv_watching(sh, conn, server, pending.watch_replies) {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                sh.give_ticket();
+                if sh.stop.load(Ordering::SeqCst) {
+                    lane.conn = None;
+                    return After::Stop;
+                }
+                return after;
+            }
+            pending.watch_replies = 0;
+            let reserve = CommandKind::ReserveWithTimeout {
+                timeout: pending.timeout,
+            };
             let id = match conn.recv(reserve) {
                 Ok(Reply::Reserved { id, body }) => {
                     self.body.clear();
                     self.body.extend_from_slice(body);
                     id
+                }
+                Ok(Reply::TimedOut) if pending.timeout == 0 => {
+                    // Weighted: the tube whose turn it is has no ready job. Fall
+                    // back to all of them, waiting; the ticket stays held.
+                    lane.progress = true;
+                    if let Some(s) = lane.sched.as_mut() {
+                        s.empty();
+                    }
+                    match queue_reserve(conn, lane.sched.as_mut(), tubes, slice).and_then(|p| {
+                        conn.flush()?;
+                        Ok(p)
+                    }) {
+                        Ok(p) => pending = p,
+                        Err(e) => {
+                            ls.state.store(IDLE, Ordering::SeqCst);
+                            sh.give_ticket();
+                            return failed(sh, server, None, &e);
+                        }
+                    }
+                    continue;
                 }
                 Ok(Reply::TimedOut) => {
                     ls.state.store(IDLE, Ordering::SeqCst);
@@ -484,6 +550,9 @@ impl Lanes {
             };
             ls.state.store(HOLDING, Ordering::SeqCst);
             lane.progress = true;
+            if let Some(s) = lane.sched.as_mut() {
+                s.taken();
+            }
             Counters::add(&sh.counters.reserved);
             sh.last_reserved_ms.store(sh.now_ms(), Ordering::Relaxed);
 
@@ -515,15 +584,21 @@ impl Lanes {
                 Ok(cmd) => cmd,
                 Err(JobError::LeaseLost) => {
                     ls.state.store(IDLE, Ordering::SeqCst);
-                    Counters::add(&sh.counters.lost_lease);
+                    Counters::add(&sh.counters.lost_lease_on_release);
                     sh.give_ticket();
                     tracing::warn!(job = id, server, "lease lost: job no longer ours");
                     if sh.stop.load(Ordering::SeqCst) || !sh.take_ticket() {
                         return After::Again;
                     }
-                    if let Err(e) = queue_reserve(conn, slice).and_then(|()| conn.flush()) {
-                        sh.give_ticket();
-                        return failed(sh, server, None, &e);
+                    match queue_reserve(conn, lane.sched.as_mut(), tubes, slice).and_then(|p| {
+                        conn.flush()?;
+                        Ok(p)
+                    }) {
+                        Ok(p) => pending = p,
+                        Err(e) => {
+                            sh.give_ticket();
+                            return failed(sh, server, None, &e);
+                        }
                     }
                     continue;
                 }
@@ -541,7 +616,7 @@ impl Lanes {
             let next = !sh.stop.load(Ordering::SeqCst) && sh.take_ticket();
             let sent = conn.queue(&settle).and_then(|()| {
                 if next {
-                    queue_reserve(conn, slice)?;
+                    pending = queue_reserve(conn, lane.sched.as_mut(), tubes, slice)?;
                 }
                 conn.flush()
             });
@@ -578,7 +653,13 @@ impl Lanes {
                     sh.give_ticket();
                 }
                 Ok(Reply::NotFound) => {
-                    Counters::add(&sh.counters.lost_lease);
+                    // Only a delete's NOT_FOUND is a `lost_lease`: that is the
+                    // count the server's `cmd-delete` is checked against.
+                    Counters::add(if is_delete {
+                        &sh.counters.lost_lease
+                    } else {
+                        &sh.counters.lost_lease_on_release
+                    });
                     sh.give_ticket();
                     tracing::warn!(
                         job = id,
@@ -617,10 +698,62 @@ impl Lanes {
     }
 }
 
-/// Queues the reserve for one slice. The one place a per-reserve tube choice
-/// (weighted tubes: `watch`/`ignore` pipelined ahead of the reserve) plugs in.
-fn queue_reserve(conn: &mut Connection, slice: u32) -> Result<(), Error> {
-    conn.queue(&Command::ReserveWithTimeout { timeout: slice })
+/// Queues the next reserve: in strict mode one `reserve-with-timeout` for a
+/// slice; with weighted tubes, the `watch`/`ignore` commands the schedule needs
+/// first (in the same write) and a reserve that waits only in a fallback run.
+fn queue_reserve(
+    conn: &mut Connection,
+    sched: Option<&mut Schedule>,
+    tubes: &[String],
+    slice: u32,
+) -> Result<Pending, Error> {
+    let (watch_replies, timeout) = match sched {
+        None => (0, slice),
+        Some(s) => {
+            let want = s.want();
+            let n = s.switch(want, |watch, k| {
+                let tube = tubes[k].as_str();
+                conn.queue(&if watch {
+                    Command::Watch { tube }
+                } else {
+                    Command::Ignore { tube }
+                })
+            })?;
+            (n, if want == Want::All { slice } else { 0 })
+        }
+    };
+    conn.queue(&Command::ReserveWithTimeout { timeout })?;
+    Ok(Pending {
+        watch_replies,
+        timeout,
+    })
+}
+
+/// Reads the replies to pipelined `watch`/`ignore` commands.
+fn recv_watching(sh: &Shared, conn: &mut Connection, server: &str, n: usize) -> Result<(), After> {
+    for _ in 0..n {
+        match conn.recv(CommandKind::Watch) {
+            Ok(Reply::Watching { .. }) => {}
+            Ok(r) => {
+                let word = r.word();
+                return Err(unexpected(sh, conn, server, None, word));
+            }
+            Err(e) => return Err(failed(sh, server, None, &e)),
+        }
+    }
+    Ok(())
+}
+
+/// Adds the system calls a connection made since the last call to the counters.
+fn account_io(counters: &Counters, conn: &Connection, seen: &mut IoCounts) {
+    let now = conn.io_counts();
+    counters
+        .writes
+        .fetch_add(now.writes - seen.writes, Ordering::Relaxed);
+    counters
+        .reads
+        .fetch_add(now.reads - seen.reads, Ordering::Relaxed);
+    *seen = now;
 }
 
 /// Watches the configured tubes and ignores `default` unless listed, in one write.

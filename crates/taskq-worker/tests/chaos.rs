@@ -111,7 +111,11 @@ fn random_resets_lose_nothing_and_counts_bracket_the_servers() {
     );
     // A fault can repeat at most the one job its connection held.
     assert!(
-        duplicates <= counts.lease_dropped + counts.ack_unknown + counts.lost_lease,
+        duplicates
+            <= counts.lease_dropped
+                + counts.ack_unknown
+                + counts.lost_lease
+                + counts.lost_lease_on_release,
         "duplicates {duplicates} beyond the faults that hit a held job: {counts}"
     );
     assert!(

@@ -19,8 +19,10 @@ struct Args {
     /// Server address (repeat for several); defaults to $TASKQ_ADDR, then 127.0.0.1:11300.
     #[arg(long = "addr", value_name = "HOST:PORT")]
     addrs: Vec<String>,
-    /// Tube to watch (repeat for several).
-    #[arg(long = "tube", value_name = "NAME", default_value = "default")]
+    /// Tube to watch (repeat for several). NAME:WEIGHT weights the tubes:
+    /// `--tube vip:4 --tube standard:1` takes about four vip jobs per standard
+    /// one while both have jobs ready; plain names keep the server's strict order.
+    #[arg(long = "tube", value_name = "NAME[:WEIGHT]", default_value = "default")]
     tubes: Vec<String>,
     /// Jobs run at once (threads).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -46,9 +48,12 @@ struct Args {
     /// Write the counters as one flat JSON object to PATH on exit.
     #[arg(long, value_name = "PATH")]
     stats_json: Option<std::path::PathBuf>,
-    /// Print the exit summary as JSON instead of a human-readable line.
+    /// Print the counters at exit as one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Serve the counters in the Prometheus text format over HTTP at HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
     /// The command to run for each job, and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -106,9 +111,8 @@ fn run(args: Args) -> Result<(), String> {
         args.addrs
     };
     let job_timeout = seconds("--job-timeout", args.job_timeout)?;
-    let cfg = Config {
+    let mut cfg = Config {
         servers,
-        tubes: args.tubes,
         concurrency: args.concurrency as usize,
         reserve_timeout: Duration::from_secs(u64::from(args.reserve_timeout)),
         io_timeout: Duration::from_millis(args.io_timeout),
@@ -124,9 +128,17 @@ fn run(args: Args) -> Result<(), String> {
         },
         ..Config::default()
     };
+    cfg.set_tubes(&args.tubes).map_err(|e| e.to_string())?;
     let handler = CommandHandler::new(program.clone(), rest.to_vec(), job_timeout);
     let worker = Worker::new(cfg, handler).map_err(|e| e.to_string())?;
     let control = worker.control();
+    let metrics = match &args.metrics_addr {
+        Some(addr) => Some(
+            taskq_worker::metrics::MetricsServer::start(addr, control.clone())
+                .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?,
+        ),
+        None => None,
+    };
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| format!("cannot handle signals: {e}"))?;
     std::thread::Builder::new()
@@ -148,14 +160,17 @@ fn run(args: Args) -> Result<(), String> {
         std::fs::write(path, counts.to_json() + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    eprintln!("{}", summary(&counts, args.json));
+    drop(metrics);
+    if args.json {
+        eprintln!("{}", counts.to_json());
+    } else {
+        eprint!("{}", counts.table());
+        eprintln!("{}", summary(&counts));
+    }
     Ok(())
 }
 
-fn summary(c: &Snapshot, json: bool) -> String {
-    if json {
-        return c.to_json();
-    }
+fn summary(c: &Snapshot) -> String {
     format!(
         "taskq-worker: done {} (reserved {}, released {}, buried {}, lost leases {}, unconfirmed deletes {}, reconnects {}, I/O timeouts {})",
         c.deleted, c.reserved, c.released, c.buried, c.lost_lease, c.ack_unknown, c.reconnects, c.io_timeouts

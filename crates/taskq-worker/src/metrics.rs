@@ -1,0 +1,163 @@
+//! The counters in the Prometheus (OpenMetrics) text format, over HTTP.
+//!
+//! The format comes from the `prometheus-client` crate; the HTTP side is a tiny
+//! responder on one thread, enough for a scraper: every `GET` is answered with
+//! the current counters and the connection closed.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::registry::Registry;
+
+use crate::counters::COUNTER_HELP;
+use crate::Control;
+
+/// Largest request head read from a scraper.
+const MAX_REQUEST: usize = 8 * 1024;
+
+#[derive(Debug)]
+struct WorkerCollector {
+    control: Control,
+}
+
+impl Collector for WorkerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let snap = self.control.counters();
+        for ((name, value), (_, help)) in snap.pairs().iter().zip(COUNTER_HELP.iter()) {
+            let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+            let counter = ConstCounter::new(*value);
+            let metric = encoder.encode_descriptor(name, &help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// The text a scrape returns now: every counter as `taskq_worker_<name>_total`.
+pub fn render(control: &Control) -> String {
+    let mut registry = Registry::with_prefix("taskq_worker");
+    registry.register_collector(Box::new(WorkerCollector {
+        control: control.clone(),
+    }));
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+/// An HTTP endpoint serving a worker's counters; stops when dropped.
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Listens on `addr` and serves the counters of `control`'s worker.
+    pub fn start(addr: &str, control: Control) -> io::Result<MetricsServer> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("taskq-worker-metrics".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if stop2.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    match stream {
+                        Ok(s) => {
+                            if let Err(e) = answer(s, &control) {
+                                tracing::debug!(error = %e, "metrics request failed");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "metrics accept failed");
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                }
+            })?;
+        Ok(MetricsServer {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so that it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Reads a request head (bounded in size and time) and answers it.
+fn answer(mut s: TcpStream, control: &Control) -> io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&chunk[..n]);
+        if head.len() > MAX_REQUEST {
+            return respond(
+                &mut s,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "",
+            );
+        }
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    let method = parts.next().unwrap_or_default();
+    let path = parts.next().unwrap_or_default();
+    if method != b"GET" && method != b"HEAD" {
+        return respond(&mut s, "405 Method Not Allowed", "text/plain", "");
+    }
+    if path != b"/metrics" && path != b"/" {
+        return respond(&mut s, "404 Not Found", "text/plain", "try /metrics\n");
+    }
+    let body = render(control);
+    let body = if method == b"HEAD" { "" } else { body.as_str() };
+    respond(
+        &mut s,
+        "200 OK",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        body,
+    )
+}
+
+fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
+    s.flush()
+}
