@@ -1,0 +1,117 @@
+//! Zero heap allocations and exactly one write per put, proved by counting: a
+//! counting global allocator (this test binary's own) and the connection's write counter.
+#![allow(unsafe_code)] // A global allocator cannot be written without it.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use taskq_producer::{Outcome, Producer, PutOptions};
+use taskq_testkit::Beanstalkd;
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract is passed on as it is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations made by `f` (this test binary runs one test, so no other thread allocates).
+fn allocations(f: impl FnOnce()) -> u64 {
+    ALLOCS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    f();
+    COUNTING.store(false, Ordering::SeqCst);
+    ALLOCS.load(Ordering::SeqCst)
+}
+
+#[test]
+fn put_put_batch_and_position_allocate_nothing_and_write_once() {
+    let server = Beanstalkd::start().unwrap();
+    let mut p = Producer::builder()
+        .tube("counted")
+        .connect(server.addr())
+        .unwrap();
+    let small = [b'x'; 100];
+    let large = vec![b'y'; 20_000]; // past the inline buffer: a vectored write
+    let bodies: Vec<&[u8]> = (0..64).map(|i| &small[..i]).collect();
+    let mut out = [Outcome::NotSent; 64];
+    let opts = PutOptions::default();
+    // Warm up: buffers reach their steady-state sizes.
+    p.put(&small, opts).unwrap();
+    p.put(&large, opts).unwrap();
+    p.put_batch(&bodies, opts, &mut out).unwrap();
+    p.put_with_position(&small, opts).unwrap();
+
+    let before = p.io_counts().unwrap();
+    let n = allocations(|| {
+        for _ in 0..1000 {
+            p.put(&small, opts).unwrap();
+        }
+    });
+    assert_eq!(n, 0, "allocations in 1000 small puts");
+    let after = p.io_counts().unwrap();
+    assert_eq!(after.writes - before.writes, 1000, "one write per put");
+    assert_eq!(
+        after.reads - before.reads,
+        1000,
+        "one read per put on loopback"
+    );
+
+    let before = p.io_counts().unwrap();
+    let n = allocations(|| {
+        for _ in 0..100 {
+            p.put(&large, opts).unwrap();
+        }
+    });
+    assert_eq!(n, 0, "allocations in 100 large puts");
+    assert_eq!(p.io_counts().unwrap().writes - before.writes, 100);
+
+    let before = p.io_counts().unwrap();
+    let n = allocations(|| {
+        for _ in 0..50 {
+            let r = p.put_batch(&bodies, opts, &mut out).unwrap();
+            assert_eq!(r.inserted, 64);
+        }
+    });
+    assert_eq!(n, 0, "allocations in 50 batches of 64");
+    assert_eq!(
+        p.io_counts().unwrap().writes - before.writes,
+        50,
+        "one write per batch"
+    );
+
+    let before = p.io_counts().unwrap();
+    let n = allocations(|| {
+        for _ in 0..100 {
+            p.put_with_position(&small, opts).unwrap();
+        }
+    });
+    assert_eq!(n, 0, "allocations in 100 puts with position");
+    assert_eq!(p.io_counts().unwrap().writes - before.writes, 100);
+
+    // The counter itself works: an allocation is seen.
+    assert!(allocations(|| drop(std::hint::black_box(vec![1u8; 10]))) >= 1);
+}
