@@ -1,5 +1,5 @@
 //! Faults through the chaos proxy in front of a real beanstalkd: random resets
-//! in both directions, and silence during a reserve.
+//! in both directions, and silence during a reserve, a delete and a running job.
 
 mod common;
 
@@ -163,6 +163,110 @@ fn silence_during_reserve_is_detected_then_work_resumes() {
     let counts = running.join();
     assert!(counts.reconnects >= 1);
     eprintln!("silence detected after {detected:?}; {counts}");
+}
+
+#[test]
+fn silence_during_delete_is_detected_counted_unknown_then_work_resumes() {
+    let server = Beanstalkd::start().unwrap();
+    let proxy = Arc::new(ChaosProxy::start(server.addr()).unwrap());
+    put_all(server.addr(), "default", 60, &[b"first".to_vec()]);
+    let before = record(server.addr());
+    let returned: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let (proxy2, returned2) = (proxy.clone(), returned.clone());
+    let worker = Worker::new(cfg(proxy.addr().to_string()), move |job: &mut Job<'_>| {
+        if job.body() == b"first" {
+            // The server hears the delete; its answer is lost.
+            proxy2.add(Toxic::Silence, Direction::Downstream, 1.0);
+            settle_toxics();
+            *returned2.lock().unwrap() = Some(Instant::now());
+        }
+        Outcome::Done
+    })
+    .unwrap();
+    let control = worker.control();
+    let running = worker.start();
+    assert!(wait_until(Duration::from_secs(5), || control
+        .counters()
+        .ack_unknown
+        >= 1));
+    let detected = returned.lock().unwrap().unwrap().elapsed();
+    // Deadline of a delete's reply: the 0.5 s I/O timeout; allowed 0.5 s more.
+    assert!(
+        detected <= Duration::from_millis(1000),
+        "detected after {detected:?}"
+    );
+    assert!(control.counters().io_timeouts >= 1);
+    proxy.clear();
+    put_all(server.addr(), "default", 60, &[b"second".to_vec()]);
+    assert!(wait_until(Duration::from_secs(5), || control
+        .counters()
+        .deleted
+        == 1));
+    control.shutdown();
+    let counts = running.join();
+    let after = record(server.addr());
+    let cmd_delete = after.cmd_delete - before.cmd_delete;
+    eprintln!("silent delete detected after {detected:?}; {counts}; cmd-delete {cmd_delete}");
+    assert_eq!((counts.deleted, counts.ack_unknown), (1, 1), "{counts}");
+    assert!(counts.reconnects >= 1);
+    assert_eq!(after.ready + after.reserved, 0, "both jobs gone");
+    assert!(counts.deleted + counts.lost_lease <= cmd_delete);
+    assert!(cmd_delete <= counts.deleted + counts.lost_lease + counts.ack_unknown);
+}
+
+#[test]
+fn silence_during_a_running_job_is_detected_and_the_job_comes_back() {
+    let server = Beanstalkd::start().unwrap();
+    let proxy = Arc::new(ChaosProxy::start(server.addr()).unwrap());
+    // TTR 2 s: the lease the silenced connection held runs out, the job returns.
+    let ids = put_all(server.addr(), "default", 2, &[b"job".to_vec()]);
+    let runs = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let (proxy2, runs2) = (proxy.clone(), runs.clone());
+    let worker = Worker::new(cfg(proxy.addr().to_string()), move |job: &mut Job<'_>| {
+        let first = runs2.lock().unwrap().is_empty();
+        if first {
+            proxy2.add(Toxic::Silence, Direction::Downstream, 1.0);
+            settle_toxics();
+            let t = Instant::now();
+            let touch = job.touch();
+            let took = t.elapsed();
+            runs2.lock().unwrap().push(took);
+            assert!(touch.is_err(), "a touch on a silent server must fail");
+            proxy2.clear();
+        } else {
+            runs2.lock().unwrap().push(Duration::ZERO);
+        }
+        Outcome::Done
+    })
+    .unwrap();
+    let control = worker.control();
+    let running = worker.start();
+    assert!(wait_until(Duration::from_secs(10), || control
+        .counters()
+        .deleted
+        == 1));
+    control.shutdown();
+    let counts = running.join();
+    let runs = runs.lock().unwrap();
+    eprintln!(
+        "silence while running: touch failed after {:?}; {counts}",
+        runs[0]
+    );
+    // Deadline of the touch's reply: the 0.5 s I/O timeout; allowed 0.5 s more.
+    assert!(runs[0] <= Duration::from_millis(1000), "{:?}", runs[0]);
+    assert_eq!(runs.len(), 2, "the job came back once and was done");
+    assert_eq!(counts.lease_dropped, 1, "{counts}");
+    assert!(
+        counts.io_timeouts >= 1 && counts.reconnects >= 1,
+        "{counts}"
+    );
+    assert!(job_state(server.addr(), ids[0]).is_none());
+}
+
+/// The proxy's pumps pick up a new toxic when their 20 ms read poll ends; a
+/// chunk already being read when it was added still goes through. Wait them out.
+fn settle_toxics() {
+    std::thread::sleep(Duration::from_millis(60));
 }
 
 fn fastrand_seed() -> u64 {

@@ -1,0 +1,164 @@
+//! The worker against the reference server, whose ledger records every job and
+//! connection: counts equal the server's, no job held twice, and SIGTERM while
+//! a delete is in flight.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use taskq_testkit::{Fault, FaultPlan, Target, TestServer};
+use taskq_worker::{Config, Job, Outcome, Worker};
+
+fn cfg(server: &TestServer) -> Config {
+    Config {
+        servers: vec![server.addr().to_string()],
+        io_timeout: Duration::from_secs(2),
+        ..Config::default()
+    }
+}
+
+#[test]
+fn ten_thousand_jobs_four_threads_counts_equal_the_ledger_and_stats() {
+    let server = TestServer::start().unwrap();
+    let n = 10_000usize;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("job-{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let before = record(server.addr());
+    let seen: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let seen2 = seen.clone();
+    let worker = Worker::new(
+        Config {
+            concurrency: 4,
+            max_jobs: Some(n as u64),
+            ..cfg(&server)
+        },
+        move |job: &mut Job<'_>| {
+            *seen2.lock().unwrap().entry(job.id()).or_default() += 1;
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let counts = worker.run();
+    let after = record(server.addr());
+    let report = server.ledger().check();
+    eprintln!("{report}; worker {counts}");
+
+    assert!(report.is_clean(), "{report}");
+    assert!(report.lost.is_empty() && report.double_held.is_empty());
+    assert_eq!(report.done, n as u64);
+    assert_eq!(report.handed_out_again, 0);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), n);
+    assert!(seen.values().all(|&k| k == 1));
+
+    assert_eq!(counts.deleted, n as u64);
+    assert_eq!(counts.reserved, n as u64);
+    assert_eq!(
+        counts.lost_lease + counts.ack_unknown + counts.lease_dropped,
+        0
+    );
+    // The server's `stats` and its ledger agree with the worker.
+    assert_eq!(after.cmd_delete - before.cmd_delete, counts.deleted);
+    let workers: Vec<_> = report
+        .connections
+        .values()
+        .filter(|c| c.reserved > 0 || c.cmd_delete > 0)
+        .collect();
+    assert_eq!(workers.len(), 4, "one connection per thread");
+    let sum = |f: fn(&taskq_testkit::ConnCounts) -> u64| workers.iter().map(|c| f(c)).sum::<u64>();
+    assert_eq!(sum(|c| c.reserved), counts.reserved);
+    assert_eq!(sum(|c| c.cmd_delete), counts.deleted);
+    assert_eq!(sum(|c| c.deleted), counts.deleted);
+    assert_eq!(sum(|c| c.delete_not_found), counts.lost_lease);
+    assert_eq!(sum(|c| c.released + c.buried), 0);
+    assert_eq!(server.job_count(), 0);
+}
+
+#[test]
+fn a_job_longer_than_its_ttr_with_touching_is_never_held_twice() {
+    let server = TestServer::start().unwrap();
+    let ids = put_all(server.addr(), "default", 1, &[b"slow".to_vec()]);
+    let runs = Arc::new(AtomicU64::new(0));
+    let runs2 = runs.clone();
+    let worker = Worker::new(
+        Config {
+            concurrency: 3,
+            exit_when_idle: Some(Duration::from_millis(1500)),
+            ..cfg(&server)
+        },
+        move |job: &mut Job<'_>| {
+            runs2.fetch_add(1, Ordering::SeqCst);
+            // 3.2 s of work on a 1 s TTR, touched every 400 ms.
+            for _ in 0..8 {
+                std::thread::sleep(Duration::from_millis(400));
+                job.touch().expect("touch in time");
+            }
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let counts = worker.run();
+    let report = server.ledger().check();
+    eprintln!("{report}; worker {counts}");
+    assert!(report.double_held.is_empty(), "{report}");
+    assert_eq!(report.expired, 0, "{report}");
+    assert_eq!(report.done, 1);
+    let history = server.ledger().job(ids[0]).unwrap();
+    assert_eq!(history.handed_out, 1);
+    assert!(history.deleted.is_some());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.touched, 8);
+    let touched: u64 = report.connections.values().map(|c| c.touched).sum();
+    assert_eq!(touched, 8);
+    assert_eq!(counts.deleted, 1);
+}
+
+#[test]
+fn sigterm_while_a_delete_is_in_flight_finishes_it_and_exits_0() {
+    // The binary's first connection: `watch default`, the reserve, then the
+    // delete, which the server holds back for 800 ms before reading it.
+    let server = TestServer::start_with(taskq_testkit::ServerConfig::default().faults(
+        FaultPlan::none().with(
+            Target::Nth(2),
+            Fault::Silence {
+                after: 2,
+                duration: Duration::from_millis(800),
+            },
+        ),
+    ))
+    .unwrap();
+    // Connection 1 puts.
+    let ids = put_all(server.addr(), "default", 60, &[b"one".to_vec()]);
+    let dir = TempDir::new("term-delete");
+    let marker = dir.0.join("ran");
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(
+        &["--addr", &addr, "--io-timeout", "3000"],
+        &format!("cat > /dev/null; touch {}", marker.display()),
+    );
+    assert!(wait_until(Duration::from_secs(10), || marker.exists()));
+    // The command has exited; the delete is sent within a few ms and sits unread.
+    std::thread::sleep(Duration::from_millis(150));
+    let report = server.ledger().check();
+    assert_eq!(report.done, 0, "the delete must still be in flight");
+    let t = Instant::now();
+    w.signal("TERM");
+    let st = w.wait(Duration::from_secs(5));
+    let took = t.elapsed();
+    let err = w.stderr();
+    assert!(st.success(), "{st}: {err}");
+    // The job took no time; the rest of the held-back delete is ~650 ms.
+    assert!(took <= Duration::from_millis(1000), "exit after {took:?}");
+    let c = w.counters();
+    assert_eq!(get(&c, "deleted"), 1, "{c:?}");
+    assert_eq!(get(&c, "ack_unknown"), 0, "{c:?}");
+    let report = server.ledger().check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.done, 1);
+    assert!(server.ledger().job(ids[0]).unwrap().deleted.is_some());
+    eprintln!("SIGTERM during delete: exit 0 after {took:?}");
+}
