@@ -275,8 +275,8 @@ pub fn run(args: DemoArgs) -> CliResult {
     );
     println!();
     println!(
-        "  {:<22} {:>10}   {:>10}  {}",
-        "", "taskq", "server", "(server's field)"
+        "  {:<22} {:>10}   {:>10}  (server's field)",
+        "", "taskq", "server"
     );
     let rows: [(&str, u64, u64, &str); 5] = [
         ("jobs put", inserted, d(|s| s.cmd_put), "cmd-put"),
