@@ -1,0 +1,111 @@
+//! `taskq-worker --metrics-addr`: the counters scraped over HTTP mid-run, in the
+//! Prometheus text format; and the counter table printed at exit.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use taskq_testkit::Beanstalkd;
+
+fn scrape(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect to metrics");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("a head");
+    (head.to_owned(), body.to_owned())
+}
+
+fn value(body: &str, name: &str) -> u64 {
+    let metric = format!("taskq_worker_{name}_total ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&metric))
+        .unwrap_or_else(|| panic!("{metric} missing in:\n{body}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn counters_are_scraped_mid_run_and_a_table_printed_at_exit() {
+    let server = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..6).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let port = taskq_testkit::beanstalkd::free_port().unwrap();
+    let maddr = format!("127.0.0.1:{port}");
+    let dir = TempDir::new("metrics");
+    let (runs, go) = (dir.0.join("runs"), dir.0.join("go"));
+    // Jobs 0-4 end at once; job 5 waits for the test's go.
+    let script = format!(
+        "b=$(cat); echo $b >> {runs}; if [ \"$b\" = 5 ]; then while [ ! -e {go} ]; do sleep 0.02; done; fi",
+        runs = runs.display(),
+        go = go.display()
+    );
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(
+        &["--addr", &addr, "--max-jobs", "6", "--metrics-addr", &maddr],
+        &script,
+    );
+    assert!(wait_until(Duration::from_secs(10), || lines(&runs).len() == 6));
+    let (head, body) = scrape(&maddr, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("openmetrics-text"), "{head}");
+    assert_eq!(value(&body, "reserved"), 6, "{body}");
+    assert_eq!(value(&body, "deleted"), 5, "{body}");
+    assert_eq!(value(&body, "lost_lease"), 0);
+    assert_eq!(value(&body, "ack_unknown"), 0);
+    assert!(value(&body, "writes") >= 6);
+    assert!(
+        body.contains("# TYPE taskq_worker_deleted counter"),
+        "{body}"
+    );
+    assert!(
+        body.contains("# HELP taskq_worker_deleted Jobs deleted"),
+        "{body}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"));
+    let (head, _) = scrape(&maddr, "/nothing");
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+
+    std::fs::write(&go, b"").unwrap();
+    let st = w.wait(Duration::from_secs(10));
+    let err = w.stderr();
+    assert!(st.success(), "{st}: {err}");
+    // The table: one counter a line, name then value.
+    let row = err
+        .lines()
+        .find(|l| l.starts_with("deleted "))
+        .unwrap_or_else(|| panic!("no table: {err}"));
+    assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["deleted", "6"]);
+    assert!(err
+        .lines()
+        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["lost_lease", "0"]));
+    assert!(err.contains("taskq-worker: done 6"), "{err}");
+    // The endpoint is gone with the process.
+    assert!(TcpStream::connect(&maddr).is_err());
+}
+
+#[test]
+fn an_unusable_metrics_address_is_one_clear_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_taskq-worker"))
+        .args([
+            "--addr",
+            "127.0.0.1:1",
+            "--metrics-addr",
+            &addr,
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("metrics"), "{err}");
+}
