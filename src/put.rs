@@ -87,7 +87,7 @@ pub fn run(args: PutArgs) -> CliResult {
         progress: None,
     };
     let result = if args.bodies.is_empty() {
-        sender.from_stdin(if args.null { b'\0' } else { b'\n' }, &mut out)
+        sender.send_stdin(if args.null { b'\0' } else { b'\n' }, &mut out)
     } else {
         let bodies: Vec<Vec<u8>> = args.bodies.into_iter().map(os_bytes).collect();
         sender.send(&bodies, &mut out)
@@ -111,7 +111,7 @@ struct Sender {
 }
 
 impl Sender {
-    fn from_stdin(&mut self, sep: u8, out: &mut impl Write) -> Result<(), String> {
+    fn send_stdin(&mut self, sep: u8, out: &mut impl Write) -> Result<(), String> {
         let stdin = io::stdin();
         let mut input = stdin.lock();
         let mut batch: Vec<Vec<u8>> = Vec::with_capacity(STDIN_BATCH);

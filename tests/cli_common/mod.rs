@@ -1,0 +1,74 @@
+//! Running the built `taskq` binary from tests, bounded in time.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use taskq_proto::{Command as Cmd, Config, Connection, Reply};
+
+/// Runs `taskq ARGS` with `stdin` fed in, killing it after `limit`.
+/// Returns the output and how long it ran.
+pub fn taskq(args: &[&str], stdin: &[u8], limit: Duration) -> (Output, Duration) {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .args(args)
+        .env_remove("TASKQ_ADDR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("taskq {args:?} ran past {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = feeder.join();
+    (out, started.elapsed())
+}
+
+/// Runs and expects success; returns stdout.
+pub fn ok(args: &[&str], stdin: &[u8]) -> String {
+    let (out, _) = taskq(args, stdin, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "taskq {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Reserves and deletes every ready job of `tube`: (id, body) in order.
+pub fn drain(addr: SocketAddr, tube: &str) -> Vec<(u64, Vec<u8>)> {
+    let mut c = Connection::connect(addr, Config::default()).unwrap();
+    c.request(&Cmd::Watch { tube }).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let (id, body) = match c.request(&Cmd::ReserveWithTimeout { timeout: 0 }).unwrap() {
+            Reply::Reserved { id, body } => (id, body.to_vec()),
+            Reply::TimedOut => return out,
+            r => panic!("unexpected {r:?}"),
+        };
+        assert_eq!(c.request(&Cmd::Delete { id }).unwrap(), Reply::Deleted);
+        out.push((id, body));
+    }
+}
+
+/// The ids printed one per line.
+pub fn ids(stdout: &str) -> Vec<u64> {
+    stdout.lines().map(|l| l.trim().parse().unwrap()).collect()
+}

@@ -1,0 +1,183 @@
+//! `taskq put` against a real beanstalkd: arguments, lines, `--null`, batches, `--position`.
+
+mod cli_common;
+
+use std::time::Duration;
+
+use cli_common::{drain, ids, ok, taskq};
+use taskq_testkit::Beanstalkd;
+
+#[test]
+fn bodies_from_arguments_print_one_id_each_in_order() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    let out = ok(
+        &[
+            "put",
+            "--addr",
+            &addr,
+            "--tube",
+            "args",
+            "first",
+            "",
+            "third one",
+        ],
+        b"",
+    );
+    let printed = ids(&out);
+    assert_eq!(printed.len(), 3);
+    let jobs = drain(server.addr(), "args");
+    let want: [&[u8]; 3] = [b"first", b"", b"third one"];
+    assert_eq!(jobs.iter().map(|(id, _)| *id).collect::<Vec<_>>(), printed);
+    assert_eq!(
+        jobs.iter().map(|(_, b)| b.as_slice()).collect::<Vec<_>>(),
+        want
+    );
+}
+
+#[test]
+fn stdin_lines_are_jobs_sent_in_batches_in_input_order() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    // 1000 lines: several pipelined batches; a CRLF line end loses its CR too; an empty line is an empty job.
+    let mut input = Vec::new();
+    for i in 0..1000 {
+        input.extend_from_slice(format!("line {i}\n").as_bytes());
+    }
+    input.extend_from_slice(b"windows\r\n\nlast without newline");
+    let out = ok(
+        &[
+            "put", "--addr", &addr, "--tube", "lines", "--pri", "5", "--ttr", "7",
+        ],
+        &input,
+    );
+    let printed = ids(&out);
+    assert_eq!(printed.len(), 1003);
+    assert!(printed.windows(2).all(|w| w[1] > w[0]));
+    let jobs = drain(server.addr(), "lines");
+    assert_eq!(jobs.iter().map(|(id, _)| *id).collect::<Vec<_>>(), printed);
+    assert_eq!(jobs[0].1, b"line 0");
+    assert_eq!(jobs[999].1, b"line 999");
+    assert_eq!(jobs[1000].1, b"windows");
+    assert_eq!(jobs[1001].1, b"");
+    assert_eq!(jobs[1002].1, b"last without newline");
+}
+
+#[test]
+fn null_separated_input_keeps_every_other_byte_and_trailing_nul_adds_no_job() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    let out = ok(
+        &["put", "--addr", &addr, "--tube", "nul", "--null"],
+        b"a\r\nb\n\0\0tail\r\n\0",
+    );
+    assert_eq!(ids(&out).len(), 3);
+    let jobs = drain(server.addr(), "nul");
+    let bodies: Vec<&[u8]> = jobs.iter().map(|(_, b)| b.as_slice()).collect();
+    assert_eq!(bodies, [&b"a\r\nb\n"[..], b"", b"tail\r\n"]);
+
+    // No trailing NUL: the last item is still a job. Empty input: no job at all.
+    ok(&["put", "--addr", &addr, "--tube", "nul", "-0"], b"x\0y");
+    assert_eq!(drain(server.addr(), "nul").len(), 2);
+    assert_eq!(
+        ok(&["put", "--addr", &addr, "--tube", "nul", "-0"], b""),
+        ""
+    );
+    assert!(drain(server.addr(), "nul").is_empty());
+}
+
+#[test]
+fn position_prints_the_id_and_the_ready_jobs_ahead() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    ok(&["put", "--addr", &addr, "--tube", "q", "a", "b", "c"], b"");
+    let out = ok(
+        &[
+            "put",
+            "--addr",
+            &addr,
+            "--tube",
+            "q",
+            "--position",
+            "d",
+            "e",
+        ],
+        b"",
+    );
+    let lines: Vec<Vec<u64>> = out
+        .lines()
+        .map(|l| l.split(' ').map(|w| w.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0][1], 3, "three ready jobs ahead of d");
+    assert_eq!(lines[1][1], 4);
+    assert_eq!(lines[1][0], lines[0][0] + 1);
+}
+
+#[test]
+fn errors_are_one_line_and_a_non_zero_exit() {
+    let server = Beanstalkd::start_with(&["-z", "10"]).unwrap();
+    let addr = server.addr().to_string();
+    let cases: Vec<Vec<String>> = vec![
+        // The server's own limit: the first job is queued, the second rejected.
+        vec![
+            "put".into(),
+            "--addr".into(),
+            addr.clone(),
+            "ok".into(),
+            "x".repeat(11),
+        ],
+        // The client's limit: refused before sending.
+        vec![
+            "put".into(),
+            "--addr".into(),
+            addr.clone(),
+            "--max-job-size".into(),
+            "3".into(),
+            "long".into(),
+        ],
+        vec![
+            "put".into(),
+            "--addr".into(),
+            addr.clone(),
+            "--tube".into(),
+            "bad name".into(),
+            "x".into(),
+        ],
+        vec![
+            "put".into(),
+            "--addr".into(),
+            "127.0.0.1:1".into(),
+            "x".into(),
+        ],
+        vec![
+            "put".into(),
+            "--addr".into(),
+            "no-such-host.invalid:11300".into(),
+            "x".into(),
+        ],
+        vec![
+            "stats".into(),
+            "--addr".into(),
+            addr.clone(),
+            "--tube".into(),
+            "missing".into(),
+        ],
+    ];
+    for args in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (out, _) = taskq(&args, b"", Duration::from_secs(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("taskq: "), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let jobs = drain(server.addr(), "default");
+    assert_eq!(
+        jobs.len(),
+        1,
+        "only the job before the rejected one is queued"
+    );
+    assert_eq!(jobs[0].1, b"ok");
+}

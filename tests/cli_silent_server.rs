@@ -1,0 +1,51 @@
+//! A server that accepts and then says nothing makes every subcommand fail
+//! within a few seconds, with one line on stderr.
+
+mod cli_common;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use cli_common::taskq;
+
+#[test]
+fn every_subcommand_gives_up_on_a_silent_server() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // Accept everything and read (so writes never block), never answer.
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = [0u8; 4096];
+                while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    let cases: [&[&str]; 5] = [
+        &["put", "--addr", &addr, "x"],
+        &["put", "--addr", &addr, "--tube", "t", "x"],
+        &["put", "--addr", &addr, "--position", "x"],
+        &["stats", "--addr", &addr],
+        &["bench", "--addr", &addr, "-n", "10"],
+    ];
+    for args in cases {
+        let mut args = args.to_vec();
+        args.extend(["--io-timeout", "500"]);
+        let (out, took) = taskq(&args, b"", Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(took < Duration::from_secs(3), "{args:?} took {took:?}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("no complete reply"), "{args:?}: {err}");
+    }
+    // Stdin input too, with the default timeout.
+    let (out, took) = taskq(
+        &["put", "--addr", &addr],
+        b"a\nb\n",
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+}
