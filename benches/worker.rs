@@ -4,6 +4,10 @@
 //! beanstalkd in the same run. Prints jobs/s of each and the ratio.
 //!
 //! `cargo bench --bench worker` (env `TASKQ_BENCH_JOBS`, default 20000; `TASKQ_BENCH_ROUNDS`, default 3).
+//!
+//! Beside jobs/s it prints, per job, each side's write and read system calls
+//! and CPU time (the client's, and beanstalkd's own), to show where time goes:
+//! filling the queue is not timed.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -37,7 +41,44 @@ fn fill(addr: SocketAddr, n: usize) {
     }
 }
 
-fn drain_worker(addr: SocketAddr, n: usize) -> f64 {
+/// What one drain measured.
+struct Drain {
+    jobs_per_sec: f64,
+    writes: u64,
+    reads: u64,
+    /// CPU of this process and of beanstalkd, microseconds.
+    client_cpu_us: u64,
+    server_cpu_us: u64,
+}
+
+/// User plus system CPU of a process (or a thread's process: `self`), in microseconds.
+fn cpu_us(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+    // USER_HZ is 100 on Linux.
+    ticks * 10_000
+}
+
+fn measure(server_pid: u32, n: usize, f: impl FnOnce() -> (u64, u64)) -> Drain {
+    let spid = server_pid.to_string();
+    let (c0, s0) = (cpu_us("self"), cpu_us(&spid));
+    let t = Instant::now();
+    let (writes, reads) = f();
+    let secs = t.elapsed().as_secs_f64();
+    Drain {
+        jobs_per_sec: n as f64 / secs,
+        writes,
+        reads,
+        client_cpu_us: cpu_us("self") - c0,
+        server_cpu_us: cpu_us(&spid) - s0,
+    }
+}
+
+fn drain_worker(addr: SocketAddr, n: usize) -> (u64, u64) {
     let worker = Worker::new(
         Config {
             servers: vec![addr.to_string()],
@@ -49,19 +90,18 @@ fn drain_worker(addr: SocketAddr, n: usize) -> f64 {
         |_: &mut Job<'_>| Outcome::Done,
     )
     .unwrap();
-    let t = Instant::now();
     let counts = worker.run();
-    let secs = t.elapsed().as_secs_f64();
     assert_eq!(counts.deleted, n as u64);
-    n as f64 / secs
+    (counts.writes, counts.reads)
 }
 
 /// Reads one reply: the line, and the body a RESERVED line announces.
-fn read_reply(s: &mut TcpStream, buf: &mut Vec<u8>) -> (u64, bool) {
+fn read_reply(s: &mut TcpStream, buf: &mut Vec<u8>, reads: &mut u64) -> (u64, bool) {
     buf.clear();
     let mut chunk = [0u8; 4096];
     loop {
         let n = s.read(&mut chunk).unwrap();
+        *reads += 1;
         assert!(n > 0, "server closed");
         buf.extend_from_slice(&chunk[..n]);
         if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
@@ -82,21 +122,22 @@ fn read_reply(s: &mut TcpStream, buf: &mut Vec<u8>) -> (u64, bool) {
     }
 }
 
-fn drain_raw(addr: SocketAddr, n: usize) -> f64 {
+fn drain_raw(addr: SocketAddr, n: usize) -> (u64, u64) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     let mut buf = Vec::with_capacity(4096);
     let mut line = Vec::with_capacity(64);
-    let t = Instant::now();
+    let mut reads = 0;
     for _ in 0..n {
         s.write_all(b"reserve-with-timeout 1\r\n").unwrap();
-        let (id, _) = read_reply(&mut s, &mut buf);
+        let (id, _) = read_reply(&mut s, &mut buf, &mut reads);
         line.clear();
         write!(line, "delete {id}\r\n").unwrap();
         s.write_all(&line).unwrap();
-        read_reply(&mut s, &mut buf);
+        read_reply(&mut s, &mut buf, &mut reads);
     }
-    n as f64 / t.elapsed().as_secs_f64()
+    // Each write_all of a short line is one write call.
+    (2 * n as u64, reads)
 }
 
 fn env(name: &str, default: usize) -> usize {
@@ -124,13 +165,25 @@ fn main() {
     let mut ratios = Vec::new();
     for round in 1..=rounds {
         fill(addr, n);
-        let raw = drain_raw(addr, n);
+        let raw = measure(server.pid(), n, || drain_raw(addr, n));
         fill(addr, n);
-        let lib = drain_worker(addr, n);
-        let ratio = lib / raw;
+        let lib = measure(server.pid(), n, || drain_worker(addr, n));
+        let ratio = lib.jobs_per_sec / raw.jobs_per_sec;
         println!(
-            "round {round}: {n} jobs  raw reserve/delete loop {raw:>9.0} jobs/s  taskq-worker {lib:>9.0} jobs/s  ratio {ratio:.2}x"
+            "round {round}: {n} jobs  raw reserve/delete loop {:>9.0} jobs/s  taskq-worker {:>9.0} jobs/s  ratio {ratio:.2}x",
+            raw.jobs_per_sec, lib.jobs_per_sec
         );
+        for (name, d) in [("raw", &raw), ("worker", &lib)] {
+            let per = |x: u64| x as f64 / n as f64;
+            println!(
+                "    {name:<6} per job: writes {:.3} reads {:.3}  client CPU {:.1} us  beanstalkd CPU {:.1} us  wall {:.1} us",
+                per(d.writes),
+                per(d.reads),
+                per(d.client_cpu_us),
+                per(d.server_cpu_us),
+                1e6 / d.jobs_per_sec
+            );
+        }
         ratios.push(ratio);
     }
     ratios.sort_by(f64::total_cmp);
