@@ -282,3 +282,98 @@ fn options_reach_the_server() {
         r => panic!("{r:?}"),
     }
 }
+
+#[test]
+fn changing_options_and_sizes_between_puts_reaches_the_server_each_time() {
+    // The connection reuses an encoded put line while the numbers stay the same:
+    // every change of priority, delay, ttr or length must show.
+    let server = Beanstalkd::start().unwrap();
+    let mut p = producer(&server, "vary");
+    let cases = [
+        (
+            PutOptions {
+                pri: 1,
+                delay: 0,
+                ttr: 5,
+            },
+            &b"aaaa"[..],
+        ),
+        (
+            PutOptions {
+                pri: 1,
+                delay: 0,
+                ttr: 5,
+            },
+            &b"bbbb"[..],
+        ),
+        (
+            PutOptions {
+                pri: 2,
+                delay: 0,
+                ttr: 5,
+            },
+            &b"cccc"[..],
+        ),
+        (
+            PutOptions {
+                pri: 2,
+                delay: 0,
+                ttr: 6,
+            },
+            &b"dddd"[..],
+        ),
+        (
+            PutOptions {
+                pri: 2,
+                delay: 0,
+                ttr: 6,
+            },
+            &b"eeeeeeeeee"[..],
+        ),
+        (
+            PutOptions {
+                pri: 2,
+                delay: 0,
+                ttr: 6,
+            },
+            &b""[..],
+        ),
+        (
+            PutOptions {
+                pri: 1,
+                delay: 0,
+                ttr: 5,
+            },
+            &b"ffff"[..],
+        ),
+    ];
+    let mut ids = Vec::new();
+    for (i, (opts, body)) in cases.iter().enumerate() {
+        ids.push(p.put(body, *opts).unwrap());
+        if i == 3 {
+            // Another command in between must not disturb the reuse either.
+            p.put_with_position(b"zz", *opts).unwrap();
+        }
+    }
+    let mut c = taskq_producer::taskq_proto::Connection::connect(server.addr(), Default::default())
+        .unwrap();
+    for (id, (opts, _)) in ids.iter().zip(&cases) {
+        match c
+            .request(&taskq_producer::taskq_proto::Command::StatsJob { id: id.get() })
+            .unwrap()
+        {
+            taskq_producer::taskq_proto::Reply::Ok { yaml } => {
+                let s = taskq_producer::taskq_proto::JobStats::parse(yaml).unwrap();
+                assert_eq!((s.pri, s.ttr), (u64::from(opts.pri), u64::from(opts.ttr)));
+            }
+            r => panic!("{r:?}"),
+        }
+    }
+    // Reserved by priority; compare in put order.
+    let mut jobs = common::drain(server.addr(), "vary");
+    jobs.sort();
+    let bodies: Vec<Vec<u8>> = jobs.into_iter().map(|(_, b)| b).collect();
+    let mut want: Vec<&[u8]> = cases.iter().map(|(_, b)| *b).collect();
+    want.insert(4, b"zz");
+    assert_eq!(bodies, want);
+}

@@ -79,6 +79,9 @@ pub struct Connection {
     rcv_timeout: Duration,
     broken: bool,
     counts: IoCounts,
+    /// The put line now at the start of `line` (pri, delay, ttr, body length, line length):
+    /// a put with the same four numbers reuses it instead of encoding it again.
+    put_line: Option<(u32, u32, u32, usize, usize)>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -146,6 +149,7 @@ impl Connection {
             rcv_timeout: positive(cfg.io_timeout),
             broken: false,
             counts: IoCounts::default(),
+            put_line: None,
         })
     }
 
@@ -190,7 +194,27 @@ impl Connection {
             return Err(Error::Broken);
         }
         let max = self.cfg.limits.max_job_size;
-        let head = cmd.encode_line(&mut self.line, max)?;
+        let head = match *cmd {
+            Command::Put {
+                pri,
+                delay,
+                ttr,
+                body,
+            } => match self.put_line {
+                // Same numbers, same line (and the same size check passed before).
+                Some((p, d, t, len, head)) if (p, d, t, len) == (pri, delay, ttr, body.len()) => head,
+                _ => {
+                    self.put_line = None;
+                    let head = cmd.encode_line(&mut self.line, max)?;
+                    self.put_line = Some((pri, delay, ttr, body.len(), head));
+                    head
+                }
+            },
+            _ => {
+                self.put_line = None;
+                cmd.encode_line(&mut self.line, max)?
+            }
+        };
         let r = match *cmd {
             Command::Put { body, .. } if head + body.len() + 2 > INLINE_REQUEST => write_all(
                 &self.sock,
@@ -226,6 +250,7 @@ impl Connection {
         if self.broken {
             return Err(Error::Broken);
         }
+        self.put_line = None;
         let head = cmd.encode_line(&mut self.line, self.cfg.limits.max_job_size)?;
         self.pipe.extend_from_slice(&self.line[..head]);
         if let Command::Put { body, .. } = cmd {

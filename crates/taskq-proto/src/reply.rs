@@ -208,6 +208,11 @@ pub(crate) fn parse_frame(
     input: &[u8],
     limits: &Limits,
 ) -> Result<Status<(Reply<'static>, Span)>, ReplyError> {
+    if kind == CommandKind::Put {
+        if let Some(done) = inserted_fast(input) {
+            return Ok(done);
+        }
+    }
     let window = &input[..input.len().min(MAX_LINE)];
     let nl = match memchr::memchr(b'\n', window) {
         Some(i) => i,
@@ -480,6 +485,29 @@ fn with_body(
         ),
         end + 2,
     ))
+}
+
+/// The reply on the enqueue hot path, `INSERTED <id>\r\n`, read without the
+/// general dispatch. Accepts exactly what the general parser accepts for it
+/// (1 to 20 digits, no overflow); anything else, partial input included, is
+/// left to the general parser.
+#[inline]
+fn inserted_fast(input: &[u8]) -> Option<Status<(Reply<'static>, Span)>> {
+    const WORD: &[u8] = b"INSERTED ";
+    let digits = input.strip_prefix(WORD)?;
+    let mut id: u64 = 0;
+    for (i, &b) in digits.iter().enumerate().take(21) {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            if i == 0 || b != b'\r' || digits.get(i + 1) != Some(&b'\n') {
+                return None;
+            }
+            let done = (Reply::Inserted { id }, Span::default());
+            return Some(Status::Complete(done, WORD.len() + i + 2));
+        }
+        id = id.checked_mul(10)?.checked_add(u64::from(d))?;
+    }
+    None
 }
 
 /// Parses unsigned decimal: digits only, no sign, no overflow.
