@@ -4,6 +4,7 @@
 //!
 //! `cargo bench --bench producer` (needs `beanstalkd` on PATH). Throughput is
 //! reported in jobs per second; compare `producer` with `raw` in each group.
+#![allow(missing_docs)] // criterion_group! defines an undocumented public function.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

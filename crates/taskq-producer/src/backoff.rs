@@ -65,8 +65,11 @@ impl Retry {
         self.next_attempt = Some(now + policy.wait(self.failures));
     }
 
+    #[inline]
     pub(crate) fn succeeded(&mut self) {
-        *self = Retry::new();
+        if self.failures != 0 {
+            *self = Retry::new();
+        }
     }
 
     /// What is left of the wait, if any.

@@ -271,20 +271,48 @@ impl Producer {
     }
 
     /// Puts one job: one write, one read.
+    #[inline]
     pub fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
-        if body.len() > self.cfg.limits.max_job_size {
-            return Err(too_big(body.len(), self.cfg.limits.max_job_size));
-        }
         let cmd = opts.command(body);
-        let mut retries = self.retries;
-        loop {
-            match self.put_once(&cmd, true) {
-                Err(e) if retries > 0 && matches!(e, Error::Unknown(_) | Error::NotSent(_)) => {
-                    retries -= 1;
+        // Steady state: a live connection and nothing to recover from.
+        if self.retry.failures == 0 && body.len() <= self.cfg.limits.max_job_size {
+            if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
+                let r = match conn.send(&cmd) {
+                    Ok(()) => put_reply(conn),
+                    Err(e) => Err(Error::from_conn(e)),
+                };
+                if !matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
+                    return r;
                 }
-                r => return r,
+                self.drop_if_broken();
+                return self.put_again(&cmd, r);
             }
         }
+        self.put_cold(&cmd)
+    }
+
+    #[cold]
+    fn put_cold(&mut self, cmd: &Command<'_>) -> Result<JobId, Error> {
+        let len = cmd.body().len();
+        if len > self.cfg.limits.max_job_size {
+            return Err(too_big(len, self.cfg.limits.max_job_size));
+        }
+        let r = self.put_once(cmd, true);
+        self.put_again(cmd, r)
+    }
+
+    /// At-least-once mode: sends again while the outcome is unknown or not sent.
+    fn put_again(
+        &mut self,
+        cmd: &Command<'_>,
+        mut r: Result<JobId, Error>,
+    ) -> Result<JobId, Error> {
+        let mut retries = self.retries;
+        while retries > 0 && matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
+            retries -= 1;
+            r = self.put_once(cmd, true);
+        }
+        r
     }
 
     /// One attempt at a put; `wait` says whether to sleep out a reconnect backoff.

@@ -202,7 +202,9 @@ impl Connection {
                 body,
             } => match self.put_line {
                 // Same numbers, same line (and the same size check passed before).
-                Some((p, d, t, len, head)) if (p, d, t, len) == (pri, delay, ttr, body.len()) => head,
+                Some((p, d, t, len, head)) if (p, d, t, len) == (pri, delay, ttr, body.len()) => {
+                    head
+                }
                 _ => {
                     self.put_line = None;
                     let head = cmd.encode_line(&mut self.line, max)?;
@@ -317,12 +319,14 @@ impl Connection {
         if self.broken {
             return Err(Error::Broken);
         }
-        let started = Instant::now();
-        // Checked: a caller may configure a huge I/O timeout to mean "wait forever".
-        let deadline = started
-            .checked_add(self.cfg.io_timeout)
-            .and_then(|t| t.checked_add(Duration::from_secs(u64::from(kind.server_wait_secs()))))
-            .unwrap_or_else(|| far_future(started));
+        // The whole wait: the I/O timeout plus what the server may take by design.
+        let wait = self
+            .cfg
+            .io_timeout
+            .saturating_add(Duration::from_secs(u64::from(kind.server_wait_secs())));
+        // The clock is read only before the first read that may wait: a reply
+        // already in the buffer (the rest of a pipeline) costs no clock at all.
+        let mut started = None;
         let limits = self.cfg.limits;
         let mut first_read = true;
         let (reply, span, used) = loop {
@@ -336,7 +340,8 @@ impl Connection {
                     }
                 }
             }
-            self.fill(started, deadline, &mut first_read)?;
+            let t0 = *started.get_or_insert_with(Instant::now);
+            self.fill(t0, wait, &mut first_read)?;
         };
         let base = self.start;
         self.start += used;
@@ -359,7 +364,7 @@ impl Connection {
     fn fill(
         &mut self,
         started: Instant,
-        deadline: Instant,
+        wait: Duration,
         first_read: &mut bool,
     ) -> Result<(), Error> {
         if self.end == self.rbuf.len() {
@@ -373,6 +378,10 @@ impl Connection {
                 // The socket timeout never exceeds the whole wait, so the first read
                 // needs no clock; later ones check what is left of the deadline.
                 let now = Instant::now();
+                // Checked: a caller may configure a huge I/O timeout to mean "wait forever".
+                let deadline = started
+                    .checked_add(wait)
+                    .unwrap_or_else(|| far_future(started));
                 if now + DEADLINE_SLACK >= deadline {
                     self.broken = true;
                     return Err(Error::Timeout {

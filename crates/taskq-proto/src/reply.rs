@@ -495,19 +495,22 @@ fn with_body(
 fn inserted_fast(input: &[u8]) -> Option<Status<(Reply<'static>, Span)>> {
     const WORD: &[u8] = b"INSERTED ";
     let digits = input.strip_prefix(WORD)?;
+    // 19 digits cannot overflow a u64; a longer id takes the general path.
     let mut id: u64 = 0;
-    for (i, &b) in digits.iter().enumerate().take(21) {
-        let d = b.wrapping_sub(b'0');
+    let mut i = 0;
+    while i < digits.len() && i < 19 {
+        let d = digits[i].wrapping_sub(b'0');
         if d > 9 {
-            if i == 0 || b != b'\r' || digits.get(i + 1) != Some(&b'\n') {
-                return None;
-            }
-            let done = (Reply::Inserted { id }, Span::default());
-            return Some(Status::Complete(done, WORD.len() + i + 2));
+            break;
         }
-        id = id.checked_mul(10)?.checked_add(u64::from(d))?;
+        id = id * 10 + u64::from(d);
+        i += 1;
     }
-    None
+    if i == 0 || digits.get(i..i + 2) != Some(b"\r\n") {
+        return None;
+    }
+    let done = (Reply::Inserted { id }, Span::default());
+    Some(Status::Complete(done, WORD.len() + i + 2))
 }
 
 /// Parses unsigned decimal: digits only, no sign, no overflow.
