@@ -47,7 +47,24 @@ impl Beanstalkd {
                     break;
                 }
                 if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                    return Ok(Beanstalkd { child, addr });
+                    // Something listens; make sure it is our child and not another
+                    // process's server that took the port first.
+                    match served_pid(addr) {
+                        Some(pid) if pid == u64::from(child.id()) => {
+                            return Ok(Beanstalkd { child, addr })
+                        }
+                        Some(pid) => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            last = Some(io::Error::new(
+                                io::ErrorKind::AddrInUse,
+                                format!("port {port} is served by pid {pid}, not ours"),
+                            ));
+                            break;
+                        }
+                        // Not answering stats yet (or not beanstalkd): keep waiting.
+                        None => {}
+                    }
                 }
                 if Instant::now() > until {
                     let _ = child.kill();
@@ -102,6 +119,21 @@ impl Drop for Beanstalkd {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The pid that the server at `addr` reports in `stats`.
+fn served_pid(addr: SocketAddr) -> Option<u64> {
+    let cfg = taskq_proto::Config {
+        io_timeout: Duration::from_secs(1),
+        ..taskq_proto::Config::default()
+    };
+    let mut conn = taskq_proto::Connection::connect_addr(addr, cfg).ok()?;
+    match conn.request(&taskq_proto::Command::Stats).ok()? {
+        taskq_proto::Reply::Ok { yaml } => {
+            taskq_proto::ServerStats::parse(yaml).ok().map(|s| s.pid)
+        }
+        _ => None,
     }
 }
 
