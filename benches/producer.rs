@@ -3,7 +3,8 @@
 //! one write and one read per put (or per pipelined batch).
 //!
 //! `cargo bench --bench producer` (needs `beanstalkd` on PATH). Throughput is
-//! reported in jobs per second; compare `producer` with `raw` in each group.
+//! reported in jobs per second; compare `producer` with `raw` in each group,
+//! and in the `put` group with `peer_beanstalkc`, the `beanstalkc` crate.
 #![allow(missing_docs)] // criterion_group! defines an undocumented public function.
 
 use std::io::{Read, Write};
@@ -62,6 +63,20 @@ fn bench_put(c: &mut Criterion) {
     let body = [b'x'; SIZE];
     g.bench_function("producer", |b| {
         b.iter(|| p.put(&body, PutOptions::default()).unwrap())
+    });
+
+    // A peer from crates.io, the same put through its API, for the README's
+    // "against other clients" ratio.
+    let mut peer = beanstalkc::Beanstalkc::new()
+        .host("127.0.0.1")
+        .port(server.addr().port())
+        .connect()
+        .unwrap();
+    g.bench_function("peer_beanstalkc", |b| {
+        b.iter(|| {
+            peer.put(&body, 1024, Duration::ZERO, Duration::from_secs(60))
+                .unwrap()
+        })
     });
     g.finish();
 }
