@@ -3,33 +3,7 @@
 use taskq_proto::{CommandKind as K, Limits};
 
 /// Every command kind; the first input byte picks one.
-pub const KINDS: &[K] = &[
-    K::Put,
-    K::Use,
-    K::Reserve,
-    K::ReserveWithTimeout { timeout: 1 },
-    K::ReserveJob,
-    K::Delete,
-    K::Release,
-    K::Bury,
-    K::Touch,
-    K::Watch,
-    K::Ignore,
-    K::Peek,
-    K::PeekReady,
-    K::PeekDelayed,
-    K::PeekBuried,
-    K::Kick,
-    K::KickJob,
-    K::Stats,
-    K::StatsJob,
-    K::StatsTube,
-    K::ListTubes,
-    K::ListTubeUsed,
-    K::ListTubesWatched,
-    K::PauseTube,
-    K::Quit,
-];
+pub const KINDS: &[K] = &K::ALL;
 
 /// Small limits, so that the fuzzer reaches the size checks with short inputs.
 pub const LIMITS: Limits = Limits {

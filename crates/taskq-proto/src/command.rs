@@ -157,6 +157,36 @@ pub enum CommandKind {
 }
 
 impl CommandKind {
+    /// Every kind, once (`reserve-with-timeout` with a one-second wait), for
+    /// tests and fuzzers that must cover the whole protocol.
+    pub const ALL: [CommandKind; 25] = [
+        CommandKind::Put,
+        CommandKind::Use,
+        CommandKind::Reserve,
+        CommandKind::ReserveWithTimeout { timeout: 1 },
+        CommandKind::ReserveJob,
+        CommandKind::Delete,
+        CommandKind::Release,
+        CommandKind::Bury,
+        CommandKind::Touch,
+        CommandKind::Watch,
+        CommandKind::Ignore,
+        CommandKind::Peek,
+        CommandKind::PeekReady,
+        CommandKind::PeekDelayed,
+        CommandKind::PeekBuried,
+        CommandKind::Kick,
+        CommandKind::KickJob,
+        CommandKind::Stats,
+        CommandKind::StatsJob,
+        CommandKind::StatsTube,
+        CommandKind::ListTubes,
+        CommandKind::ListTubeUsed,
+        CommandKind::ListTubesWatched,
+        CommandKind::PauseTube,
+        CommandKind::Quit,
+    ];
+
     /// Seconds the server may legitimately wait before it answers.
     pub fn server_wait_secs(self) -> u32 {
         match self {

@@ -314,33 +314,7 @@ fn generated_reply() -> impl Strategy<Value = (K, NaiveReply, Vec<u8>)> {
     })
 }
 
-const KINDS: &[K] = &[
-    K::Put,
-    K::Use,
-    K::Reserve,
-    RWT,
-    K::ReserveJob,
-    K::Delete,
-    K::Release,
-    K::Bury,
-    K::Touch,
-    K::Watch,
-    K::Ignore,
-    K::Peek,
-    K::PeekReady,
-    K::PeekDelayed,
-    K::PeekBuried,
-    K::Kick,
-    K::KickJob,
-    K::Stats,
-    K::StatsJob,
-    K::StatsTube,
-    K::ListTubes,
-    K::ListTubeUsed,
-    K::ListTubesWatched,
-    K::PauseTube,
-    K::Quit,
-];
+const KINDS: &[K] = &K::ALL;
 
 /// Inputs that often get past the first word, so deep paths are exercised.
 fn hostile_bytes() -> impl Strategy<Value = Vec<u8>> {
