@@ -1,19 +1,47 @@
-//! `taskq serve`.
+//! `taskq serve`: the reference server from taskq-testkit, for tests and demos.
+//! Production uses beanstalkd.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use taskq_testkit::{ServerConfig, TestServer};
 
 use crate::CliResult;
 
 /// Arguments of `taskq serve`.
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Server address; defaults to $TASKQ_ADDR, then 127.0.0.1:11300.
-    #[arg(long)]
-    pub addr: Option<String>,
-    /// Limit on each reply, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    pub io_timeout: u64,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:11300")]
+    pub addr: String,
+    /// Largest job body accepted, in bytes (beanstalkd's -z).
+    #[arg(short = 'z', long = "max-job-size", default_value_t = taskq_proto::DEFAULT_MAX_JOB_SIZE)]
+    pub max_job_size: usize,
 }
 
-/// Runs `taskq serve`.
-pub fn run(_args: ServeArgs) -> CliResult {
-    Err("not implemented yet".into())
+/// Runs `taskq serve` until the process is stopped (SIGINT or SIGTERM end it,
+/// as they end beanstalkd: the queue lives in memory and goes with it).
+pub fn run(args: ServeArgs) -> CliResult {
+    let addr: SocketAddr = args
+        .addr
+        .to_socket_addrs()
+        .map_err(|e| format!("bad address {}: {e}", args.addr))?
+        .next()
+        .ok_or_else(|| format!("address {} resolves to nothing", args.addr))?;
+    if args.max_job_size > 1 << 30 {
+        return Err("the maximum job size is 1 GiB (1073741824 bytes)".into());
+    }
+    let server = TestServer::start_with(
+        ServerConfig::default()
+            .addr(addr)
+            .max_job_size(args.max_job_size),
+    )
+    .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    eprintln!(
+        "taskq serve: listening on {} (max job size {} bytes); the reference server is for tests and demos",
+        server.addr(),
+        args.max_job_size
+    );
+    loop {
+        std::thread::park();
+    }
 }

@@ -5,10 +5,18 @@
 //! it answers as beanstalkd would:
 //! - a line ends at the first `\r` if a `\n` follows it; a line end must lie within
 //!   the first 224 bytes. A longer line, or a stray `\r` that poisons the line,
-//!   makes the server discard 224 bytes and answer `BAD_FORMAT`;
+//!   makes the server discard 224 bytes, then everything through the next line
+//!   end, and only then answer `BAD_FORMAT` (once);
 //! - a NUL byte in a line, a bad number, a bad tube name or trailing bytes after
 //!   the arguments give `BAD_FORMAT`; a line that names no command gives
 //!   `UNKNOWN_COMMAND`;
+//! - `reserve-with-timeout` reads its timeout with C's `strtol` into an `int`:
+//!   bytes after the digits are ignored, no digits mean 0, values wrap at 32
+//!   bits, and a negative one (so also 2^31 and above) waits forever, which
+//!   parses as [`Command::Reserve`];
+//! - `kick` reads its bound with `strtoul` into an `unsigned int`: trailing
+//!   bytes are ignored, a sign is allowed, values wrap at 32 bits;
+//! - anything starting with `quit` closes the connection;
 //! - arguments may be separated by more than one space (not so the command word
 //!   and its first argument for `use`, `watch`, `ignore` and `stats-tube`);
 //! - a put whose byte count exceeds the maximum job size: the server discards that
@@ -31,7 +39,7 @@
 
 use std::fmt;
 
-use crate::command::{is_tube_byte, Command, Cursor};
+use crate::command::{is_tube_byte, Command, CommandKind, Cursor};
 use crate::error::EncodeError;
 use crate::reply::{Reply, Status};
 use crate::{MAX_LINE, MAX_TUBE_NAME};
@@ -44,12 +52,22 @@ use crate::{MAX_LINE, MAX_TUBE_NAME};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CommandError {
-    /// No line end within the first 224 bytes: drop 224 bytes, answer `BAD_FORMAT`.
+    /// No line end within the first 224 bytes: drop 224 bytes, then drop
+    /// through the next line end (see [`skip_line`]), then answer `BAD_FORMAT`.
     LineTooLong,
     /// Bad numbers, a bad tube name, a NUL byte or trailing bytes: answer `BAD_FORMAT`.
     BadFormat {
         /// Length of the line, CRLF included.
         consumed: usize,
+    },
+    /// A command beanstalkd recognises and counts in its `cmd-*` statistics
+    /// before it refuses it with `BAD_FORMAT`: a put with bytes after its byte
+    /// count, a pause-tube of a tube name that could not exist.
+    CountedBadFormat {
+        /// Length of the line, CRLF included.
+        consumed: usize,
+        /// The command it was counted as.
+        kind: CommandKind,
     },
     /// The line names no command: answer `UNKNOWN_COMMAND`.
     UnknownCommand {
@@ -76,7 +94,9 @@ impl CommandError {
     /// The reply beanstalkd sends for this error.
     pub fn reply(&self) -> Reply<'static> {
         match self {
-            CommandError::LineTooLong | CommandError::BadFormat { .. } => Reply::BadFormat,
+            CommandError::LineTooLong
+            | CommandError::BadFormat { .. }
+            | CommandError::CountedBadFormat { .. } => Reply::BadFormat,
             CommandError::UnknownCommand { .. } => Reply::UnknownCommand,
             CommandError::JobTooBig { .. } => Reply::JobTooBig,
             CommandError::ExpectedCrlf { .. } => Reply::ExpectedCrlf,
@@ -88,18 +108,23 @@ impl CommandError {
         match *self {
             CommandError::LineTooLong => MAX_LINE,
             CommandError::BadFormat { consumed }
+            | CommandError::CountedBadFormat { consumed, .. }
             | CommandError::UnknownCommand { consumed }
             | CommandError::JobTooBig { consumed, .. }
             | CommandError::ExpectedCrlf { consumed } => consumed,
         }
     }
 
-    /// True when the input was a well-formed `put` line (beanstalkd counts it in `cmd-put`).
-    pub fn is_put(&self) -> bool {
-        matches!(
-            self,
-            CommandError::JobTooBig { .. } | CommandError::ExpectedCrlf { .. }
-        )
+    /// The command beanstalkd counts this refused input as in its `cmd-*`
+    /// statistics, if any (a put whose numbers were good, for one).
+    pub fn counted_as(&self) -> Option<CommandKind> {
+        match *self {
+            CommandError::JobTooBig { .. } | CommandError::ExpectedCrlf { .. } => {
+                Some(CommandKind::Put)
+            }
+            CommandError::CountedBadFormat { kind, .. } => Some(kind),
+            _ => None,
+        }
     }
 }
 
@@ -108,6 +133,9 @@ impl fmt::Display for CommandError {
         match self {
             CommandError::LineTooLong => f.write_str("command line longer than 224 bytes"),
             CommandError::BadFormat { .. } => f.write_str("malformed command"),
+            CommandError::CountedBadFormat { kind, .. } => {
+                write!(f, "malformed {} command", kind.name())
+            }
             CommandError::UnknownCommand { .. } => f.write_str("unknown command"),
             CommandError::JobTooBig { discard, .. } => {
                 write!(
@@ -142,6 +170,26 @@ pub fn line_len(input: &[u8]) -> Result<Option<usize>, CommandError> {
         Err(CommandError::LineTooLong)
     } else {
         Ok(None)
+    }
+}
+
+/// What to do with the rest of a line that was too long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// The line ended: drop this many bytes (its end included) and answer `BAD_FORMAT`.
+    Done(usize),
+    /// No line end yet: drop this many bytes (maybe 0) and read more.
+    More(usize),
+}
+
+/// After [`CommandError::LineTooLong`] and its 224 bytes are dropped, finds how
+/// much more to drop: beanstalkd scans for the line end in windows of 224
+/// bytes, exactly as for a command line, dropping each window that has none.
+pub fn skip_line(input: &[u8]) -> Skip {
+    match line_len(input) {
+        Ok(Some(n)) => Skip::Done(n),
+        Ok(None) => Skip::More(0),
+        Err(_) => Skip::More(MAX_LINE),
     }
 }
 
@@ -221,7 +269,10 @@ fn parse_line(line: &[u8], n: usize, max_job_size: usize) -> Result<Line<'_>, Co
                 discard: u64::from(len) + 2,
             });
         }
-        a.end().ok_or(bad)?;
+        a.end().ok_or(CommandError::CountedBadFormat {
+            consumed: n,
+            kind: CommandKind::Put,
+        })?;
         return Ok(Line::Put {
             pri,
             delay,
@@ -251,10 +302,13 @@ fn parse_line(line: &[u8], n: usize, max_job_size: usize) -> Result<Line<'_>, Co
     } else if line.starts_with(b"peek-buried") {
         return exact(Command::PeekBuried, b"peek-buried");
     } else if let Some(rest) = line.strip_prefix(b"reserve-with-timeout ") {
-        let mut a = Args(rest);
-        let timeout = a.u32().ok_or(bad)?;
-        a.end().ok_or(bad)?;
-        Command::ReserveWithTimeout { timeout }
+        // beanstalkd reads this one with strtol into an int: trailing bytes are
+        // ignored, no digits mean 0, and a negative value waits forever.
+        match strtol_i32(rest) {
+            None => return Err(bad),
+            Some(t) if t < 0 => Command::Reserve,
+            Some(t) => Command::ReserveWithTimeout { timeout: t as u32 },
+        }
     } else if let Some(rest) = line.strip_prefix(b"reserve-job ") {
         Command::ReserveJob { id: id_only(rest)? }
     } else if line.starts_with(b"reserve") {
@@ -275,10 +329,10 @@ fn parse_line(line: &[u8], n: usize, max_job_size: usize) -> Result<Line<'_>, Co
         a.end().ok_or(bad)?;
         Command::Bury { id, pri }
     } else if let Some(rest) = line.strip_prefix(b"kick ") {
-        let mut a = Args(rest);
-        let bound = a.u32().ok_or(bad)?;
-        a.end().ok_or(bad)?;
-        Command::Kick { bound }
+        // beanstalkd reads the bound with strtoul into an unsigned int.
+        Command::Kick {
+            bound: strtoul_u32(rest).ok_or(bad)?,
+        }
     } else if let Some(rest) = line.strip_prefix(b"kick-job ") {
         Command::KickJob { id: id_only(rest)? }
     } else if let Some(rest) = line.strip_prefix(b"touch ") {
@@ -310,17 +364,93 @@ fn parse_line(line: &[u8], n: usize, max_job_size: usize) -> Result<Line<'_>, Co
     } else if line.starts_with(b"list-tubes") {
         return exact(Command::ListTubes, b"list-tubes");
     } else if line.starts_with(b"quit") {
-        return exact(Command::Quit, b"quit");
-    } else if let Some(rest) = line.strip_prefix(b"pause-tube ") {
+        // beanstalkd closes on anything that starts with "quit".
+        Command::Quit
+    } else if let Some(rest) = line.strip_prefix(b"pause-tube") {
+        // beanstalkd matches "pause-tube" with no space, then skips any spaces.
         let mut a = Args(rest);
         let tube = a.tube().ok_or(bad)?;
         let delay = a.u32().ok_or(bad)?;
         a.end().ok_or(bad)?;
+        // Counted first, then the name checked: a name no tube can have is refused.
+        if tube.len() > MAX_TUBE_NAME || tube.starts_with('-') {
+            return Err(CommandError::CountedBadFormat {
+                consumed: n,
+                kind: CommandKind::PauseTube,
+            });
+        }
         Command::PauseTube { tube, delay }
     } else {
         return Err(CommandError::UnknownCommand { consumed: n });
     };
     Ok(Line::Done(cmd))
+}
+
+/// C's `strtol` on `s`, then the conversion to a 32-bit `int` that beanstalkd
+/// makes: leading white space, an optional sign, digits up to the first
+/// non-digit (none gives 0). `None` when the value overflows 64 bits (`ERANGE`).
+fn strtol_i32(s: &[u8]) -> Option<i32> {
+    let mut i = s
+        .iter()
+        .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        .count();
+    let negative = match s.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let mut n: i64 = 0;
+    for &b in s[i..].iter().take_while(|b| b.is_ascii_digit()) {
+        let d = i64::from(b - b'0');
+        n = n.checked_mul(10).and_then(|n| {
+            if negative {
+                n.checked_sub(d)
+            } else {
+                n.checked_add(d)
+            }
+        })?;
+    }
+    // The C cast from long to int keeps the low 32 bits.
+    Some(n as i32)
+}
+
+/// C's `strtoul` on `s`, then the conversion to a 32-bit `unsigned int`:
+/// leading white space, an optional sign (a minus negates modulo 2^64), at
+/// least one digit, anything after the digits ignored. `None` without digits or
+/// when the value overflows 64 bits.
+fn strtoul_u32(s: &[u8]) -> Option<u32> {
+    let mut i = s
+        .iter()
+        .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        .count();
+    let negative = match s.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let digits = &s[i..];
+    let k = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+    if k == 0 {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in &digits[..k] {
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    let n = if negative { n.wrapping_neg() } else { n };
+    Some(n as u32)
 }
 
 /// A whole-rest tube name as `use`, `watch`, `ignore` and `stats-tube` take it.
@@ -489,6 +619,9 @@ mod tests {
             (b"peek-delayed\r\n", C::PeekDelayed),
             (b"peek-buried\r\n", C::PeekBuried),
             (b"kick 10\r\n", C::Kick { bound: 10 }),
+            (b"kick 4294967297 x\r\n", C::Kick { bound: 1 }),
+            (b"kick -1\r\n", C::Kick { bound: u32::MAX }),
+            (b"kick  +2\r\n", C::Kick { bound: 2 }),
             (b"kick-job 10\r\n", C::KickJob { id: 10 }),
             (b"stats\r\n", C::Stats),
             (b"stats-job 2\r\n", C::StatsJob { id: 2 }),
@@ -504,6 +637,7 @@ mod tests {
                 },
             ),
             (b"quit\r\n", C::Quit),
+            (b"quitx\r\n", C::Quit),
             (
                 b"put 1 2 3 0\r\n\r\n",
                 C::Put {
@@ -533,20 +667,21 @@ mod tests {
         let bad: &[&[u8]] = &[
             b"reserve \r\n",
             b"reserve-with-timeout\r\n",
-            b"reserve-with-timeout -1\r\n",
+            b"reserve-with-timeout 99999999999999999999\r\n",
             b"delete 18446744073709551616\r\n",
             b"delete 1 \r\n",
             b"delete x\r\n",
             b"bury 1 4294967296\r\n",
+            b"kick \r\n",
+            b"kick x\r\n",
+            b"kick 99999999999999999999\r\n",
             b"use \r\n",
             b"use  a\r\n",
             b"use -a\r\n",
             b"use a b\r\n",
             b"stats \r\n",
             b"put 1 2 3\r\n",
-            b"put 1 2 3 4 \r\n",
             b"delete 1\0\r\n",
-            b"quit now\r\n",
         ];
         for input in bad {
             assert_eq!(
@@ -580,6 +715,13 @@ mod tests {
             Err(CommandError::ExpectedCrlf { consumed: 19 })
         );
         assert_eq!(
+            parse(b"put 1 2 3 4 \r\n"),
+            Err(CommandError::CountedBadFormat {
+                consumed: 14,
+                kind: crate::CommandKind::Put
+            })
+        );
+        assert_eq!(
             parse(b"put 1 2 3 101 junk\r\n"),
             Err(CommandError::JobTooBig {
                 consumed: 20,
@@ -600,6 +742,9 @@ mod tests {
         edge[222] = b'x';
         edge[223] = b'\r';
         assert_eq!(parse(&edge), Err(CommandError::LineTooLong));
+        assert_eq!(skip_line(b"xx"), Skip::More(0));
+        assert_eq!(skip_line(b"xx\r\nquit\r\n"), Skip::Done(4));
+        assert_eq!(skip_line(&long), Skip::More(224));
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use taskq_proto::server::{parse_command, CommandError};
-use taskq_proto::{Status, MAX_LINE};
+use taskq_proto::server::{parse_command, skip_line, CommandError, Skip};
+use taskq_proto::{Command, Status, MAX_LINE};
 
 use super::faults::{Action, ConnFaults, ReplyFault};
 use super::state::{push_reply, Outcome};
@@ -143,6 +143,11 @@ impl Conn {
                     };
                     let mut st = self.shared.lock();
                     let outcome = st.execute(self.id, &cmd, Instant::now(), &mut self.out);
+                    if cmd == Command::Reserve && input.starts_with(b"reserve-with-timeout") {
+                        // The codec reads a negative timeout as a plain reserve;
+                        // beanstalkd still counts the command it was sent.
+                        st.count_as_reserve_with_timeout();
+                    }
                     let wake = st.stats.waiting > 0;
                     drop(st);
                     if wake {
@@ -198,12 +203,31 @@ impl Conn {
 
     /// Answers a command the codec refused, dropping the bytes beanstalkd drops.
     fn refuse(&mut self, e: CommandError) -> Result<(), End> {
-        if e.is_put() {
+        if let Some(kind) = e.counted_as() {
             let spent = matches!(e, CommandError::ExpectedCrlf { .. });
-            self.shared.lock().refused_put(self.id, spent);
+            self.shared.lock().refused(self.id, kind, spent);
         }
         let avail = self.end - self.start;
         self.start += e.consumed().min(avail);
+        if let CommandError::LineTooLong = e {
+            loop {
+                match skip_line(&self.inbuf[self.start..self.end]) {
+                    Skip::Done(n) => {
+                        self.start += n;
+                        break;
+                    }
+                    Skip::More(n) => {
+                        self.start += n;
+                        if self.start == self.end {
+                            self.start = 0;
+                            self.end = 0;
+                        }
+                        self.flush()?;
+                        self.fill()?;
+                    }
+                }
+            }
+        }
         if let CommandError::JobTooBig { discard, .. } = e {
             let mut left = discard;
             loop {

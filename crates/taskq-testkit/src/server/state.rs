@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use taskq_proto::server::encode_reply_head;
-use taskq_proto::{Command, Reply};
+use taskq_proto::{Command, CommandKind, Reply};
 
 use super::ledger::Book;
 use super::stats::Stats;
@@ -776,15 +776,22 @@ impl State {
         Outcome::Inserted(id)
     }
 
-    /// A put line that was well formed but whose body was refused (too big, no
-    /// CRLF): beanstalkd counts it, marks a producer, and spends an id on a
-    /// missing CRLF.
-    pub(crate) fn refused_put(&mut self, conn: u64, spent_id: bool) {
-        self.stats.cmd[super::stats::CMD_PUT] += 1;
-        self.conn(conn).producer = true;
+    /// A command beanstalkd counts although it refuses it (a put with good
+    /// numbers but a body too big, trailing bytes or no CRLF; a pause-tube of
+    /// an impossible name). For a missing CRLF it had already marked a producer
+    /// and spent an id.
+    pub(crate) fn refused(&mut self, conn: u64, kind: CommandKind, spent_id: bool) {
+        self.stats.count_kind(kind);
         if spent_id {
+            self.conn(conn).producer = true;
             self.next_id += 1;
         }
+    }
+
+    /// Counts a `reserve-with-timeout` whose negative timeout made it a plain reserve.
+    pub(crate) fn count_as_reserve_with_timeout(&mut self) {
+        self.stats.cmd[super::stats::CMD_RESERVE] -= 1;
+        self.stats.cmd[super::stats::CMD_RESERVE_WITH_TIMEOUT] += 1;
     }
 
     fn reserve(

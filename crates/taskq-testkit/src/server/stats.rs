@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::time::Instant;
 
-use taskq_proto::Command;
+use taskq_proto::{Command, CommandKind};
 
 use super::state::{Job, JobState, Name, State, Tube};
 
@@ -33,7 +33,8 @@ pub(crate) const CMD_NAMES: [&str; 22] = [
     "cmd-list-tubes-watched",
     "cmd-pause-tube",
 ];
-pub(crate) const CMD_PUT: usize = 0;
+pub(crate) const CMD_RESERVE: usize = 5;
+pub(crate) const CMD_RESERVE_WITH_TIMEOUT: usize = 6;
 
 /// Server-wide counters.
 #[derive(Debug, Default)]
@@ -49,29 +50,35 @@ pub(crate) struct Stats {
 impl Stats {
     /// Counts a command under its `cmd-*` key, as beanstalkd does.
     pub(crate) fn count(&mut self, cmd: &Command<'_>) {
-        let i = match cmd {
-            Command::Put { .. } => 0,
-            Command::Peek { .. } => 1,
-            Command::PeekReady => 2,
-            Command::PeekDelayed => 3,
-            Command::PeekBuried => 4,
-            Command::Reserve | Command::ReserveJob { .. } => 5,
-            Command::ReserveWithTimeout { .. } => 6,
-            Command::Delete { .. } => 7,
-            Command::Release { .. } => 8,
-            Command::Use { .. } => 9,
-            Command::Watch { .. } => 10,
-            Command::Ignore { .. } => 11,
-            Command::Bury { .. } => 12,
-            Command::Kick { .. } | Command::KickJob { .. } => 13,
-            Command::Touch { .. } => 14,
-            Command::Stats => 15,
-            Command::StatsJob { .. } => 16,
-            Command::StatsTube { .. } => 17,
-            Command::ListTubes => 18,
-            Command::ListTubeUsed => 19,
-            Command::ListTubesWatched => 20,
-            Command::PauseTube { .. } => 21,
+        self.count_kind(cmd.kind());
+    }
+
+    /// Counts a command kind; beanstalkd counts reserve-job, kick-job and quit under no key.
+    pub(crate) fn count_kind(&mut self, kind: CommandKind) {
+        use CommandKind as K;
+        let i = match kind {
+            K::Put => 0,
+            K::Peek => 1,
+            K::PeekReady => 2,
+            K::PeekDelayed => 3,
+            K::PeekBuried => 4,
+            K::Reserve => 5,
+            K::ReserveWithTimeout { .. } => 6,
+            K::Delete => 7,
+            K::Release => 8,
+            K::Use => 9,
+            K::Watch => 10,
+            K::Ignore => 11,
+            K::Bury => 12,
+            K::Kick => 13,
+            K::Touch => 14,
+            K::Stats => 15,
+            K::StatsJob => 16,
+            K::StatsTube => 17,
+            K::ListTubes => 18,
+            K::ListTubeUsed => 19,
+            K::ListTubesWatched => 20,
+            K::PauseTube => 21,
             _ => return,
         };
         self.cmd[i] += 1;
