@@ -9,7 +9,7 @@ use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 
 use crate::command::{Command, CommandKind};
 use crate::error::Error;
-use crate::reply::{attach, parse_frame, Limits, Reply, Status};
+use crate::reply::{attach, inserted_exact, parse_frame, Limits, Reply, Status};
 use crate::MAX_LINE;
 
 /// Bytes of the inline send buffer: a put whose line and body fit is sent from
@@ -77,6 +77,9 @@ pub struct Connection {
     start: usize,
     end: usize,
     rcv_timeout: Duration,
+    /// True while a deadline has the socket timeout below the I/O timeout; the
+    /// next reply's first read restores it.
+    rcv_lowered: bool,
     broken: bool,
     counts: IoCounts,
     /// The put line now at the start of `line` (pri, delay, ttr, body length, line length):
@@ -147,6 +150,7 @@ impl Connection {
             start: 0,
             end: 0,
             rcv_timeout: positive(cfg.io_timeout),
+            rcv_lowered: false,
             broken: false,
             counts: IoCounts::default(),
             put_line: None,
@@ -189,7 +193,70 @@ impl Connection {
     ///
     /// Requests gathered by [`queue`](Self::queue) are not sent first: flush them
     /// before, or their replies will be read out of order.
+    #[inline]
     pub fn send(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+        // The enqueue hot path: a put with the numbers of the last one (its line
+        // is still encoded at the start of `line`, and its size check passed
+        // then) whose whole request fits the inline buffer.
+        if let Command::Put {
+            pri,
+            delay,
+            ttr,
+            body,
+        } = *cmd
+        {
+            if let Some((p, d, t, len, head)) = self.put_line {
+                // `len` passed the size check, so this sum cannot overflow.
+                let total = head + len + 2;
+                if (p, d, t, len) == (pri, delay, ttr, body.len())
+                    && total <= INLINE_REQUEST
+                    && !self.broken
+                {
+                    self.line[head..total - 2].copy_from_slice(body);
+                    self.line[total - 2..total].copy_from_slice(b"\r\n");
+                    return self.send_inline(total);
+                }
+            }
+        }
+        self.send_any(cmd)
+    }
+
+    /// Sends the first `total` bytes of `line`; one call unless the socket takes less.
+    #[inline]
+    fn send_inline(&mut self, total: usize) -> Result<(), Error> {
+        let r = self.sock.send_with_flags(&self.line[..total], SEND_FLAGS);
+        self.counts.writes += 1;
+        match r {
+            Ok(n) if n == total => Ok(()),
+            other => self.send_inline_rest(total, other),
+        }
+    }
+
+    /// A partial or failed first send of `line[..total]`: goes on as `write_all` would.
+    #[cold]
+    fn send_inline_rest(&mut self, total: usize, first: io::Result<usize>) -> Result<(), Error> {
+        let r = match first {
+            Ok(n) if n > 0 => write_rest(
+                &self.sock,
+                &mut self.counts,
+                &mut [IoSlice::new(&self.line[n..total])],
+                n,
+            ),
+            Ok(_) => Err(Error::NotSent(write_zero())),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => write_all(
+                &self.sock,
+                &mut self.counts,
+                &mut [IoSlice::new(&self.line[..total])],
+            ),
+            Err(e) => Err(Error::NotSent(e)),
+        };
+        self.broken |= r.is_err();
+        r
+    }
+
+    /// [`send`](Self::send) for any request: encodes its line (reusing a put
+    /// line whose numbers repeat), then writes the request.
+    fn send_any(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
         if self.broken {
             return Err(Error::Broken);
         }
@@ -315,7 +382,46 @@ impl Connection {
     ///
     /// The deadline covers the whole reply: the I/O timeout plus, for
     /// `reserve-with-timeout`, the seconds the server may wait.
+    #[inline]
     pub fn recv(&mut self, kind: CommandKind) -> Result<Reply<'_>, Error> {
+        // The enqueue hot path: the reply to a put on an empty buffer (`end` is
+        // reset to 0 whenever the buffer drains) is almost always one whole
+        // `INSERTED <id>\r\n` from one read.
+        if kind == CommandKind::Put && self.end == 0 && !self.broken && !self.rcv_lowered {
+            // The one clock read of a put: should this read bring only part of
+            // the reply, the deadline for the rest counts from here.
+            let started = Instant::now();
+            let r = (&self.sock).read(&mut self.rbuf);
+            self.counts.reads += 1;
+            if let Ok(n) = r {
+                if let Some(id) = inserted_exact(self.rbuf.get(..n).unwrap_or_default()) {
+                    return Ok(Reply::Inserted { id });
+                }
+            }
+            return self.recv_after_first_read(kind, started, r);
+        }
+        self.recv_any(kind, None)
+    }
+
+    /// The hot path's read did not bring a whole `INSERTED`: account for it and
+    /// go on as [`recv`](Self::recv) would after its first read.
+    fn recv_after_first_read(
+        &mut self,
+        kind: CommandKind,
+        started: Instant,
+        r: io::Result<usize>,
+    ) -> Result<Reply<'_>, Error> {
+        self.took(r)?;
+        self.recv_any(kind, Some(started))
+    }
+
+    /// [`recv`](Self::recv) for any reply. `started` is when the wait for this
+    /// reply began, when a read for it was already made.
+    fn recv_any(
+        &mut self,
+        kind: CommandKind,
+        started: Option<Instant>,
+    ) -> Result<Reply<'_>, Error> {
         if self.broken {
             return Err(Error::Broken);
         }
@@ -326,9 +432,9 @@ impl Connection {
             .saturating_add(Duration::from_secs(u64::from(kind.server_wait_secs())));
         // The clock is read only before the first read that may wait: a reply
         // already in the buffer (the rest of a pipeline) costs no clock at all.
-        let mut started = None;
+        let mut first_read = started.is_none();
+        let mut started = started;
         let limits = self.cfg.limits;
-        let mut first_read = true;
         let (reply, span, used) = loop {
             if self.start < self.end {
                 match parse_frame(kind, &self.rbuf[self.start..self.end], &limits) {
@@ -370,7 +476,7 @@ impl Connection {
         if self.end == self.rbuf.len() {
             self.make_room()?;
         }
-        if self.rcv_timeout != positive(self.cfg.io_timeout) && *first_read {
+        if self.rcv_lowered && *first_read {
             self.set_rcv_timeout(positive(self.cfg.io_timeout))?;
         }
         loop {
@@ -396,26 +502,38 @@ impl Connection {
             *first_read = false;
             let r = (&self.sock).read(&mut self.rbuf[self.end..]);
             self.counts.reads += 1;
-            match r {
-                Ok(0) => {
-                    self.broken = true;
-                    return Err(Error::Closed);
-                }
-                Ok(n) => {
-                    self.end += n;
-                    return Ok(());
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => {
-                    self.broken = true;
-                    return Err(Error::Io(e));
-                }
+            if self.took(r)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Accounts for one read into `rbuf[end..]`: true when bytes arrived, false
+    /// when the read timed out or was interrupted (the caller checks the deadline
+    /// and reads again); an end of stream or another error breaks the connection.
+    fn took(&mut self, r: io::Result<usize>) -> Result<bool, Error> {
+        match r {
+            Ok(0) => {
+                self.broken = true;
+                Err(Error::Closed)
+            }
+            Ok(n) => {
+                self.end += n;
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(Error::Io(e))
             }
         }
     }
@@ -446,6 +564,7 @@ impl Connection {
             return Err(Error::Io(e));
         }
         self.rcv_timeout = t;
+        self.rcv_lowered = t != positive(self.cfg.io_timeout);
         Ok(())
     }
 }
@@ -462,12 +581,17 @@ impl Interrupter {
 }
 
 /// Writes every byte, one send call per attempt; a partial write continues where it stopped.
-fn write_all(
+fn write_all(sock: &Socket, counts: &mut IoCounts, bufs: &mut [IoSlice<'_>]) -> Result<(), Error> {
+    write_rest(sock, counts, bufs, 0)
+}
+
+/// [`write_all`] for a request of which `sent` bytes already left.
+fn write_rest(
     sock: &Socket,
     counts: &mut IoCounts,
     mut bufs: &mut [IoSlice<'_>],
+    mut sent: usize,
 ) -> Result<(), Error> {
-    let mut sent = 0usize;
     while !bufs.is_empty() {
         let r = if bufs.len() == 1 {
             sock.send_with_flags(&bufs[0], SEND_FLAGS)
@@ -476,7 +600,7 @@ fn write_all(
         };
         counts.writes += 1;
         let err = match r {
-            Ok(0) => io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes"),
+            Ok(0) => write_zero(),
             Ok(n) => {
                 sent += n;
                 IoSlice::advance_slices(&mut bufs, n);
@@ -492,6 +616,10 @@ fn write_all(
         });
     }
     Ok(())
+}
+
+fn write_zero() -> io::Error {
+    io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes")
 }
 
 /// The most a receive buffer ever holds: one reply line and the largest body or YAML.

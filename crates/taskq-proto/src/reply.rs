@@ -513,6 +513,63 @@ fn inserted_fast(input: &[u8]) -> Option<Status<(Reply<'static>, Span)>> {
     Some(Status::Complete(done, WORD.len() + i + 2))
 }
 
+/// `input` is exactly one `INSERTED <id>\r\n` with 1 to 19 digits (which cannot
+/// overflow): its id. The general parser accepts every such input with the
+/// same id; anything else (20 digits included) is left to it.
+#[inline]
+pub(crate) fn inserted_exact(input: &[u8]) -> Option<u64> {
+    let n = input.len();
+    if !(12..=30).contains(&n) || !input.starts_with(b"INSERTED ") || !input.ends_with(b"\r\n") {
+        return None;
+    }
+    // The id's digits are input[9..n - 2]; the eight bytes before the CRLF are
+    // always in the input, since the line is at least 12 bytes.
+    let digits = n - 11;
+    let last8 = eight(input, n - 10);
+    if digits <= 8 {
+        return digits8(last8, digits);
+    }
+    if digits <= 16 {
+        let high = digits8(eight(input, n - 18), digits - 8)?;
+        return Some(high * 100_000_000 + digits8(last8, 8)?);
+    }
+    let mut id: u64 = 0;
+    for &b in &input[9..n - 2] {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        id = id * 10 + u64::from(d);
+    }
+    Some(id)
+}
+
+/// The eight bytes of `input` from `at`, as a little-endian word.
+#[inline]
+fn eight(input: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&input[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// The value of the last `len` (1 to 8) bytes of `word` (little-endian, so
+/// they are its high bytes, the first digit lowest) when all are ASCII digits:
+/// the eight digits are checked and combined in parallel, in three multiplies.
+#[inline]
+fn digits8(word: u64, len: usize) -> Option<u64> {
+    // The bytes before the digits become zeros, which read as leading zeros.
+    let x = (word ^ 0x3030_3030_3030_3030) & (u64::MAX << (8 * (8 - len)));
+    // A digit is now 0..=9 in its byte; anything else has bit 7 set in the
+    // byte itself or after adding 0x76 (a carry out of a byte only comes
+    // from one that already has bit 7 set).
+    if (x | x.wrapping_add(0x7676_7676_7676_7676)) & 0x8080_8080_8080_8080 != 0 {
+        return None;
+    }
+    let x = (x.wrapping_mul(10) + (x >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let x = (x.wrapping_mul(100) + (x >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some((x.wrapping_mul(10_000) + (x >> 32)) & 0xFFFF_FFFF)
+}
+
 /// Parses unsigned decimal: digits only, no sign, no overflow.
 #[inline]
 pub fn parse_u64(s: &[u8]) -> Result<u64, ReplyError> {
@@ -531,4 +588,73 @@ pub fn parse_u64(s: &[u8]) -> Result<u64, ReplyError> {
             .ok_or(ReplyError::BadNumber)?;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hot-path reader against the general parser: every id length, the
+    /// digit boundaries, every byte in every position, and broken frames.
+    #[test]
+    fn inserted_exact_agrees_with_the_general_parser() {
+        let limits = Limits::default();
+        let general = |input: &[u8]| match parse_reply(CommandKind::Put, input, &limits) {
+            Ok(Status::Complete(Reply::Inserted { id }, n)) if n == input.len() => Some(id),
+            _ => None,
+        };
+        let mut inputs: Vec<Vec<u8>> = Vec::new();
+        let mut ids = vec![0u64, 1, 9, 10, 99, 100, 12_345_678, 99_999_999, 100_000_000];
+        ids.extend([u64::MAX / 10, 9_999_999_999_999_999_999, u64::MAX]);
+        let mut p = 1u64;
+        while let Some(q) = p.checked_mul(10) {
+            ids.extend([p - 1, p, p + 1, q - 1, p * 7 + 3]);
+            p = q;
+        }
+        for id in ids {
+            inputs.push(format!("INSERTED {id}\r\n").into_bytes());
+        }
+        for len in 1..=21 {
+            let digits: Vec<u8> = (0..len).map(|i| b'0' + ((i * 7 + 3) % 10) as u8).collect();
+            for at in 0..len {
+                for byte in 0..=255u8 {
+                    let mut input = b"INSERTED ".to_vec();
+                    input.extend_from_slice(&digits);
+                    input[9 + at] = byte;
+                    input.extend_from_slice(b"\r\n");
+                    inputs.push(input);
+                }
+            }
+            // Leading zeros, as the general parser allows them.
+            inputs.push(format!("INSERTED {}\r\n", "0".repeat(len)).into_bytes());
+        }
+        for bad in [
+            &b"INSERTED \r\n"[..],
+            b"INSERTED 12\r",
+            b"INSERTED 12\n\n",
+            b"INSERTED 12\r\nX",
+            b"INSERTED  12\r\n",
+            b"INSERTED 12 \r\n",
+            b"INSERTEDX12\r\n",
+            b"inserted 12\r\n",
+            b"BURIED 12\r\n",
+            b"",
+        ] {
+            inputs.push(bad.to_vec());
+        }
+        for input in &inputs {
+            let fast = inserted_exact(input);
+            if fast.is_some() {
+                assert_eq!(fast, general(input), "{:?}", String::from_utf8_lossy(input));
+            } else {
+                // Only the 20-digit ids are left to the general parser on purpose.
+                let digits = input.len().saturating_sub(11);
+                assert!(
+                    general(input).is_none() || digits == 20,
+                    "{:?}",
+                    String::from_utf8_lossy(input)
+                );
+            }
+        }
+    }
 }
