@@ -788,4 +788,172 @@ mod tests {
         )
         .is_err());
     }
+
+    mod props {
+        use super::super::*;
+        use crate::reply::{parse_reply, Limits};
+        use crate::CommandKind;
+        use proptest::prelude::*;
+
+        fn tube() -> impl Strategy<Value = String> {
+            "[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,40}"
+        }
+
+        /// Owned parts of a command, built into a borrowed `Command` in the test.
+        #[derive(Debug, Clone)]
+        enum Owned {
+            Put(u32, u32, u32, Vec<u8>),
+            Tube(u8, String),
+            Id(u8, u64),
+            Release(u64, u32, u32),
+            Bury(u64, u32),
+            Timeout(u32),
+            Kick(u32),
+            Pause(String, u32),
+            Bare(u8),
+        }
+
+        fn owned() -> impl Strategy<Value = Owned> {
+            prop_oneof![
+                (
+                    any::<u32>(),
+                    any::<u32>(),
+                    any::<u32>(),
+                    prop::collection::vec(any::<u8>(), 0..300)
+                )
+                    .prop_map(|(p, d, t, b)| Owned::Put(p, d, t, b)),
+                (0u8..4, tube()).prop_map(|(k, t)| Owned::Tube(k, t)),
+                (0u8..7, any::<u64>()).prop_map(|(k, i)| Owned::Id(k, i)),
+                (any::<u64>(), any::<u32>(), any::<u32>())
+                    .prop_map(|(i, p, d)| Owned::Release(i, p, d)),
+                (any::<u64>(), any::<u32>()).prop_map(|(i, p)| Owned::Bury(i, p)),
+                // beanstalkd reads the timeout as a signed int: above 2^31 - 1 it
+                // means "forever" (see the module docs), so the round trip stops there.
+                (0u32..=i32::MAX as u32).prop_map(Owned::Timeout),
+                any::<u32>().prop_map(Owned::Kick),
+                (tube(), any::<u32>()).prop_map(|(t, d)| Owned::Pause(t, d)),
+                (0u8..10).prop_map(Owned::Bare),
+            ]
+        }
+
+        fn command(o: &Owned) -> Command<'_> {
+            match o {
+                Owned::Put(pri, delay, ttr, body) => Command::Put {
+                    pri: *pri,
+                    delay: *delay,
+                    ttr: *ttr,
+                    body,
+                },
+                Owned::Tube(0, tube) => Command::Use { tube },
+                Owned::Tube(1, tube) => Command::Watch { tube },
+                Owned::Tube(2, tube) => Command::Ignore { tube },
+                Owned::Tube(_, tube) => Command::StatsTube { tube },
+                Owned::Id(0, id) => Command::ReserveJob { id: *id },
+                Owned::Id(1, id) => Command::Delete { id: *id },
+                Owned::Id(2, id) => Command::Touch { id: *id },
+                Owned::Id(3, id) => Command::Peek { id: *id },
+                Owned::Id(4, id) => Command::KickJob { id: *id },
+                Owned::Id(5, id) => Command::StatsJob { id: *id },
+                Owned::Id(_, id) => Command::Delete { id: *id },
+                Owned::Release(id, pri, delay) => Command::Release {
+                    id: *id,
+                    pri: *pri,
+                    delay: *delay,
+                },
+                Owned::Bury(id, pri) => Command::Bury { id: *id, pri: *pri },
+                Owned::Timeout(timeout) => Command::ReserveWithTimeout { timeout: *timeout },
+                Owned::Kick(bound) => Command::Kick { bound: *bound },
+                Owned::Pause(tube, delay) => Command::PauseTube {
+                    tube,
+                    delay: *delay,
+                },
+                Owned::Bare(k) => [
+                    Command::Reserve,
+                    Command::PeekReady,
+                    Command::PeekDelayed,
+                    Command::PeekBuried,
+                    Command::Stats,
+                    Command::ListTubes,
+                    Command::ListTubeUsed,
+                    Command::ListTubesWatched,
+                    Command::Quit,
+                    Command::Reserve,
+                ][*k as usize],
+            }
+        }
+
+        fn reply(k: u8, n: u64, body: &[u8], tube: &'static str) -> (CommandKind, Reply<'static>) {
+            let body: &'static [u8] = Box::leak(body.to_vec().into_boxed_slice());
+            let all = [
+                (CommandKind::Put, Reply::Inserted { id: n }),
+                (CommandKind::Put, Reply::InsertedBuried { id: n }),
+                (CommandKind::Put, Reply::ExpectedCrlf),
+                (CommandKind::Put, Reply::JobTooBig),
+                (CommandKind::Put, Reply::Draining),
+                (CommandKind::Use, Reply::Using { tube }),
+                (CommandKind::Reserve, Reply::Reserved { id: n, body }),
+                (CommandKind::Reserve, Reply::DeadlineSoon),
+                (
+                    CommandKind::ReserveWithTimeout { timeout: 1 },
+                    Reply::TimedOut,
+                ),
+                (CommandKind::Delete, Reply::Deleted),
+                (CommandKind::Delete, Reply::NotFound),
+                (CommandKind::Release, Reply::Released),
+                (CommandKind::Release, Reply::Buried),
+                (CommandKind::Touch, Reply::Touched),
+                (CommandKind::Watch, Reply::Watching { count: n }),
+                (CommandKind::Ignore, Reply::NotIgnored),
+                (CommandKind::Peek, Reply::Found { id: n, body }),
+                (CommandKind::Kick, Reply::Kicked { count: n }),
+                (CommandKind::KickJob, Reply::KickedJob),
+                (CommandKind::Stats, Reply::Ok { yaml: body }),
+                (CommandKind::PauseTube, Reply::Paused),
+                (CommandKind::Stats, Reply::OutOfMemory),
+                (CommandKind::Stats, Reply::InternalError),
+                (CommandKind::Stats, Reply::BadFormat),
+                (CommandKind::Stats, Reply::UnknownCommand),
+            ];
+            all[k as usize % all.len()]
+        }
+
+        proptest! {
+            #[test]
+            fn client_encoding_parses_to_the_same_command(o in owned()) {
+                let cmd = command(&o);
+                let mut buf = vec![0u8; 1024];
+                let n = cmd.encode(&mut buf, 65535).unwrap();
+                prop_assert_eq!(parse_command(&buf[..n], 65535), Ok(Status::Complete(cmd, n)));
+                // Every strict prefix is a partial command, never an error.
+                for cut in 0..n {
+                    prop_assert_eq!(parse_command(&buf[..cut], 65535), Ok(Status::Partial));
+                }
+            }
+
+            #[test]
+            fn server_encoding_parses_to_the_same_reply(
+                k in any::<u8>(),
+                n in any::<u64>(),
+                body in prop::collection::vec(any::<u8>(), 0..300),
+                tube in prop::sample::select(vec!["default", "a-b", "x(1)"]),
+            ) {
+                let (kind, r) = reply(k, n, &body, tube);
+                let mut buf = vec![0u8; 1024];
+                let len = encode_reply(&r, &mut buf).unwrap();
+                prop_assert_eq!(parse_reply(kind, &buf[..len], &Limits::default()), Ok(Status::Complete(r, len)));
+                // Too small a buffer is an error, never a panic or a short write.
+                prop_assert!(encode_reply(&r, &mut buf[..len - 1]).is_err());
+            }
+
+            #[test]
+            fn arbitrary_input_never_panics(input in prop::collection::vec(any::<u8>(), 0..400)) {
+                match parse_command(&input, 100) {
+                    Ok(Status::Complete(_, n)) => prop_assert!(n <= input.len()),
+                    Ok(Status::Partial) => prop_assert!(input.len() < MAX_LINE + 100 + 2 + 32),
+                    Err(e) => prop_assert!(e.consumed() <= input.len().max(MAX_LINE)),
+                }
+                let _ = skip_line(&input);
+            }
+        }
+    }
 }
