@@ -132,6 +132,9 @@ pub(crate) struct Shared {
     pub(crate) plan: Mutex<PlanSlot>,
     pub(crate) plan_generation: AtomicU64,
     refuse_until: Mutex<Option<Instant>>,
+    /// The local address of the connection that tells the accept loop to start
+    /// refusing; connections queued before it are still served.
+    refuse_marker: Mutex<Option<SocketAddr>>,
     socks: Mutex<HashMap<u64, TcpStream>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     next_conn: AtomicU64,
@@ -212,6 +215,7 @@ impl TestServer {
             }),
             plan_generation: AtomicU64::new(0),
             refuse_until: Mutex::new(None),
+            refuse_marker: Mutex::new(None),
             socks: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(1),
@@ -263,14 +267,22 @@ impl TestServer {
     /// Open connections are not touched.
     pub fn refuse_for(&self, d: Duration) {
         *lock(&self.shared.refuse_until) = Some(Instant::now() + d);
-        self.wake_accept();
+        {
+            // Held while connecting, so the accept loop cannot see the marker
+            // connection before it knows the marker's address.
+            let mut marker = lock(&self.shared.refuse_marker);
+            match TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)) {
+                Ok(s) => *marker = s.local_addr().ok(),
+                Err(_) => return,
+            }
+        }
         // Wait until the listener is really closed, so the caller's next connect is refused.
-        let until = Instant::now() + Duration::from_secs(1);
-        while lock(&self.shared.refuse_until).is_some_and(|_| Instant::now() < until) {
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(50)).is_err() {
+        let until = Instant::now() + Duration::from_secs(2);
+        while lock(&self.shared.refuse_until).is_some() && Instant::now() < until {
+            if lock(&self.shared.refuse_marker).is_none() {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -342,10 +354,13 @@ fn accept_loop(shared: Arc<Shared>, mut listener: TcpListener, addr: SocketAddr)
         if shared.stopped() {
             return;
         }
-        let refuse = *lock(&shared.refuse_until);
-        if let Some(until) = refuse {
+        let marker = *lock(&shared.refuse_marker);
+        let is_marker = matches!((&accepted, marker), (Ok((_, peer)), Some(m)) if *peer == m);
+        if is_marker {
+            let until = lock(&shared.refuse_until).unwrap_or_else(Instant::now);
             drop(accepted);
             drop(listener);
+            *lock(&shared.refuse_marker) = None;
             if !shared.sleep(until.saturating_duration_since(Instant::now())) {
                 return;
             }

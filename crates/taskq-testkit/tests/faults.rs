@@ -1,0 +1,306 @@
+//! Each fault plan of the reference server, and the symptom a client sees.
+
+use std::io::ErrorKind;
+use std::time::{Duration, Instant};
+
+use taskq_proto::{Command, Config, Connection, Error, Reply, ReplyError};
+use taskq_testkit::{Fault, FaultPlan, ServerConfig, Target, TestServer};
+
+const PUT: Command<'static> = Command::Put {
+    pri: 0,
+    delay: 0,
+    ttr: 60,
+    body: b"job",
+};
+const POLL: Command<'static> = Command::ReserveWithTimeout { timeout: 0 };
+
+fn server(plan: FaultPlan) -> TestServer {
+    TestServer::start_with(ServerConfig::default().faults(plan)).unwrap()
+}
+
+fn connect(server: &TestServer, io_timeout: Duration) -> Connection {
+    let cfg = Config {
+        io_timeout,
+        ..Config::default()
+    };
+    Connection::connect(server.addr(), cfg).unwrap()
+}
+
+fn inserted(r: Result<Reply<'_>, Error>) -> u64 {
+    match r {
+        Ok(Reply::Inserted { id }) => id,
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn close_after_n_requests() {
+    let s = server(FaultPlan::all(Fault::CloseAfter { after: 2 }));
+    let mut c = connect(&s, Duration::from_secs(1));
+    inserted(c.request(&PUT));
+    inserted(c.request(&PUT));
+    let e = c.request(&PUT).unwrap_err();
+    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(e.outcome_unknown() && e.breaks_connection());
+    // The third request was never carried out.
+    assert_eq!(s.ledger().check().added, 2);
+    assert!(matches!(c.request(&PUT), Err(Error::Broken)));
+}
+
+#[test]
+fn reset_after_n_requests() {
+    let s = server(FaultPlan::all(Fault::ResetAfter { after: 1 }));
+    let mut c = connect(&s, Duration::from_secs(1));
+    inserted(c.request(&PUT));
+    let e = c.request(&PUT).unwrap_err();
+    match &e {
+        Error::Io(io) => assert_eq!(io.kind(), ErrorKind::ConnectionReset, "{e:?}"),
+        e => panic!("expected a reset, got {e:?}"),
+    }
+    assert!(e.outcome_unknown());
+    assert_eq!(s.ledger().check().added, 1);
+}
+
+#[test]
+fn cut_reply_after_k_bytes() {
+    // A reserve's reply cut inside its body: the job was handed out, the client
+    // cannot know which one, and it comes back when the connection closes.
+    let s = server(FaultPlan::nth(
+        2,
+        Fault::CutReply {
+            after: 0,
+            bytes: 15,
+        },
+    ));
+    let mut p = connect(&s, Duration::from_secs(1));
+    let id = inserted(p.request(&PUT));
+    let mut w = connect(&s, Duration::from_secs(1));
+    let e = w.request(&POLL).unwrap_err();
+    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(e.outcome_unknown());
+    let mut w2 = connect(&s, Duration::from_secs(1));
+    let until = Instant::now() + Duration::from_secs(2);
+    let got = loop {
+        match w2
+            .request(&Command::ReserveWithTimeout { timeout: 1 })
+            .unwrap()
+        {
+            Reply::Reserved { id, .. } => break id,
+            Reply::TimedOut if Instant::now() < until => {}
+            r => panic!("{r:?}"),
+        }
+    };
+    assert_eq!(got, id);
+    let r = s.ledger().check();
+    assert_eq!(
+        (r.handed_out_again, r.connections[&2].returned_on_close),
+        (1, 1)
+    );
+}
+
+#[test]
+fn process_but_never_reply() {
+    let s = server(FaultPlan::nth(1, Fault::NoReply { after: 2 }));
+    let mut c = connect(&s, Duration::from_millis(300));
+    let id = inserted(c.request(&PUT));
+    assert!(matches!(c.request(&POLL).unwrap(), Reply::Reserved { .. }));
+    let started = Instant::now();
+    let e = c.request(&Command::Delete { id }).unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(e.outcome_unknown());
+    assert!(started.elapsed() < Duration::from_millis(900));
+    // The delete did happen: the worker would count it ack_unknown, the server done.
+    let r = s.ledger().check();
+    assert_eq!((r.done, r.connections[&1].deleted), (1, 1));
+}
+
+#[test]
+fn silence_for_a_while_then_carry_on() {
+    let plan = FaultPlan::all(Fault::Silence {
+        after: 1,
+        duration: Duration::from_millis(600),
+    });
+    let s = server(plan);
+    // A client with a short deadline gives up: the server looks dead.
+    let mut c = connect(&s, Duration::from_millis(200));
+    inserted(c.request(&PUT));
+    let e = c.request(&PUT).unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    // A patient client gets its answer once the silence ends.
+    let mut c = connect(&s, Duration::from_secs(2));
+    inserted(c.request(&PUT));
+    let started = Instant::now();
+    inserted(c.request(&PUT));
+    assert!(
+        started.elapsed() >= Duration::from_millis(550),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn delayed_replies() {
+    let s = server(FaultPlan::all(Fault::DelayReplies {
+        delay: Duration::from_millis(150),
+    }));
+    let mut c = connect(&s, Duration::from_secs(1));
+    let started = Instant::now();
+    inserted(c.request(&PUT));
+    assert!(started.elapsed() >= Duration::from_millis(140));
+    let mut hasty = connect(&s, Duration::from_millis(50));
+    assert!(hasty.request(&PUT).unwrap_err().is_timeout());
+}
+
+#[test]
+fn trickled_reply_hits_the_whole_reply_deadline() {
+    // "INSERTED 1\r\n" at 50 ms a byte takes 600 ms: bytes keep coming, yet a
+    // 300 ms deadline for the whole reply must fire.
+    let s = server(FaultPlan::all(Fault::Trickle {
+        after: 0,
+        interval: Duration::from_millis(50),
+    }));
+    let mut c = connect(&s, Duration::from_millis(300));
+    let started = Instant::now();
+    let e = c.request(&PUT).unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(550),
+        "{:?}",
+        started.elapsed()
+    );
+    // With time enough, the trickled reply parses.
+    let mut c = connect(&s, Duration::from_secs(3));
+    inserted(c.request(&PUT));
+    assert!(c.io_counts().reads >= 5);
+}
+
+#[test]
+fn garbage_and_unsolicited_lines() {
+    let plan = FaultPlan::nth(
+        1,
+        Fault::Inject {
+            after: 0,
+            bytes: b"HELLO THERE\r\n".to_vec(),
+        },
+    )
+    .with(
+        Target::Nth(2),
+        Fault::Inject {
+            after: 0,
+            bytes: b"DELETED\r\n".to_vec(),
+        },
+    )
+    .with(
+        Target::Nth(3),
+        Fault::Inject {
+            after: 0,
+            bytes: b"INSERTED 999\r\n".to_vec(),
+        },
+    );
+    let s = server(plan);
+    let mut c = connect(&s, Duration::from_secs(1));
+    let e = c.request(&PUT).unwrap_err();
+    assert!(
+        matches!(e, Error::Protocol(ReplyError::UnknownReply)),
+        "{e:?}"
+    );
+    let mut c = connect(&s, Duration::from_secs(1));
+    let e = c.request(&PUT).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Protocol(ReplyError::UnexpectedReply { word: "DELETED" })
+        ),
+        "{e:?}"
+    );
+    // A plausible unsolicited line is taken for the answer: the client is out
+    // of step without knowing, and learns it only at the next request.
+    let mut c = connect(&s, Duration::from_secs(1));
+    assert_eq!(inserted(c.request(&PUT)), 999);
+    let e = c.request(&POLL).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Protocol(ReplyError::UnexpectedReply { word: "INSERTED" })
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn refuse_connections_for_a_while() {
+    let s = TestServer::start().unwrap();
+    let mut open = connect(&s, Duration::from_secs(1));
+    s.refuse_for(Duration::from_millis(400));
+    let cfg = Config {
+        connect_timeout: Duration::from_millis(200),
+        ..Config::default()
+    };
+    match Connection::connect(s.addr(), cfg) {
+        Err(Error::NotSent(e)) => assert_eq!(e.kind(), ErrorKind::ConnectionRefused),
+        r => panic!("{r:?}"),
+    }
+    // Open connections keep working.
+    inserted(open.request(&PUT));
+    let until = Instant::now() + Duration::from_secs(3);
+    loop {
+        match Connection::connect(s.addr(), cfg) {
+            Ok(mut c) => {
+                inserted(c.request(&PUT));
+                break;
+            }
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("still refused: {e}"),
+        }
+    }
+}
+
+#[test]
+fn faults_switch_at_run_time_on_open_connections() {
+    let s = TestServer::start().unwrap();
+    let mut c = connect(&s, Duration::from_secs(1));
+    inserted(c.request(&PUT));
+    s.set_faults(FaultPlan::all(Fault::CloseAfter { after: 1 }));
+    inserted(c.request(&PUT));
+    assert!(matches!(c.request(&PUT), Err(Error::Closed)));
+    s.clear_faults();
+    let mut c = connect(&s, Duration::from_secs(1));
+    for _ in 0..5 {
+        inserted(c.request(&PUT));
+    }
+}
+
+/// Runs a fixed request pattern over reconnecting clients; returns what happened.
+fn random_run(seed: u64) -> Vec<String> {
+    let s = server(FaultPlan::random(seed, 0.2));
+    let mut log = Vec::new();
+    let mut c = connect(&s, Duration::from_millis(1500));
+    for _ in 0..40 {
+        if c.is_broken() {
+            c = connect(&s, Duration::from_millis(1500));
+            log.push("reconnect".to_string());
+        }
+        log.push(match c.request(&Command::Stats) {
+            Ok(_) => "ok".into(),
+            Err(e) if e.is_timeout() => "timeout".into(),
+            Err(Error::Closed) => "closed".into(),
+            Err(Error::Io(e)) => format!("io {:?}", e.kind()),
+            Err(Error::Protocol(e)) => format!("protocol {e}"),
+            Err(e) => format!("other {e}"),
+        });
+    }
+    assert_eq!(s.ledger().check().seed, Some(seed));
+    log
+}
+
+#[test]
+fn random_faults_replay_from_their_seed() {
+    let seed = 0x5eed_0001;
+    let first = random_run(seed);
+    assert!(
+        first.iter().any(|l| l != "ok" && l != "reconnect"),
+        "{first:?}"
+    );
+    assert!(first.iter().any(|l| l == "ok"), "{first:?}");
+    assert_eq!(first, random_run(seed), "seed {seed} did not replay");
+}
