@@ -381,6 +381,13 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
                 break;
             }
         };
+        // The toxics may have changed while the read waited: data goes out under
+        // the toxics in force when it arrived.
+        let g = shared.generation.load(Ordering::Acquire);
+        if g != generation {
+            generation = g;
+            active = draw(&shared, dir, &mut rng, sent);
+        }
         if active.reset_at.is_some_and(|t| Instant::now() >= t) {
             link.kill(true);
             break;
