@@ -274,23 +274,43 @@ impl Producer {
     #[inline]
     pub fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
         let cmd = opts.command(body);
-        // Steady state: a live connection and nothing to recover from.
-        if self.retry.failures == 0 && body.len() <= self.cfg.limits.max_job_size {
+        // Steady state: a live connection and nothing to recover from. (A body
+        // over the maximum is refused by the connection before sending, with
+        // the same error `put_cold` gives.)
+        if self.retry.failures == 0 {
             if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
-                let r = match conn.send(&cmd) {
-                    Ok(()) => put_reply(conn),
-                    Err(e) => Err(Error::from_conn(e)),
+                // `INSERTED` returns straight away; every other outcome is
+                // turned into an error first, so the hot path carries no `Result`.
+                let e = match conn.send(&cmd) {
+                    Ok(()) => match conn.recv(CommandKind::Put) {
+                        Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
+                        other => not_inserted(other),
+                    },
+                    Err(e) => Error::from_conn(e),
                 };
-                if !matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
-                    return r;
-                }
-                self.drop_if_broken();
-                return self.put_again(&cmd, r);
+                return self.put_failed(&cmd, e);
             }
         }
         self.put_cold(&cmd)
     }
 
+    /// The hot path's put did not come back `INSERTED`: a rejection is the
+    /// answer; an unknown or not-sent outcome drops a broken connection and is
+    /// retried in at-least-once mode.
+    #[cold]
+    fn put_failed(&mut self, cmd: &Command<'_>, e: Error) -> Result<JobId, Error> {
+        let r = Err(e);
+        if let Some(conn) = self.conn.as_mut() {
+            mark_if_out_of_step(conn, &r);
+        }
+        if !matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
+            return r;
+        }
+        self.drop_if_broken();
+        self.put_again(cmd, r)
+    }
+
+    /// A put that needs a connection first (or a body refused before that).
     #[cold]
     fn put_cold(&mut self, cmd: &Command<'_>) -> Result<JobId, Error> {
         let len = cmd.body().len();
@@ -580,11 +600,20 @@ fn use_on(conn: &mut Connection, tube: &str) -> Result<(), Error> {
 fn put_reply(conn: &mut Connection) -> Result<JobId, Error> {
     let r = match conn.recv(CommandKind::Put) {
         Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
-        Ok(other) => Err(unexpected(&other)),
-        Err(e) => Err(Error::from_conn(e)),
+        other => Err(not_inserted(other)),
     };
     mark_if_out_of_step(conn, &r);
     r
+}
+
+/// The error for a put whose reply was not `INSERTED` (the caller marks the
+/// connection broken when it is [`Error::Unknown`]).
+#[cold]
+fn not_inserted(r: Result<Reply<'_>, taskq_proto::Error>) -> Error {
+    match r {
+        Ok(reply) => unexpected(&reply),
+        Err(e) => Error::from_conn(e),
+    }
 }
 
 /// A non-`INSERTED` reply: a rejection, or (never expected, since the parser

@@ -82,9 +82,33 @@ pub struct Connection {
     rcv_lowered: bool,
     broken: bool,
     counts: IoCounts,
-    /// The put line now at the start of `line` (pri, delay, ttr, body length, line length):
-    /// a put with the same four numbers reuses it instead of encoding it again.
-    put_line: Option<(u32, u32, u32, usize, usize)>,
+    /// The put line now at the start of `line`: a put with the same four
+    /// numbers reuses it instead of encoding it again.
+    put_line: PutLine,
+}
+
+/// A put line encoded at the start of a connection's send buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PutLine {
+    pri: u32,
+    delay: u32,
+    ttr: u32,
+    /// The body length; `usize::MAX`, which no slice has, when there is no line.
+    len: usize,
+    /// The line's length, CRLF included.
+    head: usize,
+}
+
+impl PutLine {
+    /// No reusable line (a slice is never `usize::MAX` long, so no put matches):
+    /// a sentinel rather than an `Option` saves the hot path a test.
+    const NONE: PutLine = PutLine {
+        pri: 0,
+        delay: 0,
+        ttr: 0,
+        len: usize::MAX,
+        head: 0,
+    };
 }
 
 impl std::fmt::Debug for Connection {
@@ -153,7 +177,7 @@ impl Connection {
             rcv_lowered: false,
             broken: false,
             counts: IoCounts::default(),
-            put_line: None,
+            put_line: PutLine::NONE,
         })
     }
 
@@ -205,15 +229,16 @@ impl Connection {
             body,
         } = *cmd
         {
-            if let Some((p, d, t, len, head)) = self.put_line {
-                // `len` passed the size check, so this sum cannot overflow.
-                let total = head + len + 2;
-                if (p, d, t, len) == (pri, delay, ttr, body.len())
-                    && total <= INLINE_REQUEST
-                    && !self.broken
-                {
-                    self.line[head..total - 2].copy_from_slice(body);
-                    self.line[total - 2..total].copy_from_slice(b"\r\n");
+            let line = self.put_line;
+            if (line.pri, line.delay, line.ttr, line.len) == (pri, delay, ttr, body.len())
+                && !self.broken
+            {
+                // A slice is at most `isize::MAX` long, so this cannot overflow.
+                let total = line.head + body.len() + 2;
+                if let Some(request) = self.line.get_mut(line.head..total) {
+                    let (dst, crlf) = request.split_at_mut(body.len());
+                    dst.copy_from_slice(body);
+                    crlf.copy_from_slice(b"\r\n");
                     return self.send_inline(total);
                 }
             }
@@ -267,20 +292,26 @@ impl Connection {
                 delay,
                 ttr,
                 body,
-            } => match self.put_line {
-                // Same numbers, same line (and the same size check passed before).
-                Some((p, d, t, len, head)) if (p, d, t, len) == (pri, delay, ttr, body.len()) => {
-                    head
-                }
-                _ => {
-                    self.put_line = None;
+            } => {
+                let l = self.put_line;
+                if (l.pri, l.delay, l.ttr, l.len) == (pri, delay, ttr, body.len()) {
+                    // Same numbers, same line (and the same size check passed before).
+                    l.head
+                } else {
+                    self.put_line = PutLine::NONE;
                     let head = cmd.encode_line(&mut self.line, max)?;
-                    self.put_line = Some((pri, delay, ttr, body.len(), head));
+                    self.put_line = PutLine {
+                        pri,
+                        delay,
+                        ttr,
+                        len: body.len(),
+                        head,
+                    };
                     head
                 }
-            },
+            }
             _ => {
-                self.put_line = None;
+                self.put_line = PutLine::NONE;
                 cmd.encode_line(&mut self.line, max)?
             }
         };
@@ -319,7 +350,7 @@ impl Connection {
         if self.broken {
             return Err(Error::Broken);
         }
-        self.put_line = None;
+        self.put_line = PutLine::NONE;
         let head = cmd.encode_line(&mut self.line, self.cfg.limits.max_job_size)?;
         self.pipe.extend_from_slice(&self.line[..head]);
         if let Command::Put { body, .. } = cmd {
