@@ -418,14 +418,14 @@ impl Connection {
         // The enqueue hot path: the reply to a put on an empty buffer (`end` is
         // reset to 0 whenever the buffer drains) is almost always one whole
         // `INSERTED <id>\r\n` from one read.
-        if kind == CommandKind::Put && self.end == 0 && !self.broken && !self.rcv_lowered {
+        if kind == CommandKind::Put && self.end == 0 && !(self.broken | self.rcv_lowered) {
             // The one clock read of a put: should this read bring only part of
             // the reply, the deadline for the rest counts from here.
             let started = Instant::now();
             let r = (&self.sock).read(&mut self.rbuf);
             self.counts.reads += 1;
             if let Ok(n) = r {
-                if let Some(id) = inserted_exact(self.rbuf.get(..n).unwrap_or_default()) {
+                if let Some(id) = inserted_exact(&self.rbuf, n) {
                     return Ok(Reply::Inserted { id });
                 }
             }

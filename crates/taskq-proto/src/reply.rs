@@ -513,13 +513,17 @@ fn inserted_fast(input: &[u8]) -> Option<Status<(Reply<'static>, Span)>> {
     Some(Status::Complete(done, WORD.len() + i + 2))
 }
 
-/// `input` is exactly one `INSERTED <id>\r\n` with 1 to 19 digits (which cannot
-/// overflow): its id. The general parser accepts every such input with the
-/// same id; anything else (20 digits included) is left to it.
+/// `buf[..n]` is exactly one `INSERTED <id>\r\n` with 1 to 19 digits (which
+/// cannot overflow): its id. The general parser accepts every such input with
+/// the same id; anything else (20 digits included) is left to it.
 #[inline]
-pub(crate) fn inserted_exact(input: &[u8]) -> Option<u64> {
-    let n = input.len();
-    if !(12..=30).contains(&n) || !input.starts_with(b"INSERTED ") || !input.ends_with(b"\r\n") {
+pub(crate) fn inserted_exact(buf: &[u8], n: usize) -> Option<u64> {
+    // The length first, so that the slice below needs only one bounds check.
+    if !(12..=30).contains(&n) {
+        return None;
+    }
+    let input = buf.get(..n)?;
+    if !input.starts_with(b"INSERTED ") || !input.ends_with(b"\r\n") {
         return None;
     }
     // The id's digits are input[9..n - 2]; the eight bytes before the CRLF are
@@ -643,7 +647,11 @@ mod tests {
             inputs.push(bad.to_vec());
         }
         for input in &inputs {
-            let fast = inserted_exact(input);
+            let fast = inserted_exact(input, input.len());
+            // Bytes after the first `n` (an older reply's) are never looked at.
+            let mut longer = input.clone();
+            longer.extend_from_slice(b"99\r\nINSERTED 1\r\n");
+            assert_eq!(inserted_exact(&longer, input.len()), fast);
             if fast.is_some() {
                 assert_eq!(fast, general(input), "{:?}", String::from_utf8_lossy(input));
             } else {
