@@ -17,6 +17,7 @@
 //! assert_eq!(report.lost.len(), 1); // nobody did it
 //! ```
 
+mod commands;
 mod conn;
 mod faults;
 mod ledger;
