@@ -304,3 +304,61 @@ fn random_faults_replay_from_their_seed() {
     assert!(first.iter().any(|l| l == "ok"), "{first:?}");
     assert_eq!(first, random_run(seed), "seed {seed} did not replay");
 }
+
+/// A reconnecting producer and worker under random faults: whatever the faults
+/// do to the connections, the server's own record stays whole (nothing lost
+/// once drained, nothing done that was not put, nothing held twice).
+#[test]
+fn random_faults_leave_the_record_whole() {
+    let plan = FaultPlan::random_from_env(0.05);
+    let s = server(plan);
+    let io = Duration::from_millis(800);
+    let mut p = connect(&s, io);
+    let mut put_ok = 0;
+    while put_ok < 150 {
+        if p.is_broken() {
+            p = connect(&s, io);
+        }
+        if p.request(&PUT).is_ok() {
+            put_ok += 1;
+        }
+    }
+    let mut w = connect(&s, io);
+    let mut idle = 0;
+    while idle < 3 {
+        if w.is_broken() {
+            w = connect(&s, io);
+        }
+        let id = match w.request(&POLL) {
+            Ok(Reply::Reserved { id, .. }) => id,
+            Ok(Reply::TimedOut) => {
+                idle += 1;
+                continue;
+            }
+            _ => continue,
+        };
+        idle = 0;
+        let _ = w.request(&Command::Delete { id });
+    }
+    // Drain without faults: jobs whose delete never reached the server, or
+    // whose reserving connection died, come back here.
+    s.clear_faults();
+    drop((p, w));
+    let mut w = connect(&s, Duration::from_secs(2));
+    loop {
+        match w
+            .request(&Command::ReserveWithTimeout { timeout: 1 })
+            .unwrap()
+        {
+            Reply::Reserved { id, .. } => {
+                assert_eq!(w.request(&Command::Delete { id }).unwrap(), Reply::Deleted)
+            }
+            Reply::TimedOut => break,
+            r => panic!("{r:?}"),
+        }
+    }
+    let r = s.ledger().check();
+    assert!(r.is_clean(), "{r}");
+    assert!(r.acknowledged >= 150 && r.done == r.added, "{r}");
+    assert_eq!(s.job_count(), 0);
+}
