@@ -529,3 +529,51 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+/// PROTOCOL.md says a delete of a job taken on a closed connection, or whose
+/// lease ran out, answers NOT_FOUND. beanstalkd answers DELETED when the job is
+/// back in ready and nobody has taken it since (delete works on ready, delayed
+/// and buried jobs by anyone); NOT_FOUND only once another connection holds it.
+#[test]
+fn delete_after_the_lease_ended_finds_a_ready_job() {
+    let script: &[Step<'_>] = &[
+        (0, b"put 0 0 1 1\r\na\r\nput 0 0 60 1\r\nb\r\n", 2),
+        (1, b"reserve\r\nreserve\r\n", 2),
+        (1, b"<close>", 0),
+        // Job 2 went back when connection 1 closed: anyone may delete it.
+        (0, b"delete 2\r\n", 1),
+        (2, b"reserve\r\n", 1),
+        (3, b"reserve\r\n", 0),
+        // Job 1 is held by connection 2 and expires after its 1 s TTR; then
+        // connection 3, waiting, takes it, and 2's delete finds nothing.
+        (3, b"", 1),
+        (2, b"delete 1\r\n", 1),
+        (3, b"delete 1\r\n", 1),
+    ];
+    let real = Beanstalkd::start().unwrap();
+    let reference = reference(ServerConfig::default());
+    let want = run(real.addr(), script);
+    assert_eq!(
+        want.iter()
+            .map(|r| r
+                .split(": ")
+                .nth(1)
+                .unwrap_or("")
+                .lines()
+                .next()
+                .unwrap_or(""))
+            .collect::<Vec<_>>(),
+        [
+            "INSERTED 1",
+            "INSERTED 2",
+            "RESERVED 1 1",
+            "RESERVED 2 1",
+            "DELETED",
+            "RESERVED 1 1",
+            "RESERVED 1 1",
+            "NOT_FOUND",
+            "DELETED"
+        ]
+    );
+    assert_eq!(run(reference.addr(), script), want);
+}
