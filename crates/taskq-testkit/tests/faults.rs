@@ -362,3 +362,32 @@ fn random_faults_leave_the_record_whole() {
     assert!(r.acknowledged >= 150 && r.done == r.added, "{r}");
     assert_eq!(s.job_count(), 0);
 }
+
+/// A job of exactly the maximum size goes through; the server's buffer grows
+/// to the limit and no further, and a bigger one is discarded unread.
+#[test]
+fn jobs_at_and_over_the_maximum_size() {
+    let s = TestServer::start_with(ServerConfig::default().max_job_size(100_000)).unwrap();
+    let cfg = Config {
+        limits: taskq_proto::Limits {
+            max_job_size: 300_000,
+            ..taskq_proto::Limits::default()
+        },
+        ..Config::default()
+    };
+    let mut c = Connection::connect(s.addr(), cfg).unwrap();
+    let body = vec![b'q'; 100_000];
+    let put = |body| Command::Put {
+        pri: 0,
+        delay: 0,
+        ttr: 60,
+        body,
+    };
+    inserted(c.request(&put(&body)));
+    let big = vec![b'q'; 250_000];
+    assert_eq!(c.request(&put(&big)).unwrap(), Reply::JobTooBig);
+    match c.request(&POLL).unwrap() {
+        Reply::Reserved { body: got, .. } => assert_eq!(got.len(), 100_000),
+        r => panic!("{r:?}"),
+    }
+}

@@ -306,7 +306,12 @@ impl Conn {
                 self.start = 0;
             } else {
                 let cap = MAX_LINE + self.shared.max_job_size + 2;
-                let grown = (self.inbuf.len() * 2).min(cap).max(self.inbuf.len() + 1);
+                if self.inbuf.len() >= cap {
+                    // The codec completes or refuses any frame within `cap`
+                    // bytes, so this cannot happen; never grow past the limit.
+                    return Err(End::Close);
+                }
+                let grown = (self.inbuf.len() * 2).min(cap);
                 self.inbuf.resize(grown, 0);
             }
         }
