@@ -119,10 +119,17 @@ fn run(addr: SocketAddr, script: &[Step<'_>]) -> Vec<String> {
         while conns.len() <= c {
             conns.push(None);
         }
+        if bytes == b"<settle>" {
+            // Requests that draw no reply yet (a blocking reserve) are carried
+            // out by beanstalkd in arrival order, by the reference server on
+            // another thread: give that thread a moment before going on.
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
         if bytes == b"<close>" {
             conns[c] = None;
             // Give the server a moment to notice; both servers put jobs back at once.
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(100));
             continue;
         }
         let raw = conns[c].get_or_insert_with(|| Raw::connect(addr));
@@ -343,6 +350,7 @@ fn blocking_reserve_gets_a_later_put() {
     check(&[
         (1, b"watch w\r\n", 1),
         (1, b"reserve\r\n", 0),
+        (1, b"<settle>", 0),
         (0, b"use w\r\nstats-tube w\r\n", 2),
         (0, b"put 0 0 10 1\r\nz\r\n", 1),
         (1, b"", 1),
@@ -371,6 +379,7 @@ fn malformed_commands_get_beanstalkd_answers() {
         (0, b"reserve-with-timeout 4294967296\r\nreserve-with-timeout 99999999999999999999\r\n", 2),
         // A negative timeout waits forever, like reserve.
         (2, b"reserve-with-timeout -1\r\n", 0),
+        (2, b"<settle>", 0),
         (0, b"delete\r\ndelete \r\ndelete x\r\ndelete 1 2\r\ndelete 18446744073709551616\r\n", 5),
         (0, b"delete 18446744073709551615\r\ndelete  7\r\ndelete 007\r\n", 3),
         (0, b"bury 1 4294967296\r\nrelease 1 2\r\nkick\r\nkick x\r\nkick 4294967296\r\n", 5),
@@ -444,15 +453,39 @@ fn deadline_soon_and_ttr_expiry() {
         (0, b"reserve-with-timeout 5\r\n", 1),
         (0, b"stats-tube default\r\n", 1),
     ]);
-    // TTR expiry: the job goes back to ready, counted as a timeout.
-    check(&[
-        (0, b"put 0 0 1 1\r\nt\r\n", 1),
-        (1, b"reserve\r\n", 1),
-        (0, b"reserve-with-timeout 3\r\n", 1),
-        (0, b"stats-job 1\r\n", 1),
-        (1, b"delete 1\r\ntouch 1\r\n", 2),
-        (0, b"stats\r\n", 1),
-    ]);
+}
+
+/// TTR expiry. The reference server puts a job back at its deadline, as the
+/// protocol says. beanstalkd 1.12 does so only when the holder's connection
+/// timer fires, and that timer is sometimes missed while the holder is idle: in
+/// about one run in five here the job stays reserved (the holder can still
+/// touch it 3 s after a 1 s TTR), so this is not compared with beanstalkd.
+#[test]
+fn ttr_expiry_puts_the_job_back_at_its_deadline() {
+    let server = reference(ServerConfig::default());
+    let started = Instant::now();
+    let got = run(
+        server.addr(),
+        &[
+            (0, b"put 0 0 1 1\r\nt\r\n", 1),
+            (1, b"reserve\r\n", 1),
+            (0, b"reserve-with-timeout 3\r\n", 1),
+            (0, b"stats-job 1\r\n", 1),
+            (1, b"touch 1\r\ndelete 1\r\n", 2),
+        ],
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(950) && waited < Duration::from_millis(2500),
+        "{waited:?}"
+    );
+    assert_eq!(got[2], "2/0: RESERVED 1 1\nt");
+    assert!(
+        got[3].contains("state: reserved") && got[3].contains("timeouts: 1"),
+        "{}",
+        got[3]
+    );
+    assert_eq!(&got[4..], ["4/1: NOT_FOUND", "4/1: NOT_FOUND"]);
 }
 
 #[test]
@@ -530,46 +563,45 @@ proptest! {
     }
 }
 
-/// PROTOCOL.md says a delete of a job taken on a closed connection, or whose
-/// lease ran out, answers NOT_FOUND. beanstalkd answers DELETED when the job is
-/// back in ready and nobody has taken it since (delete works on ready, delayed
-/// and buried jobs by anyone); NOT_FOUND only once another connection holds it.
+/// PROTOCOL.md says a delete of a job taken on a closed connection answers
+/// NOT_FOUND. beanstalkd answers DELETED when the job is back in ready and
+/// nobody has taken it since (delete works on ready, delayed and buried jobs by
+/// anyone); NOT_FOUND only while another connection holds it.
 #[test]
 fn delete_after_the_lease_ended_finds_a_ready_job() {
     let script: &[Step<'_>] = &[
-        (0, b"put 0 0 1 1\r\na\r\nput 0 0 60 1\r\nb\r\n", 2),
+        (0, b"put 0 0 60 1\r\na\r\nput 0 0 60 1\r\nb\r\n", 2),
         (1, b"reserve\r\nreserve\r\n", 2),
         (1, b"<close>", 0),
-        // Job 2 went back when connection 1 closed: anyone may delete it.
+        // Both went back when connection 1 closed: anyone may delete them.
         (0, b"delete 2\r\n", 1),
         (2, b"reserve\r\n", 1),
-        (3, b"reserve\r\n", 0),
-        // Job 1 is held by connection 2 and expires after its 1 s TTR; then
-        // connection 3, waiting, takes it, and 2's delete finds nothing.
-        (3, b"", 1),
+        // Job 1 is held by connection 2 now.
+        (0, b"delete 1\r\n", 1),
         (2, b"delete 1\r\n", 1),
-        (3, b"delete 1\r\n", 1),
     ];
     let real = Beanstalkd::start().unwrap();
     let reference = reference(ServerConfig::default());
     let want = run(real.addr(), script);
-    assert_eq!(
-        want.iter()
-            .map(|r| r
-                .split(": ")
+    let heads: Vec<&str> = want
+        .iter()
+        .map(|r| {
+            r.split(": ")
                 .nth(1)
                 .unwrap_or("")
                 .lines()
                 .next()
-                .unwrap_or(""))
-            .collect::<Vec<_>>(),
+                .unwrap_or("")
+        })
+        .collect();
+    assert_eq!(
+        heads,
         [
             "INSERTED 1",
             "INSERTED 2",
             "RESERVED 1 1",
             "RESERVED 2 1",
             "DELETED",
-            "RESERVED 1 1",
             "RESERVED 1 1",
             "NOT_FOUND",
             "DELETED"
