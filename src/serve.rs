@@ -18,8 +18,9 @@ pub struct ServeArgs {
     pub max_job_size: usize,
 }
 
-/// Runs `taskq serve` until the process is stopped (SIGINT or SIGTERM end it,
-/// as they end beanstalkd: the queue lives in memory and goes with it).
+/// Runs `taskq serve` until SIGINT or SIGTERM, then stops the server and exits 0.
+/// The queue lives in memory and goes with the process, as beanstalkd's does
+/// without a binlog.
 pub fn run(args: ServeArgs) -> CliResult {
     let addr: SocketAddr = args
         .addr
@@ -41,7 +42,17 @@ pub fn run(args: ServeArgs) -> CliResult {
         server.addr(),
         args.max_job_size
     );
-    loop {
-        std::thread::park();
-    }
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| format!("cannot handle signals: {e}"))?;
+    let signal = signals
+        .forever()
+        .next()
+        .unwrap_or(signal_hook::consts::SIGTERM);
+    let left = server.job_count();
+    server.stop();
+    eprintln!("taskq serve: stopped by signal {signal}; {left} jobs were in memory");
+    Ok(())
 }

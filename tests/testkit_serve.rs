@@ -86,3 +86,41 @@ fn refuses_an_address_in_use() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot listen"), "{err}");
 }
+
+#[test]
+fn sigterm_and_sigint_stop_it_with_exit_0() {
+    for signal in ["-TERM", "-INT"] {
+        let port = free_port().unwrap();
+        let addr = format!("127.0.0.1:{port}");
+        let mut served = Served(
+            Process::new(env!("CARGO_BIN_EXE_taskq"))
+                .args(["serve", "--addr", &addr])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let until = Instant::now() + Duration::from_secs(10);
+        while Connection::connect(addr.as_str(), Config::default()).is_err() {
+            assert!(served.0.try_wait().unwrap().is_none(), "taskq serve exited");
+            assert!(Instant::now() < until, "taskq serve did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pid = served.0.id().to_string();
+        assert!(Process::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap()
+            .success());
+        let until = Instant::now() + Duration::from_secs(3);
+        let status = loop {
+            if let Some(status) = served.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < until, "taskq serve ignored {signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "taskq serve after {signal}: {status}");
+    }
+}
