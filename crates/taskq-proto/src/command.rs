@@ -227,6 +227,10 @@ impl CommandKind {
     }
 }
 
+/// The longest `reserve-with-timeout` beanstalkd reads as meant: it parses the
+/// seconds as a signed 32-bit integer, so larger values wrap.
+pub const MAX_RESERVE_TIMEOUT: u32 = i32::MAX as u32;
+
 /// Checks a tube name: 1 to 200 bytes of `A-Z a-z 0-9 - + / ; . $ _ ( )`, not starting with `-`.
 pub fn validate_tube(name: &str) -> Result<(), TubeNameError> {
     let bytes = name.as_bytes();
@@ -345,6 +349,13 @@ impl<'a> Command<'a> {
     /// bodies over `max_job_size`.
     pub fn validate(&self, max_job_size: usize) -> Result<(), EncodeError> {
         match *self {
+            Command::ReserveWithTimeout { timeout } if timeout > MAX_RESERVE_TIMEOUT => {
+                Err(EncodeError::OutOfRange {
+                    what: "reserve-with-timeout seconds",
+                    value: u64::from(timeout),
+                    max: u64::from(MAX_RESERVE_TIMEOUT),
+                })
+            }
             Command::Put { body, .. } if body.len() > max_job_size => Err(EncodeError::JobTooBig {
                 size: body.len(),
                 max: max_job_size,

@@ -22,6 +22,16 @@ pub enum EncodeError {
         /// The length the line would have, CRLF included.
         len: usize,
     },
+    /// A number the server would misread: beanstalkd reads the
+    /// `reserve-with-timeout` seconds as a signed 32-bit integer.
+    OutOfRange {
+        /// The argument.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The largest value the server reads as meant.
+        max: u64,
+    },
     /// The caller's buffer cannot hold the request.
     BufferTooSmall {
         /// Bytes the buffer needs: the whole request for `encode`, the line for `encode_line`.
@@ -172,6 +182,12 @@ impl fmt::Display for EncodeError {
             }
             EncodeError::LineTooLong { len } => {
                 write!(f, "command line of {len} bytes exceeds 224")
+            }
+            EncodeError::OutOfRange { what, value, max } => {
+                write!(
+                    f,
+                    "{what} of {value} is more than the server reads as meant ({max})"
+                )
             }
             EncodeError::BufferTooSmall { needed } => {
                 write!(f, "buffer too small: the request needs {needed} bytes")

@@ -28,7 +28,9 @@ mod reply;
 pub mod server;
 pub mod yaml;
 
-pub use command::{is_tube_byte, secs_ceil, validate_tube, Command, CommandKind};
+pub use command::{
+    is_tube_byte, secs_ceil, validate_tube, Command, CommandKind, MAX_RESERVE_TIMEOUT,
+};
 pub use conn::{Config, Connection, Interrupter, IoCounts, INLINE_REQUEST};
 pub use error::{EncodeError, Error, ReplyError, TubeNameError, YamlError};
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};

@@ -23,7 +23,7 @@ fn every_command_exact_bytes() {
         (C::Use { tube: "default" }, b"use default\r\n"),
         (C::Reserve, b"reserve\r\n"),
         (C::ReserveWithTimeout { timeout: 0 }, b"reserve-with-timeout 0\r\n"),
-        (C::ReserveWithTimeout { timeout: u32::MAX }, b"reserve-with-timeout 4294967295\r\n"),
+        (C::ReserveWithTimeout { timeout: i32::MAX as u32 }, b"reserve-with-timeout 2147483647\r\n"),
         (C::ReserveJob { id: 7 }, b"reserve-job 7\r\n"),
         (C::Delete { id: u64::MAX }, b"delete 18446744073709551615\r\n"),
         (C::Release { id: 1, pri: 2, delay: 3 }, b"release 1 2 3\r\n"),
@@ -213,4 +213,27 @@ fn whole_seconds_round_up() {
     for (d, want) in cases {
         assert_eq!(secs_ceil(*d), *want, "{d:?}");
     }
+}
+
+#[test]
+fn reserve_timeouts_the_server_would_misread_are_refused() {
+    // beanstalkd parses the seconds as a signed 32-bit integer.
+    for timeout in [i32::MAX as u32 + 1, u32::MAX] {
+        let cmd = C::ReserveWithTimeout { timeout };
+        assert_eq!(
+            encode(&cmd, 10),
+            Err(EncodeError::OutOfRange {
+                what: "reserve-with-timeout seconds",
+                value: u64::from(timeout),
+                max: i32::MAX as u64,
+            })
+        );
+    }
+    assert!(encode(
+        &C::ReserveWithTimeout {
+            timeout: taskq_proto::MAX_RESERVE_TIMEOUT
+        },
+        10
+    )
+    .is_ok());
 }

@@ -170,7 +170,12 @@ fn owned() -> impl Strategy<Value = Owned> {
         .prop_map(|(which, id, a, b, c, tube, body)| Owned {
             which,
             id,
-            a,
+            // reserve-with-timeout takes only what the server reads as signed 32-bit.
+            a: if which == 3 {
+                a & taskq_proto::MAX_RESERVE_TIMEOUT
+            } else {
+                a
+            },
             b,
             c,
             tube,

@@ -229,6 +229,7 @@ impl Config {
 
     /// The reserve slice in whole seconds, at least one.
     pub(crate) fn reserve_secs(&self) -> u32 {
-        taskq_proto::secs_ceil(self.reserve_timeout).max(1)
+        // At most what the server reads as meant (a signed 32-bit count).
+        taskq_proto::secs_ceil(self.reserve_timeout).clamp(1, taskq_proto::MAX_RESERVE_TIMEOUT)
     }
 }
