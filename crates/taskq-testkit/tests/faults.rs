@@ -391,3 +391,91 @@ fn jobs_at_and_over_the_maximum_size() {
         r => panic!("{r:?}"),
     }
 }
+
+#[test]
+fn replace_answers_without_carrying_out() {
+    // Request 2 (a put) gets `BURIED 99` instead of being run; request 3 (a
+    // reserve) gets `DELETED`; the connection goes on as normal afterwards.
+    let s = server(
+        FaultPlan::none()
+            .with(
+                Target::All,
+                Fault::Replace {
+                    after: 1,
+                    bytes: b"BURIED 99\r\n".to_vec(),
+                },
+            )
+            .with(
+                Target::All,
+                Fault::Replace {
+                    after: 2,
+                    bytes: b"DELETED\r\n".to_vec(),
+                },
+            ),
+    );
+    let mut c = connect(&s, Duration::from_secs(1));
+    let first = inserted(c.request(&PUT));
+    match c.request(&PUT) {
+        Ok(Reply::InsertedBuried { id: 99 }) => {}
+        r => panic!("{r:?}"),
+    }
+    let e = c.request(&POLL).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Protocol(ReplyError::UnexpectedReply { word: "DELETED" })
+        ),
+        "{e:?}"
+    );
+    // The replaced put queued nothing; the replaced reserve handed nothing out.
+    let report = s.ledger().check();
+    assert_eq!((report.added, report.acknowledged), (1, 1), "{report}");
+    assert_eq!(s.job_count(), 1);
+    let t = report.totals().unwrap();
+    assert_eq!((t.requests, t.put, t.reserved), (3, 1, 0), "{report}");
+    assert!(s.ledger().job(first).is_some());
+    assert!(s.ledger().job(99).is_none());
+    // A fresh connection is served normally.
+    let mut c = connect(&s, Duration::from_secs(1));
+    match c.request(&POLL) {
+        Ok(Reply::Reserved { id, .. }) => assert_eq!(id, first),
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn bury_put_keeps_the_job_buried_and_says_so() {
+    let s = server(FaultPlan::all(Fault::BuryPut { after: 1 }));
+    let mut c = connect(&s, Duration::from_secs(1));
+    let first = inserted(c.request(&PUT));
+    let buried = match c.request(&PUT) {
+        Ok(Reply::InsertedBuried { id }) => id,
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(buried, first + 1);
+    // The buried job is in the queue and acknowledged, but not ready.
+    let report = s.ledger().check();
+    assert_eq!((report.added, report.acknowledged), (2, 2), "{report}");
+    assert_eq!(s.job_count(), 2);
+    match c.request(&Command::StatsJob { id: buried }) {
+        Ok(Reply::Ok { yaml }) => {
+            let st = taskq_proto::JobStats::parse(yaml).unwrap();
+            assert_eq!(st.state, "buried");
+        }
+        r => panic!("{r:?}"),
+    }
+    match c.request(&POLL) {
+        Ok(Reply::Reserved { id, .. }) => assert_eq!(id, first),
+        r => panic!("{r:?}"),
+    }
+    assert!(matches!(c.request(&POLL), Ok(Reply::TimedOut)));
+    // Kicked, it runs like any other job.
+    assert!(matches!(
+        c.request(&Command::KickJob { id: buried }),
+        Ok(Reply::KickedJob)
+    ));
+    match c.request(&POLL) {
+        Ok(Reply::Reserved { id, .. }) => assert_eq!(id, buried),
+        r => panic!("{r:?}"),
+    }
+}

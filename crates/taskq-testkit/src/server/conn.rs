@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use taskq_proto::server::{parse_command, skip_line, CommandError, Skip};
-use taskq_proto::{Command, Status, MAX_LINE};
+use taskq_proto::{Command, Reply, Status, MAX_LINE};
 
 use super::faults::{Action, ConnFaults, ReplyFault};
 use super::state::{push_reply, Outcome};
@@ -133,6 +133,14 @@ impl Conn {
             let acks_mark = self.acks.len();
             self.shared.lock().book.request(self.id);
             let outcome = match parsed {
+                Ok(Status::Complete(_, n)) if fault.replace.is_some() => {
+                    // Answered with the fault's bytes; the command is not carried out.
+                    self.start += n;
+                    if let Some(bytes) = fault.replace.take() {
+                        self.out.extend_from_slice(&bytes);
+                    }
+                    Outcome::Replied
+                }
                 Ok(Status::Complete(_, n)) => {
                     // Parse again so the borrow of the buffer does not outlive the match.
                     let input = &self.inbuf[self.start..self.start + n];
@@ -143,6 +151,13 @@ impl Conn {
                     };
                     let mut st = self.shared.lock();
                     let outcome = st.execute(self.id, &cmd, Instant::now(), &mut self.out);
+                    if let (true, Outcome::Inserted(id)) = (fault.bury_put, &outcome) {
+                        // Short of memory: the job is kept, but buried.
+                        st.unqueue(*id);
+                        st.bury_job(*id);
+                        self.out.truncate(mark);
+                        push_reply(&mut self.out, &Reply::InsertedBuried { id: *id });
+                    }
                     if cmd == Command::Reserve && input.starts_with(b"reserve-with-timeout") {
                         // The codec reads a negative timeout as a plain reserve;
                         // beanstalkd still counts the command it was sent.

@@ -69,6 +69,26 @@ pub enum Fault {
         /// What to write.
         bytes: Vec<u8>,
     },
+    /// Read request `after + 1` and answer it with `bytes` *instead of* carrying
+    /// it out (a well-formed request only; a malformed one is refused as usual).
+    /// The ledger counts the request and nothing else: a `put` answered with a
+    /// replaced `BURIED 7` queued nothing, whatever the reply claims. For the
+    /// real "inserted but buried" see [`Fault::BuryPut`]. Client symptom: the
+    /// typed result of whatever `bytes` say, or `Error::Protocol` for garbage.
+    Replace {
+        /// Requests answered first.
+        after: u64,
+        /// The reply sent in place of the real one.
+        bytes: Vec<u8>,
+    },
+    /// If request `after + 1` is a `put` that inserts a job, bury the new job
+    /// and answer `BURIED <id>`, as beanstalkd does when it is short of memory.
+    /// The ledger records the job as put (and acknowledged once the reply is
+    /// written): it is in the queue, buried. Any other request is served normally.
+    BuryPut {
+        /// Requests answered first.
+        after: u64,
+    },
 }
 
 /// Which connections a fault applies to.
@@ -215,6 +235,10 @@ pub(crate) struct ReplyFault {
     pub(crate) trickle: Option<Duration>,
     pub(crate) inject: Option<Vec<u8>>,
     pub(crate) cut: Option<usize>,
+    /// Sent instead of carrying the request out.
+    pub(crate) replace: Option<Vec<u8>>,
+    /// A put's new job is buried and answered `BURIED <id>`.
+    pub(crate) bury_put: bool,
     pub(crate) withhold: bool,
     /// For a random withheld reply: close after this long.
     pub(crate) withhold_for: Option<Duration>,
@@ -288,6 +312,14 @@ impl ConnFaults {
                 }
                 Fault::Inject { after, bytes } if *after == answered => {
                     rf.inject = Some(bytes.clone());
+                    any = true;
+                }
+                Fault::Replace { after, bytes } if *after == answered => {
+                    rf.replace = Some(bytes.clone());
+                    any = true;
+                }
+                Fault::BuryPut { after } if *after == answered => {
+                    rf.bury_put = true;
                     any = true;
                 }
                 _ => {}
