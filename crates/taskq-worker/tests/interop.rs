@@ -1,5 +1,5 @@
 //! Interoperation with the Python client greenstalk (PyPI): jobs it puts are done
-//! by `taskq-worker`, and jobs taskq puts are reserved and deleted by it, byte-exact.
+//! by `taskq-worker`, and jobs `taskq put` puts are reserved and deleted by it, byte-exact.
 
 mod common;
 
@@ -98,16 +98,53 @@ fn taskq_puts_greenstalk_does() {
     let server = Beanstalkd::start().unwrap();
     let dir = TempDir::new("gs-take");
     let bodies = bodies();
+    // Bodies without NUL go through the `taskq put` command (NUL-terminated on
+    // stdin, so CR, LF and any other byte pass); a body holding NUL can only be
+    // sent through the library.
+    let (cli, lib): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) = bodies.iter().partition(|b| !b.contains(&0));
+    assert!(!cli.is_empty() && !lib.is_empty());
+    let mut input = Vec::new();
+    for b in &cli {
+        input.extend_from_slice(b);
+        input.push(0);
+    }
+    let mut put = Command::new(taskq_cli())
+        .args([
+            "put",
+            "--null",
+            "--tube",
+            "interop",
+            "--addr",
+            &server.addr().to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut put.stdin.take().unwrap(), &input).unwrap();
+    let out = put.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "taskq put: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut ids: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(ids.len(), cli.len(), "one id per job, in input order");
     let mut p = taskq_producer::Producer::connect(server.addr()).unwrap();
     p.use_tube("interop").unwrap();
-    let ids: Vec<u64> = bodies
-        .iter()
-        .map(|b| {
+    for b in &lib {
+        ids.push(
             p.put(b, taskq_producer::PutOptions::default())
                 .unwrap()
-                .get()
-        })
-        .collect();
+                .get(),
+        );
+    }
+    let bodies: Vec<&Vec<u8>> = cli.into_iter().chain(lib).collect();
     let script = r#"
 import sys, greenstalk
 port, d, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -127,7 +164,7 @@ with greenstalk.Client(('127.0.0.1', port), encoding=None, watch='interop') as c
     );
     for (id, b) in ids.iter().zip(&bodies) {
         let got = std::fs::read(dir.0.join(format!("out{id}"))).unwrap();
-        assert_eq!(&got, b, "job {id}");
+        assert_eq!(&got, *b, "job {id}");
         assert!(job_state(server.addr(), *id).is_none(), "deleted");
     }
 }

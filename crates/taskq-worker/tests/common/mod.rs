@@ -228,3 +228,19 @@ pub fn lines(p: &std::path::Path) -> Vec<String> {
         .map(|s| s.lines().map(str::to_owned).collect())
         .unwrap_or_default()
 }
+
+/// The `taskq` command of the root package, built from this tree when a
+/// `cargo test -p taskq-worker` run has not built it yet.
+pub fn taskq_cli() -> std::path::PathBuf {
+    let worker = std::path::PathBuf::from(env!("CARGO_BIN_EXE_taskq-worker"));
+    let taskq = worker.with_file_name("taskq");
+    if !taskq.exists() {
+        let mut build = std::process::Command::new(env!("CARGO"));
+        build.args(["build", "-q", "-p", "taskq", "--bin", "taskq"]);
+        if worker.parent().is_some_and(|d| d.ends_with("release")) {
+            build.arg("--release");
+        }
+        assert!(build.status().unwrap().success(), "building taskq failed");
+    }
+    taskq
+}
