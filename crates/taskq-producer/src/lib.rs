@@ -84,6 +84,14 @@ impl Default for PutOptions {
 }
 
 impl PutOptions {
+    /// The same options with priority 0: the job goes ahead of every
+    /// non-urgent job in its tube (beanstalkd counts priorities below 1024 as
+    /// urgent). Between tubes, workers with weighted tubes (`--tube vip:4
+    /// --tube standard:1`) decide: put urgent work in the heavier tube too.
+    pub fn urgent(self) -> PutOptions {
+        PutOptions { pri: 0, ..self }
+    }
+
     #[inline]
     pub(crate) fn command(self, body: &[u8]) -> Command<'_> {
         Command::Put {

@@ -377,3 +377,22 @@ fn changing_options_and_sizes_between_puts_reaches_the_server_each_time() {
     want.insert(4, b"zz");
     assert_eq!(bodies, want);
 }
+
+#[test]
+fn urgent_jobs_go_ahead_of_older_plain_ones() {
+    let server = Beanstalkd::start().unwrap();
+    let mut p = Producer::connect(server.addr()).unwrap();
+    let plain = p.put(b"plain", PutOptions::default()).unwrap();
+    let urgent = p.put(b"urgent", PutOptions::default().urgent()).unwrap();
+    let mut c =
+        taskq_proto::Connection::connect(server.addr(), taskq_proto::Config::default()).unwrap();
+    for want in [urgent, plain] {
+        match c
+            .request(&taskq_proto::Command::ReserveWithTimeout { timeout: 0 })
+            .unwrap()
+        {
+            taskq_proto::Reply::Reserved { id, .. } => assert_eq!(id, want.get()),
+            r => panic!("{r:?}"),
+        }
+    }
+}
