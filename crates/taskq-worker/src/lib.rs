@@ -108,3 +108,8 @@ where
         self(job)
     }
 }
+
+/// The README's Rust examples, compiled as doctests so they cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
