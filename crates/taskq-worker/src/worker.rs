@@ -868,10 +868,14 @@ fn forget_tempfails(sh: &Shared, server: usize, id: u64) {
     }
 }
 
-/// A request failed: count a timeout, log, and give up the connection.
+/// A request failed: count a timeout or an undecodable reply, log, and give up the connection.
 fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &Error) -> After {
     if e.is_timeout() {
         Counters::add(&sh.counters.io_timeouts);
+    }
+    if matches!(e, Error::Protocol(_)) {
+        // A garbage line, or a reply word that cannot answer the command.
+        Counters::add(&sh.counters.unexpected_replies);
     }
     match job {
         Some(id) => tracing::warn!(job = id, server, error = %e, "connection failed"),

@@ -386,7 +386,8 @@ impl Conn {
         }
         let cut = f.cut.map(|k| k.min(reply.len()));
         let whole = cut.is_none();
-        if !whole {
+        // A cut at or past the reply's length still sends it in full (then closes).
+        if cut.is_some_and(|k| k < reply.len()) {
             self.acks.truncate(acks_mark);
         }
         self.ack(acks_mark, true);
