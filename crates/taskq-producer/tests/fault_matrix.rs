@@ -165,11 +165,14 @@ fn put_request_cut_at_every_byte_offset_is_never_misclassified() {
         };
         assert!(added <= 1);
         // The write itself succeeded (the cut is downstream of the socket), so
-        // the client cannot know: unknown for every offset. beanstalkd never
-        // runs a partial request.
-        assert_eq!(told(&r), Told::Unknown, "offset {k}: {r:?}");
+        // the client cannot know: unknown for every offset short of the whole
+        // request. beanstalkd never runs a partial request. With the whole
+        // request through, its reply may still race back before the close.
         if k < len {
+            assert_eq!(told(&r), Told::Unknown, "offset {k}: {r:?}");
             assert_eq!(added, 0, "offset {k}: a partial put was carried out");
+        } else {
+            assert!(matches!(told(&r), Told::Unknown | Told::Inserted), "{r:?}");
         }
         single.job(told(&r), queued);
     }
@@ -213,7 +216,8 @@ fn put_request_cut_at_every_byte_offset_is_never_misclassified() {
         drop(p);
         settle(&proxy);
         let added = (total_jobs(server.addr()) - before) as usize;
-        assert!(r.is_err(), "offset {k}: no reply can have come back");
+        // Short of the whole batch, at least one job cannot have been answered.
+        assert!(k == 3 * len || r.is_err(), "offset {k}: {r:?}");
         // Whole requests before the cut are carried out, in order; no partial one is.
         assert!(added <= k / len, "offset {k}: {added} inserted");
         for (i, o) in out.iter().enumerate() {
