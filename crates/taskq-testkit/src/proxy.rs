@@ -15,7 +15,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -87,7 +87,9 @@ struct Shared {
     opened: AtomicU64,
     closed: AtomicU64,
     seed: u64,
-    socks: Mutex<Vec<TcpStream>>,
+    /// Every link, to shut down at drop; weak, so that a link's sockets close
+    /// (with RST after a reset toxic) as soon as its pumps are done with it.
+    links: Mutex<Vec<Weak<Link>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -130,7 +132,7 @@ impl ChaosProxy {
             opened: AtomicU64::new(0),
             closed: AtomicU64::new(0),
             seed,
-            socks: Mutex::new(Vec::new()),
+            links: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
@@ -207,8 +209,8 @@ impl Drop for ChaosProxy {
         }
         self.shared.stop.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
-        for s in lock(&self.shared.socks).iter() {
-            let _ = s.shutdown(Shutdown::Both);
+        for link in lock(&self.shared.links).iter().filter_map(Weak::upgrade) {
+            link.kill(false);
         }
         if let Some(h) = self.accept.take() {
             let _ = h.join();
@@ -248,11 +250,9 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             }
         };
         {
-            let mut socks = lock(&shared.socks);
-            if let (Ok(a), Ok(b)) = (link.client.try_clone(), link.server.try_clone()) {
-                socks.push(a);
-                socks.push(b);
-            }
+            let mut links = lock(&shared.links);
+            links.retain(|l| l.strong_count() > 0);
+            links.push(Arc::downgrade(&link));
         }
         let mut handles = Vec::new();
         for dir in [Direction::Upstream, Direction::Downstream] {
@@ -294,7 +294,9 @@ impl Link {
         })
     }
 
-    /// Closes both sides, with RST when `reset`.
+    /// Closes both sides: with FIN (shutdown) now, or, when `reset`, with RST
+    /// when the pumps let go of the link and its sockets close with a zero linger
+    /// (a shutdown would send FIN first, and the peer would see a clean close).
     fn kill(&self, reset: bool) {
         if self.dead.swap(true, Ordering::SeqCst) {
             return;
@@ -302,6 +304,7 @@ impl Link {
         if reset {
             let _ = socket2::SockRef::from(&self.client).set_linger(Some(Duration::ZERO));
             let _ = socket2::SockRef::from(&self.server).set_linger(Some(Duration::ZERO));
+            return;
         }
         let _ = self.client.shutdown(Shutdown::Both);
         let _ = self.server.shutdown(Shutdown::Both);
