@@ -1,0 +1,295 @@
+//! One thread's loop over its lanes (one per server): pick a server, connect
+//! with backoff, take a `max_jobs` ticket, and hand the lane to a [`Turn`].
+
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use taskq_proto::{Command, CommandKind, Connection, Error, IoCounts, Reply};
+
+use super::turn::{failed, Turn};
+use super::{LaneShared, Shared, IDLE};
+use crate::counters::Counters;
+use crate::fair::Schedule;
+use crate::Handler;
+
+/// Longest nap of a thread that has nothing to do (all servers backing off, or no
+/// `max_jobs` ticket free), so that it notices a stop soon.
+const NAP: Duration = Duration::from_millis(50);
+
+/// One server as one thread sees it.
+struct Lane {
+    server: usize,
+    conn: Option<Connection>,
+    /// Consecutive failed connects (or connections that broke before any reply).
+    failures: u32,
+    retry_at: Instant,
+    ever_connected: bool,
+    /// The current connection got at least one reply after setup.
+    progress: bool,
+    /// Weighted tubes: this connection's place in the cycle.
+    sched: Option<Schedule>,
+    /// The connection's system calls already added to the counters.
+    io_seen: IoCounts,
+}
+
+/// How a lane's turn ended.
+pub(super) enum After {
+    /// Reserve again on the same lane.
+    Again,
+    /// No job there within the slice: try the next server.
+    Next,
+    /// The connection broke; it was dropped.
+    Broken,
+    /// The worker is stopping.
+    Stop,
+}
+
+/// The thread's side: its lanes, the handler, and the reused body buffer.
+pub(super) struct Lanes {
+    shared: Arc<Shared>,
+    handler: Arc<dyn Handler>,
+    thread: usize,
+    lanes: Vec<Lane>,
+    body: Vec<u8>,
+}
+
+impl Lanes {
+    pub(super) fn new(shared: Arc<Shared>, handler: Arc<dyn Handler>, thread: usize) -> Lanes {
+        let now = Instant::now();
+        let lanes = (0..shared.cfg.servers.len())
+            .map(|server| Lane {
+                server,
+                conn: None,
+                failures: 0,
+                retry_at: now,
+                ever_connected: false,
+                progress: false,
+                sched: shared
+                    .cfg
+                    .is_weighted()
+                    .then(|| Schedule::new(&shared.cfg.weights, shared.cfg.run_scale, thread)),
+                io_seen: IoCounts::default(),
+            })
+            .collect();
+        Lanes {
+            shared,
+            handler,
+            thread,
+            lanes,
+            body: Vec::new(),
+        }
+    }
+
+    fn lane_shared(&self, server: usize) -> &LaneShared {
+        &self.shared.lanes[self.thread * self.lanes.len() + server]
+    }
+
+    pub(super) fn run(mut self) {
+        let m = self.lanes.len();
+        // Threads start on different servers so that all are covered at once.
+        let mut cur = self.thread % m;
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            let ready = (0..m)
+                .map(|k| (cur + k) % m)
+                .find(|&i| self.lanes[i].conn.is_some() || self.lanes[i].retry_at <= now);
+            let Some(i) = ready else {
+                // Every server is backing off: sleep, costing no CPU.
+                let next = self.lanes.iter().map(|l| l.retry_at).min().unwrap_or(now);
+                std::thread::sleep(next.saturating_duration_since(now).min(NAP));
+                continue;
+            };
+            cur = i;
+            if self.lanes[i].conn.is_none() && !self.connect(i) {
+                cur = (i + 1) % m;
+                continue;
+            }
+            if !self.shared.take_ticket() {
+                std::thread::sleep(NAP / 5);
+                continue;
+            }
+            match self.serve(i) {
+                After::Again => {}
+                After::Next => cur = (i + 1) % m,
+                After::Broken => {
+                    self.broke(i);
+                    cur = (i + 1) % m;
+                }
+                After::Stop => break,
+            }
+        }
+        for i in 0..m {
+            self.lane_shared(i).state.store(IDLE, Ordering::SeqCst);
+            if let Some(c) = self.lanes[i].conn.take() {
+                account_io(&self.shared.counters, &c, &mut self.lanes[i].io_seen);
+                c.quit();
+            }
+        }
+    }
+
+    /// Opens the lane's connection and restores its watch list; on failure, sets
+    /// the next attempt with capped exponential backoff and full jitter.
+    fn connect(&mut self, i: usize) -> bool {
+        let sh = &*self.shared;
+        let addr = sh.cfg.servers[self.lanes[i].server].as_str();
+        let pcfg = taskq_proto::Config {
+            connect_timeout: sh.cfg.connect_timeout,
+            io_timeout: sh.cfg.io_timeout,
+            limits: sh.cfg.limits,
+            ..taskq_proto::Config::default()
+        };
+        let result = Connection::connect(addr, pcfg).and_then(|mut c| {
+            restore_watch(&mut c, &sh.cfg.tubes)?;
+            Ok(c)
+        });
+        let lane = &mut self.lanes[i];
+        match result {
+            Ok(conn) => {
+                if let Ok(cut) = conn.interrupter() {
+                    *self.shared.lanes[self.thread * self.shared.cfg.servers.len() + i]
+                        .cut
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(cut);
+                }
+                if lane.ever_connected {
+                    Counters::add(&sh.counters.reconnects);
+                    tracing::warn!(server = addr, "reconnected");
+                }
+                lane.ever_connected = true;
+                lane.progress = false;
+                lane.io_seen = IoCounts::default();
+                account_io(&sh.counters, &conn, &mut lane.io_seen);
+                if let Some(s) = lane.sched.as_mut() {
+                    s.watching_all();
+                }
+                lane.conn = Some(conn);
+                true
+            }
+            Err(e) => {
+                Counters::add(&sh.counters.connect_failures);
+                if e.is_timeout() {
+                    Counters::add(&sh.counters.io_timeouts);
+                }
+                let wait = sh.cfg.reconnect_backoff.jittered(lane.failures);
+                if lane.failures == 0 {
+                    tracing::warn!(server = addr, error = %e, "cannot connect; backing off");
+                } else {
+                    tracing::debug!(server = addr, error = %e, ?wait, "cannot connect");
+                }
+                lane.failures = lane.failures.saturating_add(1);
+                lane.retry_at = Instant::now() + wait;
+                false
+            }
+        }
+    }
+
+    /// Drops a broken connection. The first reconnect is immediate; a connection
+    /// that broke before any reply counts as a failure, so a server that cuts
+    /// every connection is retried with backoff, not in a tight loop.
+    fn broke(&mut self, i: usize) {
+        self.lane_shared(i).state.store(IDLE, Ordering::SeqCst);
+        let lane = &mut self.lanes[i];
+        if let Some(c) = lane.conn.take() {
+            account_io(&self.shared.counters, &c, &mut lane.io_seen);
+        }
+        if lane.progress {
+            lane.failures = 0;
+            lane.retry_at = Instant::now();
+        } else {
+            let wait = self.shared.cfg.reconnect_backoff.jittered(lane.failures);
+            lane.failures = lane.failures.saturating_add(1);
+            lane.retry_at = Instant::now() + wait;
+        }
+    }
+
+    /// Reserves and works jobs on lane `i` while it yields them. Holds one
+    /// `max_jobs` ticket on entry, for the first reserve.
+    fn serve(&mut self, i: usize) -> After {
+        let sh = &*self.shared;
+        let ls = &sh.lanes[self.thread * self.lanes.len() + i];
+        let lane = &mut self.lanes[i];
+        let server = sh.cfg.servers[lane.server].as_str();
+        let Some(conn) = lane.conn.as_mut() else {
+            sh.give_ticket();
+            return After::Broken;
+        };
+        let mut turn = Turn {
+            sh,
+            ls,
+            server,
+            index: lane.server,
+            progress: &mut lane.progress,
+            sched: &mut lane.sched,
+            io_seen: &mut lane.io_seen,
+            slice: sh.cfg.reserve_secs(),
+            tubes: &sh.cfg.tubes,
+            handler: &*self.handler,
+            body: &mut self.body,
+        };
+        let mut pending = match turn.send_reserve(conn) {
+            Ok(p) => p,
+            Err(e) => {
+                sh.give_ticket();
+                return failed(sh, server, None, &e);
+            }
+        };
+        loop {
+            let id = match turn.reserve(conn, &mut pending) {
+                ControlFlow::Continue(id) => id,
+                ControlFlow::Break(after) => {
+                    if matches!(after, After::Stop) {
+                        // Closing returns any job the server hands out meanwhile.
+                        lane.conn = None;
+                    }
+                    return after;
+                }
+            };
+            let outcome = match turn.work(conn, id) {
+                ControlFlow::Continue(outcome) => outcome,
+                ControlFlow::Break(after) => return after,
+            };
+            if let ControlFlow::Break(after) = turn.settle(conn, id, outcome, &mut pending) {
+                return after;
+            }
+        }
+    }
+}
+
+/// Adds the system calls a connection made since the last call to the counters.
+pub(super) fn account_io(counters: &Counters, conn: &Connection, seen: &mut IoCounts) {
+    let now = conn.io_counts();
+    counters
+        .writes
+        .fetch_add(now.writes - seen.writes, Ordering::Relaxed);
+    counters
+        .reads
+        .fetch_add(now.reads - seen.reads, Ordering::Relaxed);
+    *seen = now;
+}
+
+/// Watches the configured tubes and ignores `default` unless listed, in one write.
+fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), Error> {
+    for t in tubes {
+        conn.queue(&Command::Watch { tube: t })?;
+    }
+    let ignore_default = !tubes.iter().any(|t| t == "default");
+    if ignore_default {
+        conn.queue(&Command::Ignore { tube: "default" })?;
+    }
+    conn.flush()?;
+    let replies = tubes.len() + usize::from(ignore_default);
+    for _ in 0..replies {
+        match conn.recv(CommandKind::Watch)? {
+            Reply::Watching { .. } => {}
+            r => {
+                let word = r.word();
+                tracing::warn!(server = %conn.peer_addr(), reply = word, "unexpected reply to watch");
+                conn.mark_broken();
+                return Err(Error::Broken);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,391 @@
+//! One turn on a lane: reserve, run the handler, settle the job, and go on
+//! while the server yields jobs. The settle command and the next reserve go
+//! out in one write.
+
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use taskq_proto::{Command, CommandKind, Connection, Error, IoCounts, Reply};
+
+use super::lane::{account_io, After};
+use super::settle::decide;
+use super::{LaneShared, Shared, HOLDING, IDLE, RESERVING};
+use crate::counters::Counters;
+use crate::fair::{Schedule, Want};
+use crate::job::{Job, JobError};
+use crate::{Handler, Outcome};
+
+/// The reserve in flight, and the `watch`/`ignore` replies that come before its own.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pending {
+    watch_replies: usize,
+    timeout: u32,
+}
+
+/// One call of `Lanes::serve`: the lane's parts borrowed apart from its
+/// connection (which each step takes as an argument), with the thread's
+/// handler and body buffer.
+pub(super) struct Turn<'a> {
+    pub(super) sh: &'a Shared,
+    pub(super) ls: &'a LaneShared,
+    /// The server's address, for the logs.
+    pub(super) server: &'a str,
+    /// The server's index in the configuration.
+    pub(super) index: usize,
+    pub(super) progress: &'a mut bool,
+    pub(super) sched: &'a mut Option<Schedule>,
+    pub(super) io_seen: &'a mut IoCounts,
+    pub(super) slice: u32,
+    pub(super) tubes: &'a [String],
+    pub(super) handler: &'a dyn Handler,
+    pub(super) body: &'a mut Vec<u8>,
+}
+
+impl Turn<'_> {
+    /// Queues the next reserve and sends it.
+    pub(super) fn send_reserve(&mut self, conn: &mut Connection) -> Result<Pending, Error> {
+        queue_reserve(conn, self.sched.as_mut(), self.tubes, self.slice).and_then(|p| {
+            conn.flush()?;
+            Ok(p)
+        })
+    }
+
+    /// Waits for the reserve in flight (after the `watch`/`ignore` replies that
+    /// come before it) and copies the job it yields into the body buffer; the
+    /// lane then holds the job. A weighted reserve that finds its tube empty is
+    /// sent again for all tubes. `Break(After::Stop)` means the worker is
+    /// stopping and the caller must close the connection.
+    pub(super) fn reserve(
+        &mut self,
+        conn: &mut Connection,
+        pending: &mut Pending,
+    ) -> ControlFlow<After, u64> {
+        let (sh, ls, server) = (self.sh, self.ls, self.server);
+        loop {
+            // A reserve is in flight, and a ticket is held for it.
+            ls.state.store(RESERVING, Ordering::SeqCst);
+            account_io(&sh.counters, conn, self.io_seen);
+            if sh.stop.load(Ordering::SeqCst) {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                sh.give_ticket();
+                return ControlFlow::Break(After::Stop);
+            }
+            if let Err(after) = recv_watching(sh, conn, server, pending.watch_replies) {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                sh.give_ticket();
+                if sh.stop.load(Ordering::SeqCst) {
+                    return ControlFlow::Break(After::Stop);
+                }
+                return ControlFlow::Break(after);
+            }
+            pending.watch_replies = 0;
+            let reserve = CommandKind::ReserveWithTimeout {
+                timeout: pending.timeout,
+            };
+            let id = match conn.recv(reserve) {
+                Ok(Reply::Reserved { id, body }) => {
+                    self.body.clear();
+                    self.body.extend_from_slice(body);
+                    id
+                }
+                Ok(Reply::TimedOut) if pending.timeout == 0 => {
+                    // Weighted: the tube whose turn it is has no ready job. Fall
+                    // back to all of them, waiting; the ticket stays held.
+                    *self.progress = true;
+                    if let Some(s) = self.sched.as_mut() {
+                        s.empty();
+                    }
+                    match self.send_reserve(conn) {
+                        Ok(p) => *pending = p,
+                        Err(e) => {
+                            ls.state.store(IDLE, Ordering::SeqCst);
+                            sh.give_ticket();
+                            return ControlFlow::Break(failed(sh, server, None, &e));
+                        }
+                    }
+                    continue;
+                }
+                Ok(Reply::TimedOut) => {
+                    ls.state.store(IDLE, Ordering::SeqCst);
+                    *self.progress = true;
+                    Counters::add(&sh.counters.reserve_timeouts);
+                    sh.give_ticket();
+                    // One lane per server.
+                    return ControlFlow::Break(if sh.cfg.servers.len() > 1 {
+                        After::Next
+                    } else {
+                        After::Again
+                    });
+                }
+                Ok(Reply::DeadlineSoon) => {
+                    // Only a connection holding a job near its TTR gets this; ours
+                    // holds none while it reserves. Not an error: ask again.
+                    ls.state.store(IDLE, Ordering::SeqCst);
+                    *self.progress = true;
+                    Counters::add(&sh.counters.deadline_soon);
+                    sh.give_ticket();
+                    return ControlFlow::Break(After::Again);
+                }
+                Ok(r) => {
+                    let word = r.word();
+                    ls.state.store(IDLE, Ordering::SeqCst);
+                    sh.give_ticket();
+                    return ControlFlow::Break(unexpected(sh, conn, server, None, word));
+                }
+                Err(e) => {
+                    ls.state.store(IDLE, Ordering::SeqCst);
+                    sh.give_ticket();
+                    if sh.stop.load(Ordering::SeqCst) {
+                        return ControlFlow::Break(After::Stop);
+                    }
+                    return ControlFlow::Break(failed(sh, server, None, &e));
+                }
+            };
+            ls.state.store(HOLDING, Ordering::SeqCst);
+            *self.progress = true;
+            if let Some(s) = self.sched.as_mut() {
+                s.taken();
+            }
+            Counters::add(&sh.counters.reserved);
+            sh.last_reserved_ms.store(sh.now_ms(), Ordering::Relaxed);
+            return ControlFlow::Continue(id);
+        }
+    }
+
+    /// Runs the handler on the job just reserved, or gives the job back
+    /// untouched when the worker is stopping. Breaks if the connection broke
+    /// while the handler ran.
+    pub(super) fn work(&mut self, conn: &mut Connection, id: u64) -> ControlFlow<After, Outcome> {
+        let (sh, server) = (self.sh, self.server);
+        let outcome = if sh.stop.load(Ordering::SeqCst) {
+            // Reserved after the stop: give it back untouched.
+            Outcome::Retry {
+                delay: Duration::ZERO,
+            }
+        } else {
+            let mut job = Job {
+                id,
+                body: self.body,
+                conn,
+                server,
+                shared: sh,
+            };
+            self.handler.handle(&mut job)
+        };
+        if conn.is_broken() {
+            // A touch or stats lookup broke the connection: the server
+            // puts the job back when it notices the close.
+            self.ls.state.store(IDLE, Ordering::SeqCst);
+            Counters::add(&sh.counters.lease_dropped);
+            sh.give_ticket();
+            tracing::warn!(job = id, server, "connection broke while the job ran");
+            return ControlFlow::Break(After::Broken);
+        }
+        ControlFlow::Continue(outcome)
+    }
+
+    /// Sends the command that settles the job, in one write with the next
+    /// reserve unless the worker is stopping, and counts the reply. Continues
+    /// when a reserve is in flight again (`pending` describes it).
+    pub(super) fn settle(
+        &mut self,
+        conn: &mut Connection,
+        id: u64,
+        outcome: Outcome,
+        pending: &mut Pending,
+    ) -> ControlFlow<After> {
+        let (sh, ls, server) = (self.sh, self.ls, self.server);
+        let settle = match decide(sh, conn, self.index, id, outcome) {
+            Ok(cmd) => cmd,
+            Err(JobError::LeaseLost) => {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                Counters::add(&sh.counters.lost_lease_on_release);
+                sh.give_ticket();
+                tracing::warn!(job = id, server, "lease lost: job no longer ours");
+                if sh.stop.load(Ordering::SeqCst) || !sh.take_ticket() {
+                    return ControlFlow::Break(After::Again);
+                }
+                match self.send_reserve(conn) {
+                    Ok(p) => *pending = p,
+                    Err(e) => {
+                        sh.give_ticket();
+                        return ControlFlow::Break(failed(sh, server, None, &e));
+                    }
+                }
+                return ControlFlow::Continue(());
+            }
+            Err(e) => {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                Counters::add(&sh.counters.lease_dropped);
+                sh.give_ticket();
+                conn.mark_broken();
+                tracing::warn!(job = id, server, error = %e, "cannot settle job");
+                return ControlFlow::Break(After::Broken);
+            }
+        };
+        // Pipelining: the job's outcome and the next reserve go out in one
+        // write, unless the worker is stopping.
+        let next = !sh.stop.load(Ordering::SeqCst) && sh.take_ticket();
+        let sent = conn.queue(&settle).and_then(|()| {
+            if next {
+                *pending = queue_reserve(conn, self.sched.as_mut(), self.tubes, self.slice)?;
+            }
+            conn.flush()
+        });
+        let is_delete = matches!(settle, Command::Delete { .. });
+        if let Err(e) = sent {
+            ls.state.store(IDLE, Ordering::SeqCst);
+            conn.clear_queue();
+            sh.give_ticket();
+            if next {
+                sh.give_ticket();
+            }
+            if is_delete && !e.not_sent() {
+                Counters::add(&sh.counters.ack_unknown);
+            } else {
+                Counters::add(&sh.counters.lease_dropped);
+            }
+            return ControlFlow::Break(failed(sh, server, Some(id), &e));
+        }
+        let reply = conn.recv(settle.kind());
+        ls.state.store(IDLE, Ordering::SeqCst);
+        match reply {
+            Ok(Reply::Deleted) => {
+                let done = sh.counters.deleted.fetch_add(1, Ordering::Relaxed) + 1;
+                if sh.cfg.max_jobs.is_some_and(|max| done >= max) {
+                    sh.shutdown();
+                }
+            }
+            Ok(Reply::Released) => {
+                Counters::add(&sh.counters.released);
+                sh.give_ticket();
+            }
+            Ok(Reply::Buried) => {
+                Counters::add(&sh.counters.buried);
+                sh.give_ticket();
+            }
+            Ok(Reply::NotFound) => {
+                // Only a delete's NOT_FOUND is a `lost_lease`: that is the
+                // count the server's `cmd-delete` is checked against.
+                Counters::add(if is_delete {
+                    &sh.counters.lost_lease
+                } else {
+                    &sh.counters.lost_lease_on_release
+                });
+                sh.give_ticket();
+                tracing::warn!(
+                    job = id,
+                    server,
+                    command = settle.kind().name(),
+                    "lease lost: NOT_FOUND"
+                );
+            }
+            other => {
+                sh.give_ticket();
+                if next {
+                    sh.give_ticket();
+                }
+                if is_delete {
+                    Counters::add(&sh.counters.ack_unknown);
+                } else {
+                    Counters::add(&sh.counters.lease_dropped);
+                }
+                return ControlFlow::Break(match other {
+                    Ok(r) => {
+                        let word = r.word();
+                        unexpected(sh, conn, server, Some(id), word)
+                    }
+                    Err(e) => failed(sh, server, Some(id), &e),
+                });
+            }
+        }
+        if !next {
+            return ControlFlow::Break(if sh.stop.load(Ordering::SeqCst) {
+                After::Stop
+            } else {
+                After::Again
+            });
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Queues the next reserve: in strict mode one `reserve-with-timeout` for a
+/// slice; with weighted tubes, the `watch`/`ignore` commands the schedule needs
+/// first (in the same write) and a reserve that waits only in a fallback run.
+fn queue_reserve(
+    conn: &mut Connection,
+    sched: Option<&mut Schedule>,
+    tubes: &[String],
+    slice: u32,
+) -> Result<Pending, Error> {
+    let (watch_replies, timeout) = match sched {
+        None => (0, slice),
+        Some(s) => {
+            let want = s.want();
+            let n = s.switch(want, |watch, k| {
+                let tube = tubes[k].as_str();
+                conn.queue(&if watch {
+                    Command::Watch { tube }
+                } else {
+                    Command::Ignore { tube }
+                })
+            })?;
+            (n, if want == Want::All { slice } else { 0 })
+        }
+    };
+    conn.queue(&Command::ReserveWithTimeout { timeout })?;
+    Ok(Pending {
+        watch_replies,
+        timeout,
+    })
+}
+
+/// Reads the replies to pipelined `watch`/`ignore` commands.
+fn recv_watching(sh: &Shared, conn: &mut Connection, server: &str, n: usize) -> Result<(), After> {
+    for _ in 0..n {
+        match conn.recv(CommandKind::Watch) {
+            Ok(Reply::Watching { .. }) => {}
+            Ok(r) => {
+                let word = r.word();
+                return Err(unexpected(sh, conn, server, None, word));
+            }
+            Err(e) => return Err(failed(sh, server, None, &e)),
+        }
+    }
+    Ok(())
+}
+
+/// A request failed: count a timeout or an undecodable reply, log, and give up the connection.
+pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &Error) -> After {
+    if e.is_timeout() {
+        Counters::add(&sh.counters.io_timeouts);
+    }
+    if matches!(e, Error::Protocol(_)) {
+        // A garbage line, or a reply word that cannot answer the command.
+        Counters::add(&sh.counters.unexpected_replies);
+    }
+    match job {
+        Some(id) => tracing::warn!(job = id, server, error = %e, "connection failed"),
+        None => tracing::warn!(server, error = %e, "connection failed"),
+    }
+    After::Broken
+}
+
+/// A reply that cannot answer the request: the stream is out of step.
+fn unexpected(
+    sh: &Shared,
+    conn: &mut Connection,
+    server: &str,
+    job: Option<u64>,
+    word: &str,
+) -> After {
+    Counters::add(&sh.counters.unexpected_replies);
+    conn.mark_broken();
+    match job {
+        Some(id) => tracing::warn!(job = id, server, reply = word, "unexpected reply"),
+        None => tracing::warn!(server, reply = word, "unexpected reply"),
+    }
+    After::Broken
+}
