@@ -1,0 +1,214 @@
+//! The blocking connection: one socket, one reused send buffer, one receive
+//! buffer, and a deadline on every whole reply. Sending is in [`send`],
+//! receiving in [`recv`]; this module opens the connection and holds its state.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
+
+use crate::command::Command;
+use crate::error::Error;
+use crate::reply::{Limits, Reply};
+
+mod recv;
+mod send;
+
+use recv::{recv_capacity, INITIAL_RECV};
+use send::PutLine;
+
+/// Bytes of the inline send buffer: a put whose line and body fit is sent from
+/// here with one plain write; a larger one goes out as one vectored write.
+pub const INLINE_REQUEST: usize = 1024;
+
+/// Settings of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Limit on each connect attempt, per resolved address.
+    pub connect_timeout: Duration,
+    /// Limit on each whole reply (plus the server's wait for `reserve-with-timeout`),
+    /// and on each write.
+    pub io_timeout: Duration,
+    /// Job and YAML size limits.
+    pub limits: Limits,
+    /// TCP keepalive idle time; `None` leaves keepalive off.
+    pub keepalive: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            connect_timeout: Duration::from_secs(2),
+            io_timeout: Duration::from_secs(1),
+            limits: Limits::default(),
+            keepalive: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// System calls made by a connection, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoCounts {
+    /// `send` calls (plain or vectored).
+    pub writes: u64,
+    /// `recv` calls.
+    pub reads: u64,
+}
+
+/// A blocking connection to a beanstalkd-protocol server.
+///
+/// Each request goes out in one write; each reply is read against a deadline for
+/// the whole reply. After a timeout, an I/O error or a reply it cannot decode the
+/// connection is broken for good and refuses further requests with [`Error::Broken`].
+pub struct Connection {
+    sock: Socket,
+    peer: SocketAddr,
+    cfg: Config,
+    line: [u8; INLINE_REQUEST],
+    pipe: Vec<u8>,
+    rbuf: Vec<u8>,
+    start: usize,
+    end: usize,
+    rcv_timeout: Duration,
+    /// True while a deadline has the socket timeout below the I/O timeout; the
+    /// next reply's first read restores it.
+    rcv_lowered: bool,
+    broken: bool,
+    counts: IoCounts,
+    /// The put line now at the start of `line`: a put with the same four
+    /// numbers reuses it instead of encoding it again.
+    put_line: PutLine,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.peer)
+            .field("broken", &self.broken)
+            .field("buffered", &(self.end - self.start))
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects to the first address of `addr` that accepts within the connect timeout.
+    pub fn connect(addr: impl ToSocketAddrs, cfg: Config) -> Result<Connection, Error> {
+        let mut last = None;
+        for a in addr.to_socket_addrs().map_err(Error::NotSent)? {
+            match Connection::connect_addr(a, cfg) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::NotSent(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "address resolved to nothing",
+            ))
+        }))
+    }
+
+    /// Connects to one address.
+    pub fn connect_addr(addr: SocketAddr, cfg: Config) -> Result<Connection, Error> {
+        let setup = || -> io::Result<Socket> {
+            let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+            sock.set_tcp_nodelay(true)?;
+            if let Some(idle) = cfg.keepalive {
+                sock.set_keepalive(true)?;
+                sock.set_tcp_keepalive(
+                    &TcpKeepalive::new()
+                        .with_time(idle)
+                        .with_interval(Duration::from_secs(5)),
+                )?;
+            }
+            #[cfg(any(target_os = "macos", target_os = "ios"))]
+            sock.set_nosigpipe(true)?;
+            sock.connect_timeout(
+                &addr.into(),
+                cfg.connect_timeout.max(Duration::from_millis(1)),
+            )?;
+            sock.set_read_timeout(Some(positive(cfg.io_timeout)))?;
+            sock.set_write_timeout(Some(positive(cfg.io_timeout)))?;
+            Ok(sock)
+        };
+        let sock = setup().map_err(Error::NotSent)?;
+        let cap = INITIAL_RECV.min(recv_capacity(&cfg.limits));
+        Ok(Connection {
+            sock,
+            peer: addr,
+            cfg,
+            line: [0; INLINE_REQUEST],
+            pipe: Vec::new(),
+            rbuf: vec![0; cap],
+            start: 0,
+            end: 0,
+            rcv_timeout: positive(cfg.io_timeout),
+            rcv_lowered: false,
+            broken: false,
+            counts: IoCounts::default(),
+            put_line: PutLine::NONE,
+        })
+    }
+
+    /// The server's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The settings this connection was opened with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// True once the connection is out of step; it must be replaced.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Marks the connection broken, for a caller that gave up on it.
+    pub fn mark_broken(&mut self) {
+        self.broken = true;
+    }
+
+    /// A handle that can cut this connection from another thread, for example to
+    /// end a blocking `reserve` at shutdown. The blocked read then fails with
+    /// [`Error::Closed`] and the server returns any job the connection held.
+    pub fn interrupter(&self) -> io::Result<Interrupter> {
+        Ok(Interrupter(self.sock.try_clone()?))
+    }
+
+    /// System calls made so far.
+    pub fn io_counts(&self) -> IoCounts {
+        self.counts
+    }
+
+    /// Sends a request and reads its reply.
+    pub fn request(&mut self, cmd: &Command<'_>) -> Result<Reply<'_>, Error> {
+        self.send(cmd)?;
+        self.recv(cmd.kind())
+    }
+
+    /// Sends `quit` and closes.
+    pub fn quit(mut self) {
+        if !self.broken {
+            let _ = self.send(&Command::Quit);
+        }
+    }
+}
+
+/// Cuts a [`Connection`] from another thread (see [`Connection::interrupter`]).
+#[derive(Debug)]
+pub struct Interrupter(Socket);
+
+impl Interrupter {
+    /// Shuts the socket down in both directions; errors (already closed) are ignored.
+    pub fn interrupt(&self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Socket timeouts of zero mean "forever"; never let a short wait become that.
+fn positive(d: Duration) -> Duration {
+    d.max(Duration::from_millis(1))
+}
