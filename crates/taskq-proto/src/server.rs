@@ -386,25 +386,25 @@ fn parse_line(line: &[u8], n: usize, max_job_size: usize) -> Result<Line<'_>, Co
     Ok(Line::Done(cmd))
 }
 
+/// Where C's `strtol` and `strtoul` find the digits of `s`: past leading white
+/// space and an optional sign. True when the sign is a minus.
+fn c_number_start(s: &[u8]) -> (usize, bool) {
+    let i = s
+        .iter()
+        .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        .count();
+    match s.get(i) {
+        Some(b'-') => (i + 1, true),
+        Some(b'+') => (i + 1, false),
+        _ => (i, false),
+    }
+}
+
 /// C's `strtol` on `s`, then the conversion to a 32-bit `int` that beanstalkd
 /// makes: leading white space, an optional sign, digits up to the first
 /// non-digit (none gives 0). `None` when the value overflows 64 bits (`ERANGE`).
 fn strtol_i32(s: &[u8]) -> Option<i32> {
-    let mut i = s
-        .iter()
-        .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
-        .count();
-    let negative = match s.get(i) {
-        Some(b'-') => {
-            i += 1;
-            true
-        }
-        Some(b'+') => {
-            i += 1;
-            false
-        }
-        _ => false,
-    };
+    let (i, negative) = c_number_start(s);
     let mut n: i64 = 0;
     for &b in s[i..].iter().take_while(|b| b.is_ascii_digit()) {
         let d = i64::from(b - b'0');
@@ -425,21 +425,7 @@ fn strtol_i32(s: &[u8]) -> Option<i32> {
 /// least one digit, anything after the digits ignored. `None` without digits or
 /// when the value overflows 64 bits.
 fn strtoul_u32(s: &[u8]) -> Option<u32> {
-    let mut i = s
-        .iter()
-        .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
-        .count();
-    let negative = match s.get(i) {
-        Some(b'-') => {
-            i += 1;
-            true
-        }
-        Some(b'+') => {
-            i += 1;
-            false
-        }
-        _ => false,
-    };
+    let (i, negative) = c_number_start(s);
     let digits = &s[i..];
     let k = digits.iter().take_while(|b| b.is_ascii_digit()).count();
     if k == 0 {

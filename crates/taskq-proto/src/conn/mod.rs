@@ -124,10 +124,7 @@ impl Connection {
             }
             #[cfg(any(target_os = "macos", target_os = "ios"))]
             sock.set_nosigpipe(true)?;
-            sock.connect_timeout(
-                &addr.into(),
-                cfg.connect_timeout.max(Duration::from_millis(1)),
-            )?;
+            sock.connect_timeout(&addr.into(), positive(cfg.connect_timeout))?;
             sock.set_read_timeout(Some(positive(cfg.io_timeout)))?;
             sock.set_write_timeout(Some(positive(cfg.io_timeout)))?;
             Ok(sock)

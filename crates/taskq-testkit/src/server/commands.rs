@@ -194,60 +194,25 @@ impl State {
                 _ => Reply::NotFound,
             },
             Command::Stats => {
-                let yaml = super::stats::server_yaml(self, now);
-                push_reply(
-                    out,
-                    &Reply::Ok {
-                        yaml: yaml.as_bytes(),
-                    },
-                );
-                return Outcome::Replied;
+                return push_yaml(out, &super::stats::server_yaml(self, now));
             }
             Command::StatsJob { id } => match self.jobs.get(&id) {
                 Some(j) => {
-                    let yaml = super::stats::job_yaml(j, now);
-                    push_reply(
-                        out,
-                        &Reply::Ok {
-                            yaml: yaml.as_bytes(),
-                        },
-                    );
-                    return Outcome::Replied;
+                    return push_yaml(out, &super::stats::job_yaml(j, now));
                 }
                 None => Reply::NotFound,
             },
             Command::StatsTube { tube } => match self.tubes.get_key_value(tube) {
                 Some((name, t)) => {
-                    let yaml = super::stats::tube_yaml(name, t, now);
-                    push_reply(
-                        out,
-                        &Reply::Ok {
-                            yaml: yaml.as_bytes(),
-                        },
-                    );
-                    return Outcome::Replied;
+                    return push_yaml(out, &super::stats::tube_yaml(name, t, now));
                 }
                 None => Reply::NotFound,
             },
             Command::ListTubes => {
-                let yaml = super::stats::list_yaml(&self.tube_order);
-                push_reply(
-                    out,
-                    &Reply::Ok {
-                        yaml: yaml.as_bytes(),
-                    },
-                );
-                return Outcome::Replied;
+                return push_yaml(out, &super::stats::list_yaml(&self.tube_order));
             }
             Command::ListTubesWatched => {
-                let yaml = super::stats::list_yaml(&self.conns[&conn].watching);
-                push_reply(
-                    out,
-                    &Reply::Ok {
-                        yaml: yaml.as_bytes(),
-                    },
-                );
-                return Outcome::Replied;
+                return push_yaml(out, &super::stats::list_yaml(&self.conns[&conn].watching));
             }
             Command::ListTubeUsed => {
                 push_reply(
@@ -419,4 +384,15 @@ impl State {
         }
         n
     }
+}
+
+/// Answers `OK` with a YAML document.
+fn push_yaml(out: &mut Vec<u8>, yaml: &str) -> Outcome {
+    push_reply(
+        out,
+        &Reply::Ok {
+            yaml: yaml.as_bytes(),
+        },
+    );
+    Outcome::Replied
 }
