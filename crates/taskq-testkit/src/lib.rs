@@ -4,11 +4,15 @@
 //! - [`Beanstalkd`]: the real server as a child process on a free loopback port.
 //! - [`TestServer`]: the reference server in this process, with a [`Ledger`] of
 //!   every job and connection and [`FaultPlan`]s that make it misbehave on demand.
+//! - [`alloc::CountingAllocator`]: counts allocations, for the zero-allocation tests.
 //! - [`ChaosProxy`]: a TCP proxy with run-time [`Toxic`]s (latency, reset,
 //!   silence, data limit, slicer) to put in front of either.
 //!
 //! Everything listens on 127.0.0.1 only and stops when dropped.
 
+// A global allocator can only be written with `unsafe`; it forwards to `System`.
+#[allow(unsafe_code)]
+pub mod alloc;
 pub mod beanstalkd;
 pub mod proxy;
 pub mod server;
