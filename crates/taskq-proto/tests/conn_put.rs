@@ -3,47 +3,24 @@
 //! whole `INSERTED` in one segment must fall back to the general reader with
 //! the same whole-reply deadline and the same outcomes.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::thread::{self, JoinHandle};
+use std::net::{SocketAddr, TcpStream};
+use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{peer, read_line};
 use taskq_proto::{Command, CommandKind, Config, Connection, Error, Reply, ReplyError};
 
 const IO: Duration = Duration::from_millis(500);
 const GRACE: Duration = Duration::from_millis(500);
 
-/// Runs `script` on the one connection a fresh 127.0.0.1 listener accepts.
-fn peer<F>(script: F) -> (SocketAddr, JoinHandle<()>)
-where
-    F: FnOnce(TcpStream) + Send + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let handle = thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        stream.set_nodelay(true).unwrap();
-        // No peer may outlive its test by much, whatever the client does.
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        stream
-            .set_write_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        script(stream);
-    });
-    (addr, handle)
-}
-
 /// Reads one whole put request (line, body, CRLF) and returns its body.
 fn read_put(s: &mut TcpStream) -> Vec<u8> {
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    while !line.ends_with(b"\r\n") {
-        match s.read(&mut b) {
-            Ok(1) => line.push(b[0]),
-            _ => return Vec::new(),
-        }
+    let line = read_line(s);
+    if !line.ends_with(b"\r\n") {
+        return Vec::new();
     }
     let text = String::from_utf8(line).unwrap();
     assert!(text.starts_with("put "), "{text:?}");
