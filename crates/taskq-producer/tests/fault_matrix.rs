@@ -573,30 +573,7 @@ fn every_error_reply_and_garbage_line_gives_a_distinct_typed_result() {
 fn latency_and_tiny_segments_within_the_deadline_are_normal_operation() {
     let server = Beanstalkd::start().unwrap();
     let proxy = ChaosProxy::start(server.addr()).unwrap();
-    proxy.add(
-        Toxic::Latency {
-            delay: Duration::from_millis(50),
-            jitter: Duration::from_millis(20),
-        },
-        Direction::Both,
-        1.0,
-    );
-    proxy.add(
-        Toxic::Slicer {
-            max_segment: 3,
-            delay: Duration::from_micros(200),
-        },
-        Direction::Upstream,
-        1.0,
-    );
-    proxy.add(
-        Toxic::Slicer {
-            max_segment: 1,
-            delay: Duration::from_micros(200),
-        },
-        Direction::Downstream,
-        1.0,
-    );
+    proxy.add_slow_network();
     let before = total_jobs(server.addr());
     let t0 = Instant::now();
     let mut p = producer(proxy.addr());

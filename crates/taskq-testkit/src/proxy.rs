@@ -161,6 +161,30 @@ impl ChaosProxy {
         self.shared.seed
     }
 
+    /// A slow, fragmenting network that stays within a 1 s deadline: 50 ms
+    /// latency with 20 ms jitter both ways, requests forwarded in segments of at
+    /// most 3 bytes and replies in single bytes, 200 us apart.
+    pub fn add_slow_network(&self) {
+        self.add(
+            Toxic::Latency {
+                delay: Duration::from_millis(50),
+                jitter: Duration::from_millis(20),
+            },
+            Direction::Both,
+            1.0,
+        );
+        for (max_segment, direction) in [(3, Direction::Upstream), (1, Direction::Downstream)] {
+            self.add(
+                Toxic::Slicer {
+                    max_segment,
+                    delay: Duration::from_micros(200),
+                },
+                direction,
+                1.0,
+            );
+        }
+    }
+
     /// Adds a toxic in `direction`, active on each connection with `probability`
     /// (drawn per connection and direction, again whenever the toxics change).
     /// Applies at once to open connections.

@@ -322,30 +322,7 @@ fn latency_and_tiny_segments_within_the_deadline_are_normal_operation() {
     let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("job-{i:04}").into_bytes()).collect();
     put_all(server.addr(), "default", 60, &bodies);
     let before = record(server.addr());
-    proxy.add(
-        Toxic::Latency {
-            delay: Duration::from_millis(50),
-            jitter: Duration::from_millis(20),
-        },
-        Direction::Both,
-        1.0,
-    );
-    proxy.add(
-        Toxic::Slicer {
-            max_segment: 3,
-            delay: Duration::from_micros(200),
-        },
-        Direction::Upstream,
-        1.0,
-    );
-    proxy.add(
-        Toxic::Slicer {
-            max_segment: 1,
-            delay: Duration::from_micros(200),
-        },
-        Direction::Downstream,
-        1.0,
-    );
+    proxy.add_slow_network();
     let worker = Worker::new(
         Config {
             concurrency: 8,
