@@ -85,6 +85,9 @@ impl Turn<'_> {
             };
             let id = match conn.recv(reserve) {
                 Ok(Reply::Reserved { id, body }) => {
+                    // The handler may touch the job or look up its stats on this
+                    // connection, which reuses the receive buffer the body lies in:
+                    // the body moves to the thread's own reused buffer first.
                     self.body.clear();
                     self.body.extend_from_slice(body);
                     id
