@@ -563,7 +563,8 @@ proptest! {
     }
 }
 
-/// PROTOCOL.md says a delete of a job taken on a closed connection answers
+/// The usual description of the protocol (see docs/protocol.md) says a delete
+/// of a job taken on a closed connection answers
 /// NOT_FOUND. beanstalkd answers DELETED when the job is back in ready and
 /// nobody has taken it since (delete works on ready, delayed and buried jobs by
 /// anyone); NOT_FOUND only while another connection holds it.

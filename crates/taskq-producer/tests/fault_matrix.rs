@@ -1,4 +1,4 @@
-//! Rows of RELIABILITY.md's fault matrix for the producer: a put (and a batch)
+//! Rows of docs/reliability.md's fault matrix for the producer: a put (and a batch)
 //! cut at every byte of its request and of its reply, classified against the
 //! server's own record; every error reply and garbage line mapped to a typed
 //! result; and normal operation through high latency and tiny segments.

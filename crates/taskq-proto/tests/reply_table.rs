@@ -149,7 +149,7 @@ fn server_errors_answer_any_command() {
 #[test]
 fn replies_refused_for_the_wrong_command() {
     // Each word is tried against every command; it must decode for exactly the
-    // commands PROTOCOL.md lists and be UnexpectedReply (or, for the words whose
+    // commands docs/protocol.md lists and be UnexpectedReply (or, for the words whose
     // arguments depend on the command, Malformed) for every other.
     #[rustfmt::skip]
     let words: &[(&[u8], &[K])] = &[

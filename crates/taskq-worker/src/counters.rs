@@ -54,7 +54,7 @@ counters! {
     touched,
     /// Deletes answered `NOT_FOUND`: the lease had run out and the job went
     /// back, so another worker may run it again. The `cmd-delete` bracket of
-    /// RELIABILITY.md counts these deletes: `deleted + lost_lease <= cmd-delete
+    /// docs/reliability.md counts these deletes: `deleted + lost_lease <= cmd-delete
     /// <= deleted + lost_lease + ack_unknown`.
     lost_lease,
     /// Releases and buries answered `NOT_FOUND`, or whose `stats-job` lookup

@@ -1,4 +1,4 @@
-//! Rows of RELIABILITY.md's fault matrix for the worker: a delete cut at every
+//! Rows of docs/reliability.md's fault matrix for the worker: a delete cut at every
 //! byte of its reply (and of its request), every error reply and garbage line
 //! in answer to a reserve and to a delete, and normal operation through high
 //! latency and tiny segments. Counts are checked against the server's record.
