@@ -63,7 +63,7 @@ fn bench_servers(c: &mut Criterion) {
                 }
                 conn.flush().unwrap();
                 for _ in 0..16 {
-                    match conn.recv(PUT.kind()).unwrap() {
+                    match conn.recv().unwrap() {
                         Reply::Inserted { .. } => {}
                         r => panic!("{r:?}"),
                     }

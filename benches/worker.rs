@@ -33,7 +33,7 @@ fn fill(addr: SocketAddr, n: usize) {
         }
         c.flush().unwrap();
         for _ in chunk {
-            match c.recv(taskq_proto::CommandKind::Put).unwrap() {
+            match c.recv().unwrap() {
                 Reply::Inserted { .. } => {}
                 r => panic!("put: {r:?}"),
             }

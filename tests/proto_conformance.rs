@@ -385,8 +385,8 @@ fn job_too_big_raw_and_refused_by_the_encoder() {
     let mut raw = b"put 0 0 10 2000\r\n".to_vec();
     raw.extend_from_slice(&[b'z'; 2000]);
     raw.extend_from_slice(b"\r\n");
-    c.send_raw(&raw).unwrap();
-    assert_eq!(c.recv(K::Put).unwrap(), R::JobTooBig);
+    c.send_raw(&raw, K::Put).unwrap();
+    assert_eq!(c.recv().unwrap(), R::JobTooBig);
     // Still in step.
     assert!(matches!(
         c.request(&C::Put {
@@ -448,9 +448,9 @@ fn raw_errors_bad_format_unknown_command_expected_crlf() {
         (b"put 1 0 1 2\r\nabXY", K::Put, R::ExpectedCrlf),
     ];
     for (raw, kind, want) in cases {
-        c.send_raw(raw).unwrap();
+        c.send_raw(raw, *kind).unwrap();
         assert_eq!(
-            c.recv(*kind).unwrap(),
+            c.recv().unwrap(),
             *want,
             "{:?}",
             String::from_utf8_lossy(raw)
@@ -507,8 +507,5 @@ fn reserve_blocks_until_another_connection_puts() {
     worker.send(&C::ReserveWithTimeout { timeout: 5 }).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let id = put(&mut producer, 0, 0, 10, BODY);
-    assert_eq!(
-        worker.recv(K::ReserveWithTimeout { timeout: 5 }).unwrap(),
-        R::Reserved { id, body: BODY }
-    );
+    assert_eq!(worker.recv().unwrap(), R::Reserved { id, body: BODY });
 }

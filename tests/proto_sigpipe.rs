@@ -11,7 +11,7 @@ use std::process::Command as Process;
 use std::thread;
 use std::time::Duration;
 
-use taskq_proto::{Config, Connection, Error};
+use taskq_proto::{CommandKind, Config, Connection, Error};
 
 fn default_sigpipe() {
     // SAFETY: `signal` with SIG_DFL installs no handler code; it only resets the
@@ -37,9 +37,9 @@ fn writing_to_a_reset_socket_is_an_error_not_a_signal() {
     thread::sleep(Duration::from_millis(50));
     // The first send lands in a half-closed socket and draws a reset; the
     // second then fails with EPIPE, which raises SIGPIPE unless suppressed.
-    let first = c.send_raw(b"stats\r\n");
+    let first = c.send_raw(b"stats\r\n", CommandKind::Stats);
     thread::sleep(Duration::from_millis(50));
-    let second = c.send_raw(b"stats\r\n");
+    let second = c.send_raw(b"stats\r\n", CommandKind::Stats);
     let e = first
         .err()
         .or(second.err())

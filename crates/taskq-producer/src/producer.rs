@@ -6,8 +6,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use taskq_proto::{
-    validate_tube, Command, CommandKind, Config, Connection, EncodeError, IoCounts, Reply,
-    ReplyError, TubeStats,
+    validate_tube, Command, Config, Connection, EncodeError, IoCounts, Reply, ReplyError, TubeStats,
 };
 
 use crate::backoff::{Backoff, Retry};
@@ -282,7 +281,7 @@ impl Producer {
                 // `INSERTED` returns straight away; every other outcome is
                 // turned into an error first, so the hot path carries no `Result`.
                 let e = match conn.send(&cmd) {
-                    Ok(()) => match conn.recv(CommandKind::Put) {
+                    Ok(()) => match conn.recv() {
                         Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
                         other => not_inserted(other),
                     },
@@ -479,7 +478,7 @@ impl Producer {
         let ready = if conn.is_broken() {
             None
         } else {
-            match conn.recv(CommandKind::StatsTube) {
+            match conn.recv() {
                 Ok(Reply::Ok { yaml }) => TubeStats::parse(yaml).ok().map(|s| s.current_jobs_ready),
                 _ => None,
             }
@@ -598,7 +597,7 @@ fn use_on(conn: &mut Connection, tube: &str) -> Result<(), Error> {
 /// Reads a put's reply: the id, or the rejection.
 #[inline]
 fn put_reply(conn: &mut Connection) -> Result<JobId, Error> {
-    let r = match conn.recv(CommandKind::Put) {
+    let r = match conn.recv() {
         Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
         other => Err(not_inserted(other)),
     };

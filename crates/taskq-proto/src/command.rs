@@ -159,6 +159,7 @@ pub enum CommandKind {
 impl CommandKind {
     /// Every kind, once (`reserve-with-timeout` with a one-second wait), for
     /// tests and fuzzers that must cover the whole protocol.
+    #[cfg(feature = "test-util")]
     pub const ALL: [CommandKind; 25] = [
         CommandKind::Put,
         CommandKind::Use,

@@ -140,6 +140,9 @@ pub enum Error {
     Io(io::Error),
     /// The reply could not be decoded. Outcome unknown; broken.
     Protocol(ReplyError),
+    /// A reply was asked for while no request awaits one. Nothing was read; the
+    /// connection is still usable.
+    NothingOwed,
 }
 
 impl Error {
@@ -153,12 +156,15 @@ impl Error {
 
     /// True when nothing of the request reached the server.
     pub fn not_sent(&self) -> bool {
-        matches!(self, Error::Invalid(_) | Error::NotSent(_) | Error::Broken)
+        matches!(
+            self,
+            Error::Invalid(_) | Error::NotSent(_) | Error::Broken | Error::NothingOwed
+        )
     }
 
     /// True when the connection must be closed and replaced.
     pub fn breaks_connection(&self) -> bool {
-        !matches!(self, Error::Invalid(_))
+        !matches!(self, Error::Invalid(_) | Error::NothingOwed)
     }
 
     /// True when the error is a missed reply deadline.
@@ -257,6 +263,7 @@ impl fmt::Display for Error {
             Error::Closed => f.write_str("server closed the connection; outcome unknown"),
             Error::Io(e) => write!(f, "I/O error after sending; outcome unknown: {e}"),
             Error::Protocol(e) => write!(f, "bad reply; outcome unknown: {e}"),
+            Error::NothingOwed => f.write_str("no request awaits a reply"),
         }
     }
 }
@@ -265,13 +272,6 @@ impl std::error::Error for EncodeError {}
 impl std::error::Error for TubeNameError {}
 impl std::error::Error for ReplyError {}
 impl std::error::Error for YamlError {}
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Invalid(e) => Some(e),
-            Error::NotSent(e) | Error::Io(e) => Some(e),
-            Error::Protocol(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// `Display` already names the inner error, so `source` does not repeat it:
+/// a report that walks the chain prints each cause once.
+impl std::error::Error for Error {}

@@ -22,18 +22,23 @@
 //! ```
 
 mod command;
+#[cfg(feature = "blocking")]
 mod conn;
 mod error;
 mod reply;
+#[cfg(feature = "server")]
 pub mod server;
+pub mod session;
 pub mod yaml;
 
 pub use command::{
     is_tube_byte, secs_ceil, validate_tube, Command, CommandKind, MAX_RESERVE_TIMEOUT,
 };
-pub use conn::{Config, Connection, Interrupter, IoCounts, INLINE_REQUEST};
+#[cfg(feature = "blocking")]
+pub use conn::{Config, Connection, Interrupter, IoCounts};
 pub use error::{EncodeError, Error, ReplyError, TubeNameError, YamlError};
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
+pub use session::{Framed, RecvBuf, Request, Session, INLINE_REQUEST};
 pub use yaml::{JobStats, ServerStats, TubeStats};
 
 /// Longest command or reply line, CRLF included. The server answers `BAD_FORMAT` to a longer command.

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{peer, read_line};
-use taskq_proto::{Command, CommandKind, Config, Connection, Error, Reply, ReplyError};
+use taskq_proto::{Command, Config, Connection, Error, Reply, ReplyError};
 
 const IO: Duration = Duration::from_millis(500);
 const GRACE: Duration = Duration::from_millis(500);
@@ -116,9 +116,9 @@ fn two_replies_in_one_segment_are_read_in_order() {
     let mut c = connect(addr);
     c.send(&put(b"a")).unwrap();
     c.send(&put(b"b")).unwrap();
-    assert_eq!(c.recv(CommandKind::Put).unwrap(), Reply::Inserted { id: 1 });
+    assert_eq!(c.recv().unwrap(), Reply::Inserted { id: 1 });
     let reads = c.io_counts().reads;
-    assert_eq!(c.recv(CommandKind::Put).unwrap(), Reply::Inserted { id: 2 });
+    assert_eq!(c.recv().unwrap(), Reply::Inserted { id: 2 });
     assert_eq!(c.io_counts().reads, reads, "the second reply was buffered");
     drop(c);
     peer.join().unwrap();

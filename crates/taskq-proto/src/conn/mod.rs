@@ -1,6 +1,8 @@
-//! The blocking connection: one socket, one reused send buffer, one receive
-//! buffer, and a deadline on every whole reply. Sending is in [`send`],
-//! receiving in [`recv`]; this module opens the connection and holds its state.
+//! The blocking driver: one socket under a [`Session`], and a deadline on every
+//! whole reply. The session holds the protocol state (send buffer, owed
+//! replies, receive buffer); this driver writes what it encoded with one send
+//! call and reads into the room it gives. Sending is in [`send`], receiving in
+//! [`recv`]; this module opens the connection.
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -11,16 +13,10 @@ use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 use crate::command::Command;
 use crate::error::Error;
 use crate::reply::{Limits, Reply};
+use crate::session::Session;
 
 mod recv;
 mod send;
-
-use recv::{recv_capacity, INITIAL_RECV};
-use send::PutLine;
-
-/// Bytes of the inline send buffer: a put whose line and body fit is sent from
-/// here with one plain write; a larger one goes out as one vectored write.
-pub const INLINE_REQUEST: usize = 1024;
 
 /// Settings of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,28 +61,19 @@ pub struct Connection {
     sock: Socket,
     peer: SocketAddr,
     cfg: Config,
-    line: [u8; INLINE_REQUEST],
-    pipe: Vec<u8>,
-    rbuf: Vec<u8>,
-    start: usize,
-    end: usize,
+    session: Session,
     rcv_timeout: Duration,
     /// True while a deadline has the socket timeout below the I/O timeout; the
     /// next reply's first read restores it.
     rcv_lowered: bool,
-    broken: bool,
     counts: IoCounts,
-    /// The put line now at the start of `line`: a put with the same four
-    /// numbers reuses it instead of encoding it again.
-    put_line: PutLine,
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
             .field("peer", &self.peer)
-            .field("broken", &self.broken)
-            .field("buffered", &(self.end - self.start))
+            .field("session", &self.session)
             .finish()
     }
 }
@@ -130,21 +117,14 @@ impl Connection {
             Ok(sock)
         };
         let sock = setup().map_err(Error::NotSent)?;
-        let cap = INITIAL_RECV.min(recv_capacity(&cfg.limits));
         Ok(Connection {
             sock,
             peer: addr,
             cfg,
-            line: [0; INLINE_REQUEST],
-            pipe: Vec::new(),
-            rbuf: vec![0; cap],
-            start: 0,
-            end: 0,
+            session: Session::new(cfg.limits),
             rcv_timeout: positive(cfg.io_timeout),
             rcv_lowered: false,
-            broken: false,
             counts: IoCounts::default(),
-            put_line: PutLine::NONE,
         })
     }
 
@@ -159,13 +139,25 @@ impl Connection {
     }
 
     /// True once the connection is out of step; it must be replaced.
+    #[inline]
     pub fn is_broken(&self) -> bool {
-        self.broken
+        self.session.is_broken()
     }
 
-    /// Marks the connection broken, for a caller that gave up on it.
+    /// Marks the connection broken, for a caller that got a reply it cannot
+    /// accept (the stream is then out of step) or gave up on it.
     pub fn mark_broken(&mut self) {
-        self.broken = true;
+        self.session.mark_broken();
+    }
+
+    /// Replies owed: requests sent or queued whose replies were not yet read.
+    pub fn owed(&self) -> usize {
+        self.session.owed()
+    }
+
+    /// The kind of the command whose reply [`recv`](Self::recv) reads next.
+    pub fn next_owed(&self) -> Option<crate::CommandKind> {
+        self.session.next_owed()
     }
 
     /// A handle that can cut this connection from another thread, for example to
@@ -183,12 +175,12 @@ impl Connection {
     /// Sends a request and reads its reply.
     pub fn request(&mut self, cmd: &Command<'_>) -> Result<Reply<'_>, Error> {
         self.send(cmd)?;
-        self.recv(cmd.kind())
+        self.recv()
     }
 
     /// Sends `quit` and closes.
     pub fn quit(mut self) {
-        if !self.broken {
+        if !self.is_broken() {
             let _ = self.send(&Command::Quit);
         }
     }

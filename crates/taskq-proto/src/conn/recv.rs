@@ -1,70 +1,70 @@
-//! The read side of a [`Connection`]: each reply read against one deadline
-//! for the whole of it, with a fast path for `INSERTED` after a put.
+//! The read side of a [`Connection`]: each owed reply read against one
+//! deadline for the whole of it, with a fast path for `INSERTED` after a put.
 
 use std::io::{self, Read};
 use std::time::{Duration, Instant};
 
 use super::{positive, Connection};
-use crate::command::CommandKind;
 use crate::error::Error;
-use crate::reply::{attach, inserted_exact, parse_frame, Limits, Reply, Status};
-use crate::MAX_LINE;
-
-/// The receive buffer's first size; it grows only when a reply needs more.
-pub(super) const INITIAL_RECV: usize = 4096;
+use crate::reply::Reply;
 
 /// How far a lowered socket timeout may run past the deadline before it is
 /// worth a `setsockopt` to shorten it.
 const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
 impl Connection {
-    /// Reads the next reply, decoded as an answer to a command of `kind`.
+    /// Reads the next owed reply (the one to the oldest request whose reply was
+    /// not read yet), decoded as an answer to that request.
     ///
     /// The deadline covers the whole reply: the I/O timeout plus, for
     /// `reserve-with-timeout`, the seconds the server may wait.
     #[inline]
-    pub fn recv(&mut self, kind: CommandKind) -> Result<Reply<'_>, Error> {
-        // The enqueue hot path: the reply to a put on an empty buffer (`end` is
-        // reset to 0 whenever the buffer drains) is almost always one whole
-        // `INSERTED <id>\r\n` from one read.
-        if kind == CommandKind::Put && self.end == 0 && !(self.broken | self.rcv_lowered) {
+    pub fn recv(&mut self) -> Result<Reply<'_>, Error> {
+        // The enqueue hot path: the reply to a lone put on an empty buffer is
+        // almost always one whole `INSERTED <id>\r\n` from one read.
+        if self.session.awaits_lone_put() && !self.rcv_lowered {
             // The one clock read of a put: should this read bring only part of
             // the reply, the deadline for the rest counts from here.
             let started = Instant::now();
-            let r = (&self.sock).read(&mut self.rbuf);
+            let r = (&self.sock).read(self.session.put_read_room());
             self.counts.reads += 1;
             if let Ok(n) = r {
-                if let Some(id) = inserted_exact(&self.rbuf, n) {
+                if let Some(id) = self.session.take_inserted(n) {
                     return Ok(Reply::Inserted { id });
                 }
             }
-            return self.recv_after_first_read(kind, started, r);
+            return self.recv_after_first_read(started, r);
         }
-        self.recv_any(kind, None)
+        self.recv_any(None)
     }
 
-    /// The hot path's read did not bring a whole `INSERTED`: account for it and
-    /// go on as [`recv`](Self::recv) would after its first read.
+    /// The hot path's read did not bring a whole `INSERTED` (its bytes, if
+    /// any, are in the session's buffer already): account for a failed read
+    /// and go on as [`recv`](Self::recv) would after its first read.
+    #[cold]
     fn recv_after_first_read(
         &mut self,
-        kind: CommandKind,
         started: Instant,
         r: io::Result<usize>,
     ) -> Result<Reply<'_>, Error> {
-        self.took(r)?;
-        self.recv_any(kind, Some(started))
+        // Bytes that arrived are in the buffer already; an end of stream or
+        // an error is accounted for here.
+        if !matches!(r, Ok(n) if n > 0) {
+            self.took(r)?;
+        }
+        self.recv_any(Some(started))
     }
 
     /// [`recv`](Self::recv) for any reply. `started` is when the wait for this
     /// reply began, when a read for it was already made.
-    fn recv_any(
-        &mut self,
-        kind: CommandKind,
-        started: Option<Instant>,
-    ) -> Result<Reply<'_>, Error> {
-        if self.broken {
-            return Err(Error::Broken);
-        }
+    fn recv_any(&mut self, started: Option<Instant>) -> Result<Reply<'_>, Error> {
+        let Some(kind) = self.session.next_owed() else {
+            return Err(if self.session.is_broken() {
+                Error::Broken
+            } else {
+                Error::NothingOwed
+            });
+        };
         // The whole wait: the I/O timeout plus what the server may take by design.
         let wait = self
             .cfg
@@ -74,30 +74,13 @@ impl Connection {
         // already in the buffer (the rest of a pipeline) costs no clock at all.
         let mut first_read = started.is_none();
         let mut started = started;
-        let limits = self.cfg.limits;
-        let (reply, span, used) = loop {
-            if self.start < self.end {
-                match parse_frame(kind, &self.rbuf[self.start..self.end], &limits) {
-                    Ok(Status::Complete((r, s), n)) => break (r, s, n),
-                    Ok(Status::Partial) => {}
-                    Err(e) => {
-                        self.broken = true;
-                        return Err(Error::Protocol(e));
-                    }
-                }
+        loop {
+            if let Some(f) = self.session.frame_reply()? {
+                return Ok(self.session.take_reply(f));
             }
             let t0 = *started.get_or_insert_with(Instant::now);
             self.fill(t0, wait, &mut first_read)?;
-        };
-        let base = self.start;
-        self.start += used;
-        if self.start == self.end {
-            // The bytes stay in place until the next fill, which needs `&mut self`
-            // and so cannot run while the reply borrows them.
-            self.start = 0;
-            self.end = 0;
         }
-        Ok(attach(reply, span, &self.rbuf[base..]))
     }
 
     fn fill(
@@ -106,9 +89,8 @@ impl Connection {
         wait: Duration,
         first_read: &mut bool,
     ) -> Result<(), Error> {
-        if self.end == self.rbuf.len() {
-            self.make_room()?;
-        }
+        // Make room first: a buffer full at its cap breaks the session.
+        self.session.recv_room()?;
         if self.rcv_lowered && *first_read {
             self.set_rcv_timeout(positive(self.cfg.io_timeout))?;
         }
@@ -122,7 +104,7 @@ impl Connection {
                     .checked_add(wait)
                     .unwrap_or_else(|| far_future(started));
                 if now + DEADLINE_SLACK >= deadline {
-                    self.broken = true;
+                    self.session.mark_broken();
                     return Err(Error::Timeout {
                         waited: now - started,
                     });
@@ -133,7 +115,7 @@ impl Connection {
                 }
             }
             *first_read = false;
-            let r = (&self.sock).read(&mut self.rbuf[self.end..]);
+            let r = (&self.sock).read(self.session.recv_room()?);
             self.counts.reads += 1;
             if self.took(r)? {
                 return Ok(());
@@ -141,17 +123,18 @@ impl Connection {
         }
     }
 
-    /// Accounts for one read into `rbuf[end..]`: true when bytes arrived, false
-    /// when the read timed out or was interrupted (the caller checks the deadline
-    /// and reads again); an end of stream or another error breaks the connection.
+    /// Accounts for one read into the session's room: true when bytes arrived,
+    /// false when the read timed out or was interrupted (the caller checks the
+    /// deadline and reads again); an end of stream or another error breaks the
+    /// connection.
     fn took(&mut self, r: io::Result<usize>) -> Result<bool, Error> {
         match r {
             Ok(0) => {
-                self.broken = true;
+                self.session.mark_broken();
                 Err(Error::Closed)
             }
             Ok(n) => {
-                self.end += n;
+                self.session.received(n);
                 Ok(true)
             }
             Err(e)
@@ -165,48 +148,22 @@ impl Connection {
                 Ok(false)
             }
             Err(e) => {
-                self.broken = true;
+                self.session.mark_broken();
                 Err(Error::Io(e))
             }
         }
     }
 
-    fn make_room(&mut self) -> Result<(), Error> {
-        if self.start > 0 {
-            self.rbuf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-            return Ok(());
-        }
-        let cap = recv_capacity(&self.cfg.limits);
-        if self.rbuf.len() >= cap {
-            // The parser refuses frames larger than the limits before this point.
-            self.broken = true;
-            return Err(Error::Protocol(crate::ReplyError::LineTooLong));
-        }
-        // Double, but never past the cap (which may be below INITIAL_RECV).
-        let grown = self.rbuf.len().saturating_mul(2).max(INITIAL_RECV).min(cap);
-        self.rbuf.resize(grown, 0);
-        Ok(())
-    }
-
     fn set_rcv_timeout(&mut self, t: Duration) -> Result<(), Error> {
         let t = positive(t);
         if let Err(e) = self.sock.set_read_timeout(Some(t)) {
-            self.broken = true;
+            self.session.mark_broken();
             return Err(Error::Io(e));
         }
         self.rcv_timeout = t;
         self.rcv_lowered = t != positive(self.cfg.io_timeout);
         Ok(())
     }
-}
-
-/// The most a receive buffer ever holds: one reply line and the largest body or YAML.
-pub(super) fn recv_capacity(limits: &Limits) -> usize {
-    MAX_LINE
-        .saturating_add(limits.max_job_size.max(limits.max_yaml_size))
-        .saturating_add(2)
 }
 
 /// A deadline so far away that it stands for "no deadline".

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use taskq_proto::server::{parse_command, skip_line, CommandError, Skip};
-use taskq_proto::{Command, Reply, Status, MAX_LINE};
+use taskq_proto::{Command, RecvBuf, Reply, Status, MAX_LINE};
 
 use super::faults::{Action, ConnFaults, ReplyFault};
 use super::state::{push_reply, Outcome};
@@ -33,9 +33,8 @@ struct Conn {
     shared: Arc<Shared>,
     id: u64,
     stream: TcpStream,
-    inbuf: Vec<u8>,
-    start: usize,
-    end: usize,
+    /// Commands received and not yet carried out: the codec's receive buffer.
+    inbuf: RecvBuf,
     out: Vec<u8>,
     /// Puts whose `INSERTED` sits in `out`, acknowledged once written.
     acks: Vec<u64>,
@@ -53,9 +52,7 @@ pub(crate) fn serve(shared: Arc<Shared>, id: u64, stream: TcpStream) {
     };
     let cap = MAX_LINE + shared.max_job_size + 2;
     let mut c = Conn {
-        inbuf: vec![0; cap.min(16 * 1024)],
-        start: 0,
-        end: 0,
+        inbuf: RecvBuf::new(16 * 1024, cap),
         out: Vec::with_capacity(4096),
         acks: Vec::new(),
         faults,
@@ -88,12 +85,11 @@ impl Conn {
             }
             self.refresh_faults();
             // Only the frame's length is kept, so the buffer is free for the fault handling below.
-            let parsed =
-                match parse_command(&self.inbuf[self.start..self.end], self.shared.max_job_size) {
-                    Ok(Status::Complete(_, n)) => Ok(Status::Complete((), n)),
-                    Ok(Status::Partial) => Ok(Status::Partial),
-                    Err(e) => Err(e),
-                };
+            let parsed = match parse_command(self.inbuf.data(), self.shared.max_job_size) {
+                Ok(Status::Complete(_, n)) => Ok(Status::Complete((), n)),
+                Ok(Status::Partial) => Ok(Status::Partial),
+                Err(e) => Err(e),
+            };
             let complete = !matches!(parsed, Ok(Status::Partial));
             if !complete {
                 if let Err(e) = self.flush() {
@@ -135,7 +131,7 @@ impl Conn {
             let outcome = match parsed {
                 Ok(Status::Complete(_, n)) if fault.replace.is_some() => {
                     // Answered with the fault's bytes; the command is not carried out.
-                    self.start += n;
+                    self.inbuf.consume(n);
                     if let Some(bytes) = fault.replace.take() {
                         self.out.extend_from_slice(&bytes);
                     }
@@ -143,7 +139,7 @@ impl Conn {
                 }
                 Ok(Status::Complete(_, n)) => {
                     // Parse again so the borrow of the buffer does not outlive the match.
-                    let input = &self.inbuf[self.start..self.start + n];
+                    let input = &self.inbuf.data()[..n];
                     let Ok(Status::Complete(cmd, _)) =
                         parse_command(input, self.shared.max_job_size)
                     else {
@@ -168,7 +164,7 @@ impl Conn {
                     if wake {
                         self.shared.cond.notify_all();
                     }
-                    self.start += n;
+                    self.inbuf.consume(n);
                     outcome
                 }
                 Ok(Status::Partial) => unreachable!("handled above"),
@@ -222,21 +218,16 @@ impl Conn {
             let spent = matches!(e, CommandError::ExpectedCrlf { .. });
             self.shared.lock().refused(self.id, kind, spent);
         }
-        let avail = self.end - self.start;
-        self.start += e.consumed().min(avail);
+        self.inbuf.consume(e.consumed().min(self.inbuf.len()));
         if let CommandError::LineTooLong = e {
             loop {
-                match skip_line(&self.inbuf[self.start..self.end]) {
+                match skip_line(self.inbuf.data()) {
                     Skip::Done(n) => {
-                        self.start += n;
+                        self.inbuf.consume(n);
                         break;
                     }
                     Skip::More(n) => {
-                        self.start += n;
-                        if self.start == self.end {
-                            self.start = 0;
-                            self.end = 0;
-                        }
+                        self.inbuf.consume(n);
                         self.flush()?;
                         self.fill()?;
                     }
@@ -246,15 +237,13 @@ impl Conn {
         if let CommandError::JobTooBig { discard, .. } = e {
             let mut left = discard;
             loop {
-                let here = ((self.end - self.start) as u64).min(left);
-                self.start += here as usize;
+                let here = (self.inbuf.len() as u64).min(left);
+                self.inbuf.consume(here as usize);
                 left -= here;
                 if left == 0 {
                     break;
                 }
                 self.flush()?;
-                self.start = 0;
-                self.end = 0;
                 self.fill()?;
             }
         }
@@ -311,30 +300,16 @@ impl Conn {
 
     /// Reads more input, making room first.
     fn fill(&mut self) -> Result<(), End> {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        } else if self.end == self.inbuf.len() {
-            if self.start > 0 {
-                self.inbuf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            } else {
-                let cap = MAX_LINE + self.shared.max_job_size + 2;
-                if self.inbuf.len() >= cap {
-                    // The codec completes or refuses any frame within `cap`
-                    // bytes, so this cannot happen; never grow past the limit.
-                    return Err(End::Close);
-                }
-                let grown = (self.inbuf.len() * 2).min(cap);
-                self.inbuf.resize(grown, 0);
-            }
-        }
+        // The codec completes or refuses any frame within the buffer's cap,
+        // so a full buffer cannot happen; it never grows past the limit.
+        let Ok(room) = self.inbuf.spare() else {
+            return Err(End::Close);
+        };
         loop {
-            match self.stream.read(&mut self.inbuf[self.end..]) {
+            match self.stream.read(room) {
                 Ok(0) => return Err(End::Peer),
                 Ok(n) => {
-                    self.end += n;
+                    self.inbuf.filled(n);
                     return Ok(());
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, CommandKind, Connection, Error, IoCounts, Reply};
+use taskq_proto::{Command, Connection, Error, IoCounts, Reply};
 
 use super::turn::{failed, Turn};
 use super::{LaneShared, Shared, IDLE};
@@ -228,15 +228,12 @@ impl Lanes {
             handler: &*self.handler,
             body: &mut self.body,
         };
-        let mut pending = match turn.send_reserve(conn) {
-            Ok(p) => p,
-            Err(e) => {
-                sh.give_ticket();
-                return failed(sh, server, None, &e);
-            }
-        };
+        if let Err(e) = turn.send_reserve(conn) {
+            sh.give_ticket();
+            return failed(sh, server, None, &e);
+        }
         loop {
-            let id = match turn.reserve(conn, &mut pending) {
+            let id = match turn.reserve(conn) {
                 ControlFlow::Continue(id) => id,
                 ControlFlow::Break(after) => {
                     if matches!(after, After::Stop) {
@@ -250,7 +247,7 @@ impl Lanes {
                 ControlFlow::Continue(outcome) => outcome,
                 ControlFlow::Break(after) => return after,
             };
-            if let ControlFlow::Break(after) = turn.settle(conn, id, outcome, &mut pending) {
+            if let ControlFlow::Break(after) = turn.settle(conn, id, outcome) {
                 return after;
             }
         }
@@ -279,9 +276,8 @@ fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), Error> {
         conn.queue(&Command::Ignore { tube: "default" })?;
     }
     conn.flush()?;
-    let replies = tubes.len() + usize::from(ignore_default);
-    for _ in 0..replies {
-        match conn.recv(CommandKind::Watch)? {
+    while conn.owed() > 0 {
+        match conn.recv()? {
             Reply::Watching { .. } => {}
             r => {
                 let word = r.word();

@@ -16,13 +16,6 @@ use crate::fair::{Schedule, Want};
 use crate::job::{Job, JobError};
 use crate::{Handler, Outcome};
 
-/// The reserve in flight, and the `watch`/`ignore` replies that come before its own.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pending {
-    watch_replies: usize,
-    timeout: u32,
-}
-
 /// One call of `Lanes::serve`: the lane's parts borrowed apart from its
 /// connection (which each step takes as an argument), with the thread's
 /// handler and body buffer.
@@ -44,11 +37,9 @@ pub(super) struct Turn<'a> {
 
 impl Turn<'_> {
     /// Queues the next reserve and sends it.
-    pub(super) fn send_reserve(&mut self, conn: &mut Connection) -> Result<Pending, Error> {
-        queue_reserve(conn, self.sched.as_mut(), self.tubes, self.slice).and_then(|p| {
-            conn.flush()?;
-            Ok(p)
-        })
+    pub(super) fn send_reserve(&mut self, conn: &mut Connection) -> Result<(), Error> {
+        queue_reserve(conn, self.sched.as_mut(), self.tubes, self.slice)?;
+        conn.flush()
     }
 
     /// Waits for the reserve in flight (after the `watch`/`ignore` replies that
@@ -56,11 +47,7 @@ impl Turn<'_> {
     /// lane then holds the job. A weighted reserve that finds its tube empty is
     /// sent again for all tubes. `Break(After::Stop)` means the worker is
     /// stopping and the caller must close the connection.
-    pub(super) fn reserve(
-        &mut self,
-        conn: &mut Connection,
-        pending: &mut Pending,
-    ) -> ControlFlow<After, u64> {
+    pub(super) fn reserve(&mut self, conn: &mut Connection) -> ControlFlow<After, u64> {
         let (sh, ls, server) = (self.sh, self.ls, self.server);
         loop {
             // A reserve is in flight, and a ticket is held for it.
@@ -71,19 +58,18 @@ impl Turn<'_> {
                 sh.give_ticket();
                 return ControlFlow::Break(After::Stop);
             }
-            if let Err(after) = recv_watching(sh, conn, server, pending.watch_replies) {
-                ls.state.store(IDLE, Ordering::SeqCst);
-                sh.give_ticket();
-                if sh.stop.load(Ordering::SeqCst) {
-                    return ControlFlow::Break(After::Stop);
+            let timeout = match recv_watching(sh, conn, server) {
+                Ok(timeout) => timeout,
+                Err(after) => {
+                    ls.state.store(IDLE, Ordering::SeqCst);
+                    sh.give_ticket();
+                    if sh.stop.load(Ordering::SeqCst) {
+                        return ControlFlow::Break(After::Stop);
+                    }
+                    return ControlFlow::Break(after);
                 }
-                return ControlFlow::Break(after);
-            }
-            pending.watch_replies = 0;
-            let reserve = CommandKind::ReserveWithTimeout {
-                timeout: pending.timeout,
             };
-            let id = match conn.recv(reserve) {
+            let id = match conn.recv() {
                 Ok(Reply::Reserved { id, body }) => {
                     // The handler may touch the job or look up its stats on this
                     // connection, which reuses the receive buffer the body lies in:
@@ -92,20 +78,17 @@ impl Turn<'_> {
                     self.body.extend_from_slice(body);
                     id
                 }
-                Ok(Reply::TimedOut) if pending.timeout == 0 => {
+                Ok(Reply::TimedOut) if timeout == 0 => {
                     // Weighted: the tube whose turn it is has no ready job. Fall
                     // back to all of them, waiting; the ticket stays held.
                     *self.progress = true;
                     if let Some(s) = self.sched.as_mut() {
                         s.empty();
                     }
-                    match self.send_reserve(conn) {
-                        Ok(p) => *pending = p,
-                        Err(e) => {
-                            ls.state.store(IDLE, Ordering::SeqCst);
-                            sh.give_ticket();
-                            return ControlFlow::Break(failed(sh, server, None, &e));
-                        }
+                    if let Err(e) = self.send_reserve(conn) {
+                        ls.state.store(IDLE, Ordering::SeqCst);
+                        sh.give_ticket();
+                        return ControlFlow::Break(failed(sh, server, None, &e));
                     }
                     continue;
                 }
@@ -190,13 +173,12 @@ impl Turn<'_> {
 
     /// Sends the command that settles the job, in one write with the next
     /// reserve unless the worker is stopping, and counts the reply. Continues
-    /// when a reserve is in flight again (`pending` describes it).
+    /// when a reserve is in flight again.
     pub(super) fn settle(
         &mut self,
         conn: &mut Connection,
         id: u64,
         outcome: Outcome,
-        pending: &mut Pending,
     ) -> ControlFlow<After> {
         let (sh, ls, server) = (self.sh, self.ls, self.server);
         let settle = match decide(sh, conn, self.index, id, outcome) {
@@ -209,12 +191,9 @@ impl Turn<'_> {
                 if sh.stop.load(Ordering::SeqCst) || !sh.take_ticket() {
                     return ControlFlow::Break(After::Again);
                 }
-                match self.send_reserve(conn) {
-                    Ok(p) => *pending = p,
-                    Err(e) => {
-                        sh.give_ticket();
-                        return ControlFlow::Break(failed(sh, server, None, &e));
-                    }
+                if let Err(e) = self.send_reserve(conn) {
+                    sh.give_ticket();
+                    return ControlFlow::Break(failed(sh, server, None, &e));
                 }
                 return ControlFlow::Continue(());
             }
@@ -232,7 +211,7 @@ impl Turn<'_> {
         let next = !sh.stop.load(Ordering::SeqCst) && sh.take_ticket();
         let sent = conn.queue(&settle).and_then(|()| {
             if next {
-                *pending = queue_reserve(conn, self.sched.as_mut(), self.tubes, self.slice)?;
+                queue_reserve(conn, self.sched.as_mut(), self.tubes, self.slice)?;
             }
             conn.flush()
         });
@@ -251,7 +230,7 @@ impl Turn<'_> {
             }
             return ControlFlow::Break(failed(sh, server, Some(id), &e));
         }
-        let reply = conn.recv(settle.kind());
+        let reply = conn.recv();
         ls.state.store(IDLE, Ordering::SeqCst);
         match reply {
             Ok(Reply::Deleted) => {
@@ -322,12 +301,12 @@ fn queue_reserve(
     sched: Option<&mut Schedule>,
     tubes: &[String],
     slice: u32,
-) -> Result<Pending, Error> {
-    let (watch_replies, timeout) = match sched {
-        None => (0, slice),
+) -> Result<(), Error> {
+    let timeout = match sched {
+        None => slice,
         Some(s) => {
             let want = s.want();
-            let n = s.switch(want, |watch, k| {
+            s.switch(want, |watch, k| {
                 let tube = tubes[k].as_str();
                 conn.queue(&if watch {
                     Command::Watch { tube }
@@ -335,20 +314,28 @@ fn queue_reserve(
                     Command::Ignore { tube }
                 })
             })?;
-            (n, if want == Want::All { slice } else { 0 })
+            if want == Want::All {
+                slice
+            } else {
+                0
+            }
         }
     };
-    conn.queue(&Command::ReserveWithTimeout { timeout })?;
-    Ok(Pending {
-        watch_replies,
-        timeout,
-    })
+    conn.queue(&Command::ReserveWithTimeout { timeout })
 }
 
-/// Reads the replies to pipelined `watch`/`ignore` commands.
-fn recv_watching(sh: &Shared, conn: &mut Connection, server: &str, n: usize) -> Result<(), After> {
-    for _ in 0..n {
-        match conn.recv(CommandKind::Watch) {
+/// Reads the replies to the `watch`/`ignore` commands pipelined before the
+/// reserve in flight; returns that reserve's timeout.
+fn recv_watching(sh: &Shared, conn: &mut Connection, server: &str) -> Result<u32, After> {
+    loop {
+        match conn.next_owed() {
+            Some(CommandKind::Watch | CommandKind::Ignore) => {}
+            Some(CommandKind::ReserveWithTimeout { timeout }) => return Ok(timeout),
+            // The loop queues nothing else before a reserve; the session breaks
+            // on a reply it cannot decode, so nothing else can be owed here.
+            _ => return Err(failed(sh, server, None, &Error::NothingOwed)),
+        }
+        match conn.recv() {
             Ok(Reply::Watching { .. }) => {}
             Ok(r) => {
                 let word = r.word();
@@ -357,7 +344,6 @@ fn recv_watching(sh: &Shared, conn: &mut Connection, server: &str, n: usize) -> 
             Err(e) => return Err(failed(sh, server, None, &e)),
         }
     }
-    Ok(())
 }
 
 /// A request failed: count a timeout or an undecodable reply, log, and give up the connection.

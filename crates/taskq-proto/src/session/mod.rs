@@ -1,0 +1,623 @@
+//! The session: one connection's protocol state with no socket and no clock.
+//!
+//! A [`Session`] encodes requests into its own send buffer (reusing a put line
+//! whose numbers repeat), remembers which replies are owed and in what order,
+//! takes the bytes a driver read and yields the owed replies in order,
+//! borrowed from its receive buffer. A driver (the blocking
+//! [`Connection`](crate::Connection), or an async one) owns the socket and the
+//! clock: it writes what the session encoded with one write, reads into the
+//! room the session gives, and holds each reply to a deadline.
+//!
+//! ```
+//! use taskq_proto::{Command, Reply, Request, Session, Limits};
+//!
+//! let mut s = Session::new(Limits::default());
+//! let bytes = match s.encode(&Command::Put { pri: 0, delay: 0, ttr: 60, body: b"hi" }).unwrap() {
+//!     Request::Whole(b) => b.to_vec(),
+//!     Request::Parts { .. } => unreachable!("small bodies are encoded whole"),
+//! };
+//! assert_eq!(bytes, b"put 0 0 60 2\r\nhi\r\n");
+//! assert_eq!(s.owed(), 1);
+//! // The reply arrives in two pieces; the first is not enough.
+//! for piece in [&b"INSERTED "[..], b"7\r\n"] {
+//!     let room = s.recv_room().unwrap();
+//!     room[..piece.len()].copy_from_slice(piece);
+//!     s.received(piece.len());
+//! }
+//! assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 7 }));
+//! assert_eq!(s.owed(), 0);
+//! ```
+
+use std::collections::VecDeque;
+
+use crate::command::{Command, CommandKind};
+use crate::error::{Error, ReplyError};
+use crate::reply::{attach, inserted_exact, parse_frame, Limits, Reply, Span, Status};
+use crate::MAX_LINE;
+
+mod recv_buf;
+
+pub use recv_buf::{Full, RecvBuf, INITIAL_RECV};
+
+/// Bytes of the inline send buffer: a put whose line and body fit is encoded
+/// whole there; a larger one is sent as its line and its body.
+pub const INLINE_REQUEST: usize = 1024;
+
+/// Replies a session keeps room for without allocating: enough for a worker's
+/// pipelined `watch`/`ignore`/settle/reserve and a put with its `stats-tube`.
+const OWED_INITIAL: usize = 64;
+
+/// One encoded request, ready for one write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// The whole request.
+    Whole(&'a [u8]),
+    /// A put too large for the inline buffer: its line, then its body, then
+    /// `\r\n` (a vectored write sends the three at once).
+    Parts {
+        /// The command line, CRLF included.
+        line: &'a [u8],
+        /// The job body.
+        body: &'a [u8],
+    },
+}
+
+impl Request<'_> {
+    /// The request's length on the wire.
+    pub fn len(&self) -> usize {
+        match self {
+            Request::Whole(b) => b.len(),
+            Request::Parts { line, body } => line.len() + body.len() + 2,
+        }
+    }
+
+    /// True for an empty request (never produced by [`Session::encode`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A put line encoded at the start of the send buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PutLine {
+    pri: u32,
+    delay: u32,
+    ttr: u32,
+    /// The body length; `usize::MAX`, which no slice has, when there is no line.
+    len: usize,
+    /// The line's length, CRLF included.
+    head: usize,
+}
+
+impl PutLine {
+    /// No reusable line (a slice is never `usize::MAX` long, so no put matches):
+    /// a sentinel rather than an `Option` saves the hot path a test.
+    const NONE: PutLine = PutLine {
+        pri: 0,
+        delay: 0,
+        ttr: 0,
+        len: usize::MAX,
+        head: 0,
+    };
+}
+
+/// One connection's protocol state: send buffer, owed replies, receive buffer.
+///
+/// Once a reply cannot be decoded (or the driver says the transport failed)
+/// the session is broken for good: the stream is out of step, and every later
+/// call answers [`Error::Broken`].
+pub struct Session {
+    limits: Limits,
+    line: [u8; INLINE_REQUEST],
+    put_line: PutLine,
+    pipe: Vec<u8>,
+    owed: VecDeque<CommandKind>,
+    /// [`LONE_PUT`] and [`BROKEN`]: one byte, so that the hot path tests both at once.
+    /// The last `unsent` entries of `owed` belong to queued requests not yet flushed.
+    unsent: usize,
+    rx: RecvBuf,
+    flags: u8,
+}
+
+/// The enqueue hot path's owed reply: a put sent alone while nothing else was
+/// owed is marked by this flag instead of an entry in `owed` (which it then
+/// precedes), which saves the put a push and a pop.
+const LONE_PUT: u8 = 1;
+/// The stream is out of step for good.
+const BROKEN: u8 = 2;
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("owed", &self.owed.len())
+            .field("queued", &self.pipe.len())
+            .field("buffered", &self.rx.len())
+            .field("broken", &self.is_broken())
+            .finish()
+    }
+}
+
+/// The most a receive buffer ever holds: one reply line and the largest body or YAML.
+pub fn recv_capacity(limits: &Limits) -> usize {
+    MAX_LINE
+        .saturating_add(limits.max_job_size.max(limits.max_yaml_size))
+        .saturating_add(2)
+}
+
+impl Session {
+    /// A fresh session enforcing `limits` on what it sends and receives.
+    pub fn new(limits: Limits) -> Session {
+        Session {
+            limits,
+            line: [0; INLINE_REQUEST],
+            put_line: PutLine::NONE,
+            pipe: Vec::new(),
+            owed: VecDeque::with_capacity(OWED_INITIAL),
+            unsent: 0,
+            rx: RecvBuf::new(INITIAL_RECV, recv_capacity(&limits)),
+            flags: 0,
+        }
+    }
+
+    /// The limits this session enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// True once the stream is out of step; the connection must be replaced.
+    #[inline]
+    pub fn is_broken(&self) -> bool {
+        self.flags & BROKEN != 0
+    }
+
+    /// Marks the session broken: the transport failed, or the caller got a
+    /// reply it cannot accept (say a `USING` naming another tube).
+    pub fn mark_broken(&mut self) {
+        self.flags |= BROKEN;
+    }
+
+    #[inline]
+    fn lone_put(&self) -> bool {
+        self.flags & LONE_PUT != 0
+    }
+
+    /// Replies owed: requests encoded or queued whose replies were not yet taken.
+    #[inline]
+    pub fn owed(&self) -> usize {
+        self.owed.len() + usize::from(self.lone_put())
+    }
+
+    /// The kind of the command whose reply comes next.
+    #[inline]
+    pub fn next_owed(&self) -> Option<CommandKind> {
+        if self.lone_put() {
+            return Some(CommandKind::Put);
+        }
+        self.owed.front().copied()
+    }
+
+    /// Moves the hot path's owed put into `owed`, before anything is added behind it.
+    #[inline]
+    fn settle_lone_put(&mut self) {
+        if self.lone_put() {
+            self.flags &= !LONE_PUT;
+            self.owed.push_front(CommandKind::Put);
+        }
+    }
+
+    /// Encodes one request for one write and records the reply it is owed.
+    ///
+    /// The request is meant to go out now, ahead of any requests gathered by
+    /// [`queue`](Self::queue) and not yet sent: its reply is owed before theirs.
+    #[inline]
+    pub fn encode<'r>(&'r mut self, cmd: &Command<'r>) -> Result<Request<'r>, Error> {
+        if let Command::Put {
+            pri,
+            delay,
+            ttr,
+            body,
+        } = *cmd
+        {
+            // Two steps, so that the borrow of the fast path's bytes ends on its own path.
+            if self.repeated_put(pri, delay, ttr, body).is_some() {
+                let total = self.put_line.head + body.len() + 2;
+                return Ok(Request::Whole(&self.line[..total]));
+            }
+        }
+        self.encode_any(cmd)
+    }
+
+    /// The enqueue hot path: a put with the numbers of the last one (its line
+    /// is still at the start of the send buffer, and its size check passed
+    /// then) whose whole request fits the inline buffer, while nothing is owed
+    /// or wrong. Copies the body behind the kept line and returns the whole
+    /// request; `None` (nothing done) for any other put.
+    #[inline]
+    pub fn repeated_put(&mut self, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> Option<&[u8]> {
+        let l = self.put_line;
+        if (l.pri, l.delay, l.ttr, l.len) != (pri, delay, ttr, body.len())
+            || self.flags != 0
+            || !self.owed.is_empty()
+        {
+            return None;
+        }
+        // A slice is at most `isize::MAX` long, so this cannot overflow.
+        let total = l.head + body.len() + 2;
+        let request = self.line.get_mut(l.head..total)?;
+        let (dst, crlf) = request.split_at_mut(body.len());
+        dst.copy_from_slice(body);
+        crlf.copy_from_slice(b"\r\n");
+        self.flags = LONE_PUT;
+        Some(&self.line[..total])
+    }
+
+    /// [`encode`](Self::encode) for any request.
+    fn encode_any<'r>(&'r mut self, cmd: &Command<'r>) -> Result<Request<'r>, Error> {
+        if self.is_broken() {
+            return Err(Error::Broken);
+        }
+        let head = self.encode_line(cmd)?;
+        self.settle_lone_put();
+        if matches!(cmd, Command::Put { .. }) && self.owed.is_empty() {
+            self.flags |= LONE_PUT;
+        } else {
+            // Every command is owed an answer (`quit`'s is the close). On the
+            // wire this one goes before the queued requests not yet sent.
+            self.owed.insert(self.owed.len() - self.unsent, cmd.kind());
+        }
+        Ok(match *cmd {
+            Command::Put { body, .. } if head + body.len() + 2 > INLINE_REQUEST => Request::Parts {
+                line: &self.line[..head],
+                body,
+            },
+            Command::Put { body, .. } => {
+                let total = head + body.len() + 2;
+                self.line[head..total - 2].copy_from_slice(body);
+                self.line[total - 2..total].copy_from_slice(b"\r\n");
+                Request::Whole(&self.line[..total])
+            }
+            _ => Request::Whole(&self.line[..head]),
+        })
+    }
+
+    /// Encodes a command's line at the start of `line`, reusing a put line
+    /// whose numbers repeat. Returns the line's length.
+    fn encode_line(&mut self, cmd: &Command<'_>) -> Result<usize, Error> {
+        let max = self.limits.max_job_size;
+        Ok(match *cmd {
+            Command::Put {
+                pri,
+                delay,
+                ttr,
+                body,
+            } => {
+                let l = self.put_line;
+                if (l.pri, l.delay, l.ttr, l.len) == (pri, delay, ttr, body.len()) {
+                    // Same numbers, same line (and the same size check passed before).
+                    l.head
+                } else {
+                    self.put_line = PutLine::NONE;
+                    let head = cmd.encode_line(&mut self.line, max)?;
+                    self.put_line = PutLine {
+                        pri,
+                        delay,
+                        ttr,
+                        len: body.len(),
+                        head,
+                    };
+                    head
+                }
+            }
+            _ => {
+                self.put_line = PutLine::NONE;
+                cmd.encode_line(&mut self.line, max)?
+            }
+        })
+    }
+
+    /// Appends a request to the pipeline; [`queued`](Self::queued) then holds
+    /// every queued request, for one write.
+    pub fn queue(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+        if self.is_broken() {
+            return Err(Error::Broken);
+        }
+        self.put_line = PutLine::NONE;
+        let head = cmd.encode_line(&mut self.line, self.limits.max_job_size)?;
+        self.settle_lone_put();
+        self.pipe.extend_from_slice(&self.line[..head]);
+        if let Command::Put { body, .. } = cmd {
+            self.pipe.extend_from_slice(body);
+            self.pipe.extend_from_slice(b"\r\n");
+        }
+        self.owed.push_back(cmd.kind());
+        self.unsent += 1;
+        Ok(())
+    }
+
+    /// The queued requests' bytes, for one write.
+    #[inline]
+    pub fn queued(&self) -> &[u8] {
+        &self.pipe
+    }
+
+    /// Says that the queued requests were written; their replies are now awaited.
+    pub fn queue_sent(&mut self) {
+        self.pipe.clear();
+        self.unsent = 0;
+    }
+
+    /// Drops the queued requests without sending them, and the replies they
+    /// would have been owed.
+    pub fn clear_queue(&mut self) {
+        self.pipe.clear();
+        // the lone put is never set while requests are queued.
+        let keep = self.owed.len() - self.unsent;
+        self.owed.truncate(keep);
+        self.unsent = 0;
+    }
+
+    /// Records that a request the caller wrote itself (not encoded here) is
+    /// owed a reply of `kind`; for tests that send bytes no encoder builds.
+    #[cfg(feature = "test-util")]
+    pub fn expect_reply(&mut self, kind: CommandKind) {
+        self.settle_lone_put();
+        self.owed.push_back(kind);
+    }
+
+    /// Room for the driver to read into (see [`RecvBuf::spare`]). A buffer at
+    /// its cap with no whole reply in it breaks the session.
+    #[inline]
+    pub fn recv_room(&mut self) -> Result<&mut [u8], Error> {
+        if self.is_broken() {
+            return Err(Error::Broken);
+        }
+        match self.rx.spare() {
+            Ok(room) => Ok(room),
+            Err(Full) => {
+                // The parser refuses frames larger than the limits before this point.
+                self.flags |= BROKEN;
+                Err(Error::Protocol(ReplyError::LineTooLong))
+            }
+        }
+    }
+
+    /// Says that `n` bytes were read into the room [`recv_room`](Self::recv_room) gave.
+    #[inline]
+    pub fn received(&mut self, n: usize) {
+        self.rx.filled(n);
+    }
+
+    /// Bytes received and not yet taken as replies.
+    #[inline]
+    pub fn buffered(&self) -> usize {
+        self.rx.len()
+    }
+
+    /// The next owed reply when it is whole in the receive buffer; `None` when
+    /// more bytes are needed. A reply that cannot be decoded breaks the session.
+    #[inline]
+    pub fn poll_reply(&mut self) -> Result<Option<Reply<'_>>, Error> {
+        Ok(self.frame_reply()?.map(|f| self.take_reply(f)))
+    }
+
+    /// The first half of [`poll_reply`](Self::poll_reply): finds out whether
+    /// the next owed reply is whole, without borrowing the buffer, so a driver
+    /// can read more in between. [`take_reply`](Self::take_reply) then takes it.
+    #[inline]
+    pub fn frame_reply(&mut self) -> Result<Option<Framed>, Error> {
+        if self.is_broken() {
+            return Err(Error::Broken);
+        }
+        let Some(kind) = self.next_owed() else {
+            return Err(Error::NothingOwed);
+        };
+        if self.rx.is_empty() {
+            return Ok(None);
+        }
+        match parse_frame(kind, self.rx.data(), &self.limits) {
+            Ok(Status::Complete((reply, span), used)) => Ok(Some(Framed { reply, span, used })),
+            Ok(Status::Partial) => Ok(None),
+            Err(e) => {
+                self.mark_broken();
+                Err(Error::Protocol(e))
+            }
+        }
+    }
+
+    /// Takes the reply [`frame_reply`](Self::frame_reply) found, borrowed from
+    /// the receive buffer, and pays its owed entry.
+    #[inline]
+    pub fn take_reply(&mut self, f: Framed) -> Reply<'_> {
+        let base = self.rx.start();
+        self.rx.consume(f.used);
+        if self.lone_put() {
+            self.flags &= !LONE_PUT;
+        } else {
+            self.owed.pop_front();
+        }
+        // Consumed bytes stay in place until the next read.
+        attach(f.reply, f.span, self.rx.from(base))
+    }
+
+    /// True when the only owed reply is a put's and nothing is buffered: the
+    /// state in which a driver may read straight into
+    /// [`put_read_room`](Self::put_read_room) and try [`take_inserted`](Self::take_inserted).
+    #[inline]
+    pub fn awaits_lone_put(&self) -> bool {
+        // the lone put is set only while nothing else is owed, and cleared by
+        // anything that adds to `owed`.
+        self.flags == LONE_PUT && self.rx.is_empty()
+    }
+
+    /// The whole receive buffer, when [`awaits_lone_put`](Self::awaits_lone_put).
+    #[inline]
+    pub fn put_read_room(&mut self) -> &mut [u8] {
+        self.rx.empty_spare()
+    }
+
+    /// After a read of `n` bytes into [`put_read_room`](Self::put_read_room):
+    /// the id when they are exactly one `INSERTED <id>\r\n` (the owed put is
+    /// then paid); otherwise the bytes are kept for [`poll_reply`](Self::poll_reply).
+    #[inline]
+    pub fn take_inserted(&mut self, n: usize) -> Option<u64> {
+        if let Some(id) = inserted_exact(self.rx.from(0), n) {
+            self.flags = 0;
+            return Some(id);
+        }
+        self.rx.filled(n);
+        None
+    }
+}
+
+/// A whole reply found by [`Session::frame_reply`], not yet taken.
+#[derive(Debug, Clone, Copy)]
+pub struct Framed {
+    reply: Reply<'static>,
+    span: Span,
+    used: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(s: &mut Session, bytes: &[u8]) {
+        let room = s.recv_room().unwrap();
+        room[..bytes.len()].copy_from_slice(bytes);
+        s.received(bytes.len());
+    }
+
+    #[test]
+    fn replies_come_in_the_order_their_requests_were_queued() {
+        let mut s = Session::new(Limits::default());
+        s.queue(&Command::Watch { tube: "a" }).unwrap();
+        s.queue(&Command::Ignore { tube: "default" }).unwrap();
+        s.queue(&Command::ReserveWithTimeout { timeout: 0 })
+            .unwrap();
+        assert_eq!(
+            s.queued(),
+            b"watch a\r\nignore default\r\nreserve-with-timeout 0\r\n"
+        );
+        s.queue_sent();
+        assert_eq!(s.owed(), 3);
+        feed(&mut s, b"WATCHING 2\r\nWATCHING 1\r\nTIMED_OUT\r\n");
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Watching { count: 2 }));
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Watching { count: 1 }));
+        assert_eq!(
+            s.next_owed(),
+            Some(CommandKind::ReserveWithTimeout { timeout: 0 })
+        );
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::TimedOut));
+        assert!(matches!(s.poll_reply(), Err(Error::NothingOwed)));
+    }
+
+    #[test]
+    fn a_cleared_queue_owes_nothing() {
+        let mut s = Session::new(Limits::default());
+        s.queue(&Command::Stats).unwrap();
+        s.clear_queue();
+        assert_eq!(s.owed(), 0);
+        assert!(s.queued().is_empty());
+    }
+
+    #[test]
+    fn a_request_sent_while_a_queue_waits_is_owed_before_the_queue() {
+        let mut s = Session::new(Limits::default());
+        s.queue(&Command::Delete { id: 1 }).unwrap();
+        // Sent now, so answered first; a put that could take the fast path too.
+        s.encode(&Command::Stats).unwrap();
+        let put = Command::Put {
+            pri: 1,
+            delay: 0,
+            ttr: 1,
+            body: b"x",
+        };
+        s.encode(&put).unwrap();
+        s.encode(&put).unwrap();
+        s.queue_sent();
+        feed(
+            &mut s,
+            b"OK 4\r\n---\n\r\nINSERTED 1\r\nINSERTED 2\r\nDELETED\r\n",
+        );
+        assert!(matches!(s.poll_reply().unwrap(), Some(Reply::Ok { .. })));
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 1 }));
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 2 }));
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Deleted));
+        assert_eq!(s.owed(), 0);
+    }
+
+    #[test]
+    fn a_bad_reply_breaks_the_session_for_good() {
+        let mut s = Session::new(Limits::default());
+        s.encode(&Command::Delete { id: 1 }).unwrap();
+        feed(&mut s, b"INSERTED 4\r\n");
+        assert!(matches!(
+            s.poll_reply(),
+            Err(Error::Protocol(ReplyError::UnexpectedReply { .. }))
+        ));
+        assert!(s.is_broken());
+        assert!(matches!(s.encode(&Command::Stats), Err(Error::Broken)));
+        assert!(matches!(s.recv_room(), Err(Error::Broken)));
+    }
+
+    #[test]
+    fn a_repeated_put_reuses_its_line_and_a_big_one_comes_in_parts() {
+        let mut s = Session::new(Limits::default());
+        let body = [b'x'; 2000];
+        for _ in 0..2 {
+            match s.encode(&Command::Put {
+                pri: 5,
+                delay: 0,
+                ttr: 9,
+                body: b"ab",
+            }) {
+                Ok(Request::Whole(b)) => assert_eq!(b, b"put 5 0 9 2\r\nab\r\n"),
+                other => panic!("{other:?}"),
+            }
+        }
+        match s.encode(&Command::Put {
+            pri: 5,
+            delay: 0,
+            ttr: 9,
+            body: &body,
+        }) {
+            Ok(Request::Parts { line, body: b }) => {
+                assert_eq!(line, b"put 5 0 9 2000\r\n");
+                assert_eq!(b.len(), 2000);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.owed(), 3);
+    }
+
+    #[test]
+    fn the_lone_put_path_takes_an_exact_inserted_and_keeps_anything_else() {
+        let mut s = Session::new(Limits::default());
+        s.encode(&Command::Put {
+            pri: 0,
+            delay: 0,
+            ttr: 1,
+            body: b"",
+        })
+        .unwrap();
+        assert!(s.awaits_lone_put());
+        let room = s.put_read_room();
+        room[..13].copy_from_slice(b"INSERTED 42\r\n");
+        assert_eq!(s.take_inserted(13), Some(42));
+        assert_eq!(s.owed(), 0);
+
+        s.encode(&Command::Put {
+            pri: 0,
+            delay: 0,
+            ttr: 1,
+            body: b"",
+        })
+        .unwrap();
+        let room = s.put_read_room();
+        room[..6].copy_from_slice(b"INSERT");
+        assert_eq!(s.take_inserted(6), None);
+        assert_eq!(s.poll_reply().unwrap(), None);
+        feed(&mut s, b"ED 43\r\n");
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 43 }));
+    }
+}
