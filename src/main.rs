@@ -24,6 +24,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Put jobs: each BODY is a job, or each line of standard input.
+    #[command(after_help = put::EXIT_STATUS_HELP)]
     Put(put::PutArgs),
     /// Show the server's or a tube's statistics.
     Stats(stats::StatsArgs),
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Cmd::Put(a) => put::run(a),
+        Cmd::Put(a) => return put::run(a),
         Cmd::Stats(a) => stats::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Serve(a) => serve::run(a),
