@@ -443,7 +443,8 @@ impl Sender {
         }
         let pb = self.progress.get_or_insert_with(|| {
             let pb = ProgressBar::new_spinner();
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {pos} jobs handled ({per_sec})")
+            if let Ok(style) =
+                ProgressStyle::with_template("{spinner} {pos} jobs handled ({per_sec})")
             {
                 pb.set_style(style);
             }

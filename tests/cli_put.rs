@@ -199,7 +199,16 @@ fn rejected_and_oversized_jobs_are_counted_the_rest_go_on_and_exit_4() {
     assert_eq!(bodies, [&b"ok"[..], b"three", b"x", b"five"]);
 
     let (out, _) = taskq(
-        &["put", "--addr", &addr, "--max-job-size", "3", "a", "long", "b"],
+        &[
+            "put",
+            "--addr",
+            &addr,
+            "--max-job-size",
+            "3",
+            "a",
+            "long",
+            "b",
+        ],
         b"",
         Duration::from_secs(20),
     );
@@ -225,7 +234,11 @@ fn rejected_and_oversized_jobs_are_counted_the_rest_go_on_and_exit_4() {
 fn full_success_still_prints_the_summary_and_help_documents_the_exit_status() {
     let server = Beanstalkd::start().unwrap();
     let addr = server.addr().to_string();
-    let (out, _) = taskq(&["put", "--addr", &addr], b"a\nb\nc\n", Duration::from_secs(20));
+    let (out, _) = taskq(
+        &["put", "--addr", &addr],
+        b"a\nb\nc\n",
+        Duration::from_secs(20),
+    );
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
@@ -243,6 +256,10 @@ fn full_success_still_prints_the_summary_and_help_documents_the_exit_status() {
     ] {
         assert!(help.contains(want), "--help lacks {want:?}:\n{help}");
     }
-    let (out, _) = taskq(&["put", "--retry-for", "soon"], b"", Duration::from_secs(20));
+    let (out, _) = taskq(
+        &["put", "--retry-for", "soon"],
+        b"",
+        Duration::from_secs(20),
+    );
     assert_eq!(out.status.code(), Some(2));
 }
