@@ -78,15 +78,7 @@ fn summary(stderr: &str) -> Summary {
 /// standard input 25 at a time, `pause` apart, so that it sends many small batches.
 fn put_trickled(args: &[&str], pause: Duration, limit: Duration) -> Output {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_taskq"))
-        .arg("put")
-        .args(args)
-        .env_remove("TASKQ_ADDR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cli_common::spawn(&[&["put"], args].concat());
     let mut input = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         for chunk in (1..=LINES).collect::<Vec<_>>().chunks(25) {
