@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod admin;
 mod bench;
 mod demo;
+mod exporter;
 mod put;
 mod serve;
 mod stats;
@@ -41,6 +42,8 @@ enum Cmd {
     Delete(admin::JobsArgs),
     /// Hand out no job of a tube for SECS seconds.
     Pause(admin::PauseArgs),
+    /// Serve servers' statistics at /metrics in the Prometheus text format.
+    Exporter(exporter::ExporterArgs),
     /// Measure enqueue throughput and latency.
     Bench(bench::BenchArgs),
     /// Run the reference server (for tests and demos; production uses beanstalkd).
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Cmd::KickJob(a) => admin::kick_job(a),
         Cmd::Delete(a) => admin::delete(a),
         Cmd::Pause(a) => admin::pause(a),
+        Cmd::Exporter(a) => exporter::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Demo(a) => demo::run(a),

@@ -277,16 +277,6 @@ impl Drop for TempDir {
     }
 }
 
-/// A child process killed and reaped on drop.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_server_killed_and_restarted_on_its_binlog_costs_only_time() {
     let dir = TempDir::new("binlog");
@@ -313,7 +303,7 @@ fn a_server_killed_and_restarted_on_its_binlog_costs_only_time() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            *r.lock().unwrap() = Some(Reaped(again));
+            *r.lock().unwrap() = Some(cli_common::Reaped(again));
         });
         put_trickled(
             &["--addr", &addr_s, "--tube", "restart"],

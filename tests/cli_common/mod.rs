@@ -107,3 +107,13 @@ pub fn bin_dir() -> PathBuf {
     );
     dir
 }
+
+/// A child process killed and reaped on drop.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
