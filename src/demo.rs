@@ -18,6 +18,8 @@ use taskq_proto::{Command, Config as ConnConfig, Connection, Reply, ServerStats,
 use taskq_testkit::TestServer;
 use taskq_worker::{Backoff, Config as WorkerConfig, Job, Outcome, Snapshot, Worker};
 
+use taskq_worker::table::Table;
+
 use crate::CliResult;
 
 /// Arguments of `taskq demo`.
@@ -275,10 +277,8 @@ pub fn run(args: DemoArgs) -> CliResult {
         args.producers
     );
     println!();
-    println!(
-        "  {:<22} {:>10}   {:>10}  (server's field)",
-        "", "taskq", "server"
-    );
+    let mut table = Table::new().indent(2).left(3);
+    table.row(["", "taskq", "server", "(server's field)"]);
     let rows: [(&str, u64, u64, &str); 5] = [
         ("jobs put", inserted, d(|s| s.cmd_put), "cmd-put"),
         (
@@ -299,24 +299,34 @@ pub fn run(args: DemoArgs) -> CliResult {
     let mut mismatches = Vec::new();
     for (name, ours, theirs, field) in rows {
         let mark = if ours == theirs { "" } else { "  <-- differs" };
-        println!("  {name:<22} {ours:>10}   {theirs:>10}  ({field}){mark}");
+        table.row([
+            name.to_string(),
+            ours.to_string(),
+            theirs.to_string(),
+            format!("({field}){mark}"),
+        ]);
         if ours != theirs {
             mismatches.push(name);
         }
     }
-    println!("  {:<22} {:>10}", "reserved", counts.reserved);
-    println!("  {:<22} {:>10}", "lost lease", counts.lost_lease);
-    println!("  {:<22} {:>10}", "ack unknown", counts.ack_unknown);
-    println!("  {:<22} {:>10}", "put failed", put_failed);
-    println!(
-        "  {:<22} {:>10}   (ready {}, reserved {}, delayed {}, buried {})",
-        "left in tube",
-        left.total(),
-        left.ready,
-        left.reserved,
-        left.delayed,
-        left.buried
-    );
+    for (name, n) in [
+        ("reserved", counts.reserved),
+        ("lost lease", counts.lost_lease),
+        ("ack unknown", counts.ack_unknown),
+        ("put failed", put_failed),
+    ] {
+        table.row([name.to_string(), n.to_string()]);
+    }
+    table.row([
+        "left in tube".to_string(),
+        left.total().to_string(),
+        String::new(),
+        format!(
+            "(ready {}, reserved {}, delayed {}, buried {})",
+            left.ready, left.reserved, left.delayed, left.buried
+        ),
+    ]);
+    print!("{table}");
     let lost = match &ledger {
         Some(r) => {
             println!(

@@ -1,11 +1,13 @@
-//! The `taskq` command: put, stats, bench, serve and demo.
+//! The `taskq` command: put, stats, the operators' commands, bench, serve and demo.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod admin;
 mod bench;
 mod demo;
+mod exporter;
 mod put;
 mod serve;
 mod stats;
@@ -24,9 +26,24 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Put jobs: each BODY is a job, or each line of standard input.
+    #[command(after_help = put::EXIT_STATUS_HELP)]
     Put(put::PutArgs),
     /// Show the server's or a tube's statistics.
     Stats(stats::StatsArgs),
+    /// List every tube with its counts.
+    Tubes(admin::TubesArgs),
+    /// Show the next ready, delayed or buried job of a tube: id, stats and body.
+    Peek(admin::PeekArgs),
+    /// Move a tube's buried jobs (or, when none is buried, its delayed ones) back to ready.
+    Kick(admin::KickArgs),
+    /// Move buried or delayed jobs, by id, back to ready.
+    KickJob(admin::JobsArgs),
+    /// Delete jobs by id.
+    Delete(admin::JobsArgs),
+    /// Hand out no job of a tube for SECS seconds.
+    Pause(admin::PauseArgs),
+    /// Serve servers' statistics at /metrics in the Prometheus text format.
+    Exporter(exporter::ExporterArgs),
     /// Measure enqueue throughput and latency.
     Bench(bench::BenchArgs),
     /// Run the reference server (for tests and demos; production uses beanstalkd).
@@ -46,8 +63,15 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Cmd::Put(a) => put::run(a),
+        Cmd::Put(a) => return put::run(a),
         Cmd::Stats(a) => stats::run(a),
+        Cmd::Tubes(a) => admin::tubes(a),
+        Cmd::Peek(a) => admin::peek(a),
+        Cmd::Kick(a) => admin::kick(a),
+        Cmd::KickJob(a) => admin::kick_job(a),
+        Cmd::Delete(a) => admin::delete(a),
+        Cmd::Pause(a) => admin::pause(a),
+        Cmd::Exporter(a) => exporter::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Demo(a) => demo::run(a),

@@ -1,19 +1,38 @@
 //! `taskq put`: jobs from arguments or standard input, sent in pipelined
-//! batches, one id printed per job in input order.
+//! batches, one id printed per acknowledged job in input order. A broken
+//! connection is replaced (the producer's reconnect and backoff) and the jobs
+//! not yet sent go on; every job's fate is accounted for in the summary line.
 
 use std::ffi::OsString;
+use std::fmt;
 use std::io::{self, BufRead, BufWriter, IsTerminal, Write};
-use std::time::Duration;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use taskq_producer::{Outcome, Producer, PutOptions};
-
-use crate::CliResult;
+use taskq_producer::{Error, Outcome, Producer, PutOptions, Rejection};
 
 /// Jobs from standard input gathered into one write.
 const STDIN_BATCH: usize = 256;
 /// Jobs after which a terminal gets a progress display.
 const LARGE_INPUT: u64 = 10_000;
+
+/// What `taskq put --help` says about the exit status.
+pub const EXIT_STATUS_HELP: &str = "\
+Standard output: one id per acknowledged job, in input order (\"ID AHEAD\" with --position).
+Standard error: every job not acknowledged, by input position (1-based), and at the end one line
+  taskq put: acknowledged A, rejected R, unknown U, not sent S (positions)
+
+A broken connection is reopened and the jobs not yet sent go on; a job whose outcome is unknown
+(sent, no reply) is never sent again unless --at-least-once. After --retry-for seconds without a
+reply the rest of the input is read and counted as not sent. The first connection is not retried.
+
+Exit status:
+  0  every job was acknowledged
+  3  some outcomes are unknown (those jobs may be queued)
+  4  none is unknown, but some jobs were rejected or not sent
+  2  usage error
+  1  error before any job was sent (server unreachable, bad tube name)";
 
 /// Arguments of `taskq put`.
 #[derive(clap::Args, Debug)]
@@ -44,9 +63,17 @@ pub struct PutArgs {
     /// Also print how many ready jobs are ahead of each job: "ID AHEAD" per line.
     #[arg(long)]
     pub position: bool,
-    /// Largest body sent; a larger one is refused before anything is sent.
+    /// Largest body sent; a larger one is not sent (and counted so), the others go on.
     #[arg(long, value_name = "BYTES", default_value_t = taskq_proto::DEFAULT_MAX_JOB_SIZE)]
     pub max_job_size: usize,
+    /// After a broken connection, keep reconnecting for this many seconds without
+    /// a reply before giving up on the rest.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub retry_for: u64,
+    /// Send jobs whose outcome is unknown again after reconnecting (a job may
+    /// then be queued twice); by default they are only reported.
+    #[arg(long)]
+    pub at_least_once: bool,
     /// Job bodies; with none, each line of standard input is a job (its LF, and a CR before it, removed).
     #[arg(value_name = "BODY")]
     pub bodies: Vec<OsString>,
@@ -67,23 +94,34 @@ pub(crate) fn connect(
         .map_err(|e| format!("{addr}: {e}"))
 }
 
-/// Runs `taskq put`.
-pub fn run(args: PutArgs) -> CliResult {
-    let mut p = connect(&args.addr, args.io_timeout, args.max_job_size)?;
-    p.use_tube(&args.tube)
-        .map_err(|e| format!("use {}: {e}", args.tube))?;
-    let opts = PutOptions {
-        pri: args.pri,
-        delay: args.delay,
-        ttr: args.ttr,
+/// Runs `taskq put`; the exit status follows [`EXIT_STATUS_HELP`].
+pub fn run(args: PutArgs) -> ExitCode {
+    let fail = |e: String| {
+        eprintln!("taskq: {e}");
+        ExitCode::FAILURE
     };
+    let mut p = match connect(&args.addr, args.io_timeout, args.max_job_size) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = p.use_tube(&args.tube) {
+        return fail(format!("use {}: {e}", args.tube));
+    }
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut sender = Sender {
         p,
-        opts,
+        opts: PutOptions {
+            pri: args.pri,
+            delay: args.delay,
+            ttr: args.ttr,
+        },
         position: args.position,
-        done: 0,
+        at_least_once: args.at_least_once,
+        retry_for: Duration::from_secs(args.retry_for),
+        max_job_size: args.max_job_size,
+        gave_up: false,
+        tally: Tally::default(),
         progress: None,
     };
     let result = if args.bodies.is_empty() {
@@ -95,25 +133,142 @@ pub fn run(args: PutArgs) -> CliResult {
     if let Some(pb) = &sender.progress {
         pb.finish_and_clear();
     }
-    // Print what was queued even when a later job failed.
     let flushed = out.flush().map_err(|e| format!("writing ids: {e}"));
-    result?;
-    flushed?;
-    Ok(())
+    let tally = &sender.tally;
+    eprintln!("taskq put: {tally}");
+    if let Err(e) = result.and(flushed) {
+        eprintln!("taskq: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::from(tally.status())
+}
+
+/// What became of one job of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Not sent yet: sent on the next attempt.
+    Pending,
+    /// Sent and no reply came.
+    Unsure,
+    /// Acknowledged with this id (and, with `--position`, the jobs ahead).
+    Acked(u64, Option<Option<u64>>),
+    /// The server rejected it: nothing queued.
+    Rejected,
+    /// Given up on without sending.
+    NotSent,
+}
+
+/// Input positions (1-based) as runs of consecutive numbers.
+#[derive(Debug, Default)]
+pub(crate) struct Positions {
+    runs: Vec<(u64, u64)>,
+    count: u64,
+}
+
+impl Positions {
+    /// Adds `n`, which is larger than every position already added.
+    pub(crate) fn push(&mut self, n: u64) {
+        self.count += 1;
+        match self.runs.last_mut() {
+            Some((_, end)) if *end + 1 == n => *end = n,
+            _ => self.runs.push((n, n)),
+        }
+    }
+
+    /// How many positions.
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+}
+
+impl fmt::Display for Positions {
+    /// `job 7` or `jobs 3, 921-930`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.count == 1 { "job " } else { "jobs " })?;
+        for (i, (a, b)) in self.runs.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if a == b {
+                write!(f, "{a}")?;
+            } else {
+                write!(f, "{a}-{b}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The count of every outcome, and where each job that was not acknowledged stands in the input.
+#[derive(Debug, Default)]
+struct Tally {
+    acknowledged: u64,
+    rejected: Positions,
+    unknown: Positions,
+    not_sent: Positions,
+}
+
+impl Tally {
+    fn jobs(&self) -> u64 {
+        self.acknowledged + self.rejected.count() + self.unknown.count() + self.not_sent.count()
+    }
+
+    /// The exit status: 0 all acknowledged, 3 some unknown, 4 some rejected or not sent.
+    fn status(&self) -> u8 {
+        if self.unknown.count() > 0 {
+            3
+        } else if self.rejected.count() + self.not_sent.count() > 0 {
+            4
+        } else {
+            0
+        }
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "acknowledged {}, rejected {}, unknown {}, not sent {}",
+            self.acknowledged,
+            self.rejected.count(),
+            self.unknown.count(),
+            self.not_sent.count()
+        )?;
+        let parts: Vec<String> = [
+            ("rejected", &self.rejected),
+            ("unknown", &self.unknown),
+            ("not sent", &self.not_sent),
+        ]
+        .iter()
+        .filter(|(_, p)| p.count() > 0)
+        .map(|(what, p)| format!("{what}: {p}"))
+        .collect();
+        if !parts.is_empty() {
+            write!(f, " ({})", parts.join("; "))?;
+        }
+        Ok(())
+    }
 }
 
 struct Sender {
     p: Producer,
     opts: PutOptions,
     position: bool,
-    done: u64,
+    at_least_once: bool,
+    retry_for: Duration,
+    max_job_size: usize,
+    /// The server stayed out of reach for `retry_for`: nothing more is sent.
+    gave_up: bool,
+    tally: Tally,
     progress: Option<ProgressBar>,
 }
 
 impl Sender {
     fn send_stdin(&mut self, sep: u8, out: &mut impl Write) -> Result<(), String> {
-        let stdin = io::stdin();
-        let mut input = stdin.lock();
+        // Our own buffer, so that we can tell when the input read so far is used
+        // up: a stream of lines goes out as it comes, not a full batch later.
+        let mut input = io::BufReader::with_capacity(1 << 16, io::stdin().lock());
         let mut batch: Vec<Vec<u8>> = Vec::with_capacity(STDIN_BATCH);
         loop {
             let mut item = Vec::new();
@@ -130,7 +285,7 @@ impl Sender {
                 }
             }
             batch.push(item);
-            if batch.len() == STDIN_BATCH {
+            if batch.len() == STDIN_BATCH || input.buffer().is_empty() {
                 self.send(&batch, out)?;
                 batch.clear();
             }
@@ -138,77 +293,201 @@ impl Sender {
         self.send(&batch, out)
     }
 
-    /// Sends the jobs (pipelined, unless positions are wanted) and prints their ids.
+    /// Sends the jobs until each is acknowledged, rejected, unknown or given up
+    /// on, then prints the acknowledged ids in input order and tallies the rest.
     fn send(&mut self, bodies: &[Vec<u8>], out: &mut impl Write) -> Result<(), String> {
-        let write_err = |e: io::Error| format!("writing ids: {e}");
-        if self.position {
-            for (i, body) in bodies.iter().enumerate() {
-                let pos = self
-                    .p
-                    .put_with_position(body, self.opts)
-                    .map_err(|e| format!("job {}: {e}", self.done + i as u64 + 1))?;
-                match pos.ahead() {
-                    Some(a) => writeln!(out, "{} {a}", pos.id),
-                    None => writeln!(out, "{} ?", pos.id),
-                }
-                .map_err(write_err)?;
-            }
-        } else if !bodies.is_empty() {
-            let mut outcomes = vec![Outcome::NotSent; bodies.len()];
-            let result = self.p.put_batch(bodies, self.opts, &mut outcomes);
-            // Ids in input order up to the first job that was not inserted.
-            let ok = outcomes
-                .iter()
-                .take_while(|o| matches!(o, Outcome::Inserted(_)))
-                .count();
-            for o in &outcomes[..ok] {
-                writeln!(out, "{}", o.id().expect("inserted")).map_err(write_err)?;
-            }
-            if ok < bodies.len() {
-                let job = self.done + ok as u64 + 1;
-                let why = match (&result, outcomes[ok]) {
-                    (_, Outcome::Rejected(r)) => format!("rejected by the server: {r}"),
-                    (Err(e), _) => e.error.to_string(),
-                    (Ok(_), o) => format!("{o:?}"),
-                };
-                let later: Vec<String> = outcomes[ok + 1..]
-                    .iter()
-                    .filter_map(|o| o.id().map(|id| id.to_string()))
-                    .collect();
-                let mut msg = format!(
-                    "job {job}: {why}; the {} job(s) before it are queued",
-                    self.done + ok as u64
+        let first = self.tally.jobs() + 1;
+        let mut fate = vec![Fate::Pending; bodies.len()];
+        for (i, b) in bodies.iter().enumerate() {
+            if b.len() > self.max_job_size {
+                eprintln!(
+                    "taskq put: job {}: {} bytes is over --max-job-size {}; not sent",
+                    first + i as u64,
+                    b.len(),
+                    self.max_job_size
                 );
-                if !later.is_empty() {
-                    msg += &format!(
-                        ", and so are later jobs of its batch as ids {}",
-                        later.join(",")
-                    );
-                }
-                return Err(msg);
+                fate[i] = Fate::NotSent;
             }
         }
-        self.done += bodies.len() as u64;
+        let mut outage: Option<Instant> = None;
+        loop {
+            let todo: Vec<usize> = (0..bodies.len())
+                .filter(|&i| match fate[i] {
+                    Fate::Pending => true,
+                    Fate::Unsure => self.at_least_once,
+                    _ => false,
+                })
+                .collect();
+            if todo.is_empty() {
+                break;
+            }
+            if self.gave_up {
+                for &i in &todo {
+                    if fate[i] == Fate::Pending {
+                        fate[i] = Fate::NotSent;
+                    }
+                }
+                break;
+            }
+            let (replies, err) = if self.position {
+                self.attempt_each(bodies, &todo, &mut fate, first)
+            } else {
+                self.attempt_batch(bodies, &todo, &mut fate, first)
+            };
+            let Some(err) = err else {
+                continue;
+            };
+            if replies > 0 {
+                outage = None;
+            }
+            let since = *outage.get_or_insert_with(Instant::now);
+            let unsure: Positions = positions(&todo, &fate, first, Fate::Unsure);
+            let what = if unsure.count() == 0 {
+                String::new()
+            } else if self.at_least_once {
+                format!("; {unsure}: outcome unknown, sending again")
+            } else {
+                format!("; {unsure}: outcome unknown, not sent again")
+            };
+            if err.is_invalid() {
+                // Refused before sending (cannot happen for a checked body): stop here.
+                eprintln!("taskq put: {}{what}", err.0);
+                self.gave_up = true;
+            } else if since.elapsed() >= self.retry_for {
+                eprintln!(
+                    "taskq put: {}{what}; no reply for {} s (--retry-for), giving up",
+                    err.0,
+                    self.retry_for.as_secs()
+                );
+                self.gave_up = true;
+            } else {
+                eprintln!("taskq put: {}{what}; reconnecting", err.0);
+            }
+        }
+        for (i, f) in fate.iter().enumerate() {
+            let pos = first + i as u64;
+            match *f {
+                Fate::Acked(id, ahead) => {
+                    self.tally.acknowledged += 1;
+                    match ahead {
+                        None => writeln!(out, "{id}"),
+                        Some(Some(a)) => writeln!(out, "{id} {a}"),
+                        Some(None) => writeln!(out, "{id} ?"),
+                    }
+                    .map_err(|e| format!("writing ids: {e}"))?;
+                }
+                Fate::Rejected => self.tally.rejected.push(pos),
+                Fate::Unsure => self.tally.unknown.push(pos),
+                Fate::NotSent | Fate::Pending => self.tally.not_sent.push(pos),
+            }
+        }
         self.tick();
         Ok(())
     }
 
+    /// One pipelined write of the jobs in `todo`; returns how many replies were
+    /// read and what broke the batch off, if anything did.
+    fn attempt_batch(
+        &mut self,
+        bodies: &[Vec<u8>],
+        todo: &[usize],
+        fate: &mut [Fate],
+        first: u64,
+    ) -> (usize, Option<Broke>) {
+        let batch: Vec<&[u8]> = todo.iter().map(|&i| bodies[i].as_slice()).collect();
+        let mut outcomes = vec![Outcome::NotSent; batch.len()];
+        let result = self.p.put_batch(&batch, self.opts, &mut outcomes);
+        for (k, &i) in todo.iter().enumerate() {
+            fate[i] = match outcomes[k] {
+                Outcome::Inserted(id) => Fate::Acked(id.get(), None),
+                Outcome::Rejected(r) => rejected(first + i as u64, r, None),
+                Outcome::Unknown => Fate::Unsure,
+                // Never reached the server: still to send (or, once sent
+                // before, still unknown).
+                Outcome::NotSent => fate[i],
+            };
+        }
+        match result {
+            Ok(_) => (batch.len(), None),
+            Err(e) => (e.replied, Some(Broke(e.error))),
+        }
+    }
+
+    /// `--position`: one put with its tube's statistics per job, in order.
+    fn attempt_each(
+        &mut self,
+        bodies: &[Vec<u8>],
+        todo: &[usize],
+        fate: &mut [Fate],
+        first: u64,
+    ) -> (usize, Option<Broke>) {
+        for (k, &i) in todo.iter().enumerate() {
+            match self.p.put_with_position(&bodies[i], self.opts) {
+                Ok(pos) => fate[i] = Fate::Acked(pos.id.get(), Some(pos.ahead())),
+                Err(Error::Rejected(r)) => fate[i] = rejected(first + i as u64, r, Some(None)),
+                Err(e) => {
+                    if e.outcome_unknown() {
+                        fate[i] = Fate::Unsure;
+                    }
+                    return (k, Some(Broke(e)));
+                }
+            }
+        }
+        (todo.len(), None)
+    }
+
     fn tick(&mut self) {
-        if self.done < LARGE_INPUT || !io::stderr().is_terminal() {
+        let done = self.tally.jobs();
+        if done < LARGE_INPUT || !io::stderr().is_terminal() {
             return;
         }
         let pb = self.progress.get_or_insert_with(|| {
             let pb = ProgressBar::new_spinner();
             if let Ok(style) =
-                ProgressStyle::with_template("{spinner} {pos} jobs queued ({per_sec})")
+                ProgressStyle::with_template("{spinner} {pos} jobs handled ({per_sec})")
             {
                 pb.set_style(style);
             }
             pb.enable_steady_tick(Duration::from_millis(200));
             pb
         });
-        pb.set_position(self.done);
+        pb.set_position(done);
     }
+}
+
+/// What broke an attempt off.
+struct Broke(Error);
+
+impl Broke {
+    fn is_invalid(&self) -> bool {
+        matches!(self.0, Error::Invalid(_))
+    }
+}
+
+/// The fate of a rejected job: `BURIED <id>` is in the queue (acknowledged,
+/// with a note); every other rejection queued nothing.
+fn rejected(pos: u64, r: Rejection, ahead: Option<Option<u64>>) -> Fate {
+    match r {
+        Rejection::InsertedBuried { id } => {
+            eprintln!("taskq put: job {pos}: {r}");
+            Fate::Acked(id.get(), ahead)
+        }
+        _ => {
+            eprintln!("taskq put: job {pos}: rejected by the server: {r}");
+            Fate::Rejected
+        }
+    }
+}
+
+/// The input positions of the jobs of `todo` whose fate is `which`.
+fn positions(todo: &[usize], fate: &[Fate], first: u64, which: Fate) -> Positions {
+    let mut p = Positions::default();
+    for &i in todo {
+        if fate[i] == which {
+            p.push(first + i as u64);
+        }
+    }
+    p
 }
 
 #[cfg(unix)]
@@ -220,4 +499,37 @@ fn os_bytes(s: OsString) -> Vec<u8> {
 #[cfg(not(unix))]
 fn os_bytes(s: OsString) -> Vec<u8> {
     s.to_string_lossy().into_owned().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_print_as_runs_and_the_summary_names_them() {
+        let mut p = Positions::default();
+        for n in [3, 921, 922, 923, 930] {
+            p.push(n);
+        }
+        assert_eq!(p.to_string(), "jobs 3, 921-923, 930");
+        let mut t = Tally {
+            acknowledged: 5,
+            ..Tally::default()
+        };
+        assert_eq!(
+            t.to_string(),
+            "acknowledged 5, rejected 0, unknown 0, not sent 0"
+        );
+        assert_eq!(t.status(), 0);
+        t.not_sent.push(7);
+        assert_eq!(t.status(), 4);
+        t.unknown = p;
+        assert_eq!(t.status(), 3);
+        assert_eq!(
+            t.to_string(),
+            "acknowledged 5, rejected 0, unknown 5, not sent 1 \
+             (unknown: jobs 3, 921-923, 930; not sent: job 7)"
+        );
+        assert_eq!(t.jobs(), 11);
+    }
 }

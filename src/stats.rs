@@ -1,21 +1,18 @@
 //! `taskq stats`: the server's or a tube's statistics, as a table or as JSON.
 
 use std::io::Write;
-use std::time::Duration;
 
-use taskq_proto::{yaml, Command, Config, Connection, Reply};
+use taskq_proto::{yaml, Command, Reply};
+use taskq_worker::table::Table;
 
+use crate::admin::{request, unexpected, ServerArgs};
 use crate::CliResult;
 
 /// Arguments of `taskq stats`.
 #[derive(clap::Args, Debug)]
 pub struct StatsArgs {
-    /// Server address.
-    #[arg(long, env = "TASKQ_ADDR", default_value = "127.0.0.1:11300")]
-    pub addr: String,
-    /// Limit on connecting and on each reply, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    pub io_timeout: u64,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Show this tube's statistics instead of the server's.
     #[arg(long)]
     pub tube: Option<String>,
@@ -26,38 +23,31 @@ pub struct StatsArgs {
 
 /// Runs `taskq stats`.
 pub fn run(args: StatsArgs) -> CliResult {
-    let t = Duration::from_millis(args.io_timeout.max(1));
-    let cfg = Config {
-        connect_timeout: t,
-        io_timeout: t,
-        ..Config::default()
-    };
-    let mut conn =
-        Connection::connect(args.addr.as_str(), cfg).map_err(|e| format!("{}: {e}", args.addr))?;
+    let mut conn = args.server.connect()?;
     let cmd = match &args.tube {
         Some(tube) => Command::StatsTube { tube },
         None => Command::Stats,
     };
-    let yaml = match conn
-        .request(&cmd)
-        .map_err(|e| format!("{}: {e}", cmd.kind().name()))?
-    {
-        Reply::Ok { yaml } => yaml,
-        Reply::NotFound => {
-            return Err(format!("no tube named {:?}", args.tube.unwrap_or_default()).into())
-        }
-        other => {
-            return Err(format!("{}: server answered {}", cmd.kind().name(), other.word()).into())
-        }
-    };
-    let pairs = yaml::pairs(yaml)
-        .and_then(|p| p.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("reading the statistics: {e}"))?;
-    let text = if args.json {
-        to_json(&pairs)
-    } else {
-        to_table(&pairs)
-    };
+    let text = request(&mut conn, &cmd, |r| {
+        let yaml = match r {
+            Reply::Ok { yaml } => yaml,
+            Reply::NotFound => {
+                return Err(format!(
+                    "no tube named {:?}",
+                    args.tube.clone().unwrap_or_default()
+                ))
+            }
+            other => return Err(unexpected(&cmd, &other)),
+        };
+        let pairs = yaml::pairs(yaml)
+            .and_then(|p| p.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("reading the statistics: {e}"))?;
+        Ok(if args.json {
+            to_json(&pairs)
+        } else {
+            to_table(&pairs)
+        })
+    })?;
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
@@ -67,11 +57,11 @@ pub fn run(args: StatsArgs) -> CliResult {
 
 /// `key  value` lines, the values aligned.
 fn to_table(pairs: &[(&str, &str)]) -> String {
-    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
-        .collect()
+    let mut t = Table::new().left(1);
+    for (k, v) in pairs {
+        t.row([k, v]);
+    }
+    t.to_string()
 }
 
 /// One JSON object in the server's order: numbers and booleans typed, the rest strings.

@@ -119,23 +119,6 @@ fn errors_are_one_line_and_a_non_zero_exit() {
     let server = Beanstalkd::start_with(&["-z", "10"]).unwrap();
     let addr = server.addr().to_string();
     let cases: Vec<Vec<String>> = vec![
-        // The server's own limit: the first job is queued, the second rejected.
-        vec![
-            "put".into(),
-            "--addr".into(),
-            addr.clone(),
-            "ok".into(),
-            "x".repeat(11),
-        ],
-        // The client's limit: refused before sending.
-        vec![
-            "put".into(),
-            "--addr".into(),
-            addr.clone(),
-            "--max-job-size".into(),
-            "3".into(),
-            "long".into(),
-        ],
         vec![
             "put".into(),
             "--addr".into(),
@@ -173,11 +156,110 @@ fn errors_are_one_line_and_a_non_zero_exit() {
         assert!(err.starts_with("taskq: "), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
-    let jobs = drain(server.addr(), "default");
-    assert_eq!(
-        jobs.len(),
-        1,
-        "only the job before the rejected one is queued"
+    assert!(drain(server.addr(), "default").is_empty());
+}
+
+#[test]
+fn rejected_and_oversized_jobs_are_counted_the_rest_go_on_and_exit_4() {
+    let server = Beanstalkd::start_with(&["-z", "10"]).unwrap();
+    let addr = server.addr().to_string();
+    let big = "x".repeat(11);
+    // The server's limit (-z 10) rejects job 2 and the others go on; then the
+    // client's own limit keeps a job from being sent and the others go on.
+    let (out, _) = taskq(
+        &[
+            "put",
+            "--addr",
+            &addr,
+            "--max-job-size",
+            "11",
+            "ok",
+            &big,
+            "three",
+            "x",
+            "five",
+        ],
+        b"",
+        Duration::from_secs(20),
     );
-    assert_eq!(jobs[0].1, b"ok");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("job 2: rejected by the server: JOB_TOO_BIG"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().last().unwrap(),
+        "taskq put: acknowledged 4, rejected 1, unknown 0, not sent 0 (rejected: job 2)"
+    );
+    let printed = ids(&String::from_utf8(out.stdout).unwrap());
+    let jobs = drain(server.addr(), "default");
+    assert_eq!(jobs.iter().map(|(id, _)| *id).collect::<Vec<_>>(), printed);
+    let bodies: Vec<&[u8]> = jobs.iter().map(|(_, b)| b.as_slice()).collect();
+    assert_eq!(bodies, [&b"ok"[..], b"three", b"x", b"five"]);
+
+    let (out, _) = taskq(
+        &[
+            "put",
+            "--addr",
+            &addr,
+            "--max-job-size",
+            "3",
+            "a",
+            "long",
+            "b",
+        ],
+        b"",
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("job 2: 4 bytes is over --max-job-size 3; not sent"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().last().unwrap(),
+        "taskq put: acknowledged 2, rejected 0, unknown 0, not sent 1 (not sent: job 2)"
+    );
+    assert_eq!(ids(&String::from_utf8(out.stdout).unwrap()).len(), 2);
+    let bodies: Vec<Vec<u8>> = drain(server.addr(), "default")
+        .into_iter()
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(bodies, [b"a".to_vec(), b"b".to_vec()]);
+}
+
+#[test]
+fn full_success_still_prints_the_summary_and_help_documents_the_exit_status() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    let (out, _) = taskq(
+        &["put", "--addr", &addr],
+        b"a\nb\nc\n",
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "taskq put: acknowledged 3, rejected 0, unknown 0, not sent 0\n"
+    );
+    let help = ok(&["put", "--help"], b"");
+    for want in [
+        "--retry-for <SECS>",
+        "--at-least-once",
+        "0  every job was acknowledged",
+        "3  some outcomes are unknown",
+        "4  none is unknown, but some jobs were rejected or not sent",
+        "2  usage error",
+        "1  error before any job was sent",
+    ] {
+        assert!(help.contains(want), "--help lacks {want:?}:\n{help}");
+    }
+    let (out, _) = taskq(
+        &["put", "--retry-for", "soon"],
+        b"",
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -7,10 +7,13 @@
 //! (benchmarks, fuzzers) are too long to run here: the benches, scripts and fuzz
 //! targets they name are checked to exist.
 
+mod cli_common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cli_common::bin_dir;
 use taskq_testkit::Beanstalkd;
 
 fn repo() -> PathBuf {
@@ -32,34 +35,6 @@ fn blocks(readme: &str, lang: &str) -> Vec<String> {
         }
     }
     out
-}
-
-/// A directory holding `taskq` and `taskq-worker`, built from this tree.
-fn bin_dir() -> PathBuf {
-    let taskq = PathBuf::from(env!("CARGO_BIN_EXE_taskq"));
-    let dir = taskq
-        .parent()
-        .expect("binary has a directory")
-        .to_path_buf();
-    if !dir.join("taskq-worker").exists() {
-        let profile_release = dir.ends_with("release");
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "-q", "-p", "taskq-worker", "--bin", "taskq-worker"]);
-        if profile_release {
-            build.arg("--release");
-        }
-        let status = build
-            .current_dir(repo())
-            .status()
-            .expect("cargo build runs");
-        assert!(status.success(), "building taskq-worker failed");
-    }
-    assert!(
-        dir.join("taskq-worker").exists(),
-        "taskq-worker not found in {}",
-        dir.display()
-    );
-    dir
 }
 
 /// Runs `script` in bash with a time limit; returns (status ok, stdout, stderr).

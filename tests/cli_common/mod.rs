@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,14 +13,7 @@ use taskq_proto::{Command as Cmd, Config, Connection, Reply};
 /// Returns the output and how long it ran.
 pub fn taskq(args: &[&str], stdin: &[u8], limit: Duration) -> (Output, Duration) {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_taskq"))
-        .args(args)
-        .env_remove("TASKQ_ADDR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(args);
     let mut input = child.stdin.take().unwrap();
     let data = stdin.to_vec();
     let feeder = std::thread::spawn(move || {
@@ -39,6 +33,18 @@ pub fn taskq(args: &[&str], stdin: &[u8], limit: Duration) -> (Output, Duration)
     let out = child.wait_with_output().unwrap();
     let _ = feeder.join();
     (out, started.elapsed())
+}
+
+/// Starts `taskq ARGS` with its standard streams piped and no `$TASKQ_ADDR`.
+pub fn spawn(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .args(args)
+        .env_remove("TASKQ_ADDR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// Runs and expects success; returns stdout.
@@ -71,4 +77,43 @@ pub fn drain(addr: SocketAddr, tube: &str) -> Vec<(u64, Vec<u8>)> {
 /// The ids printed one per line.
 pub fn ids(stdout: &str) -> Vec<u64> {
     stdout.lines().map(|l| l.trim().parse().unwrap()).collect()
+}
+
+/// A directory holding `taskq` and `taskq-worker`, both built from this tree
+/// (`taskq-worker` is built here: a test of this package does not build it).
+pub fn bin_dir() -> PathBuf {
+    let taskq = PathBuf::from(env!("CARGO_BIN_EXE_taskq"));
+    let dir = taskq
+        .parent()
+        .expect("binary has a directory")
+        .to_path_buf();
+    {
+        let profile_release = dir.ends_with("release");
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "-q", "-p", "taskq-worker", "--bin", "taskq-worker"]);
+        if profile_release {
+            build.arg("--release");
+        }
+        let status = build
+            .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+            .status()
+            .expect("cargo build runs");
+        assert!(status.success(), "building taskq-worker failed");
+    }
+    assert!(
+        dir.join("taskq-worker").exists(),
+        "taskq-worker not found in {}",
+        dir.display()
+    );
+    dir
+}
+
+/// A child process killed and reaped on drop.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

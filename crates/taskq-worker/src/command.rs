@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use std::cell::Cell;
+
+use taskq_proto::{Command, JobStats, Reply};
+
+use crate::worker::settle::attempt;
 use crate::{Handler, Job, Outcome};
 
 /// Exit status meaning "try again later" (`EX_TEMPFAIL` from sysexits.h).
@@ -20,7 +25,9 @@ const DIRECT_WRITE: usize = 16 * 1024;
 const FIRST_LOOK: Duration = Duration::from_millis(200);
 
 /// A handler that runs `program args...` for each job, with the body on its
-/// standard input and `TASKQ_JOB_ID` and `TASKQ_ADDR` in its environment.
+/// standard input and `TASKQ_JOB_ID`, `TASKQ_ADDR`, `TASKQ_TUBE` and
+/// `TASKQ_ATTEMPT` (1 on the first run, counted as `--max-attempts` counts) in
+/// its environment.
 ///
 /// Exit status 0 deletes the job; 75 releases it without counting an attempt;
 /// anything else (or death by a signal, or the job timeout) is a failed
@@ -45,24 +52,99 @@ impl CommandHandler {
         }
     }
 
-    fn spawn(&self, job: &Job<'_>) -> std::io::Result<Child> {
-        std::process::Command::new(&self.program)
-            .args(&self.args)
+    fn spawn(&self, job: &mut Job<'_>) -> std::io::Result<Child> {
+        let mut cmd = std::process::Command::new(&self.program);
+        cmd.args(&self.args)
             .env("TASKQ_JOB_ID", job.id().to_string())
-            .env("TASKQ_ADDR", job.server())
-            .stdin(Stdio::piped())
-            .process_group(0)
-            .spawn()
+            .env("TASKQ_ADDR", job.server());
+        match job_context(job) {
+            Some((tube, attempt)) => {
+                cmd.env("TASKQ_TUBE", tube)
+                    .env("TASKQ_ATTEMPT", attempt.to_string());
+            }
+            None => {
+                cmd.env_remove("TASKQ_TUBE").env_remove("TASKQ_ATTEMPT");
+            }
+        }
+        cmd.stdin(Stdio::piped()).process_group(0).spawn()
     }
+}
+
+/// The job's tube and attempt number, from one `stats-job`; `None` (and a
+/// warning) when the lookup fails, which the settle that follows will meet too.
+fn job_context(job: &mut Job<'_>) -> Option<(String, u64)> {
+    let id = job.id();
+    let server = job
+        .shared
+        .cfg
+        .servers
+        .iter()
+        .position(|s| s == job.server)
+        .unwrap_or(0);
+    let found = match job.conn.request(&Command::StatsJob { id }) {
+        Ok(Reply::Ok { yaml }) => JobStats::parse(yaml)
+            .map(|s| (s.tube.to_owned(), s.releases))
+            .map_err(|e| e.to_string()),
+        Ok(other) => Err(format!("stats-job answered {}", other.word())),
+        Err(e) => Err(e.to_string()),
+    };
+    match found {
+        Ok((tube, releases)) => Some((tube, attempt(job.shared, server, id, releases))),
+        Err(error) => {
+            tracing::warn!(job = id, %error, "no TASKQ_TUBE and TASKQ_ATTEMPT: stats-job failed");
+            None
+        }
+    }
+}
+
+/// How the last failed command of this thread ended, for the bury warning
+/// that the worker logs when the failure was the last attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Exited with this status.
+    Exit(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Killed after `--job-timeout`.
+    TimedOut,
+    /// Could not be run or waited for.
+    Lost,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Exit(c) => write!(f, "exit status {c}"),
+            Failure::Signal(s) => write!(f, "signal {s}"),
+            Failure::TimedOut => f.write_str("killed after --job-timeout"),
+            Failure::Lost => f.write_str("could not be run or waited for"),
+        }
+    }
+}
+
+thread_local! {
+    static LAST_FAILURE: Cell<Option<Failure>> = const { Cell::new(None) };
+}
+
+/// Takes how this thread's last command failed (the job is settled on the
+/// thread that ran it).
+pub(crate) fn take_failure() -> Option<Failure> {
+    LAST_FAILURE.with(Cell::take)
+}
+
+fn failed(f: Failure) -> Outcome {
+    LAST_FAILURE.with(|c| c.set(Some(f)));
+    Outcome::Fail
 }
 
 impl Handler for CommandHandler {
     fn handle(&self, job: &mut Job<'_>) -> Outcome {
+        LAST_FAILURE.with(|c| c.set(None));
         let mut child = match self.spawn(job) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(job = job.id(), error = %e, "cannot run the command");
-                return Outcome::Fail;
+                return failed(Failure::Lost);
             }
         };
         let stdin = child.stdin.take();
@@ -85,20 +167,20 @@ impl Handler for CommandHandler {
             Ended::Exit(EX_TEMPFAIL) => Outcome::TempFail,
             Ended::Exit(code) => {
                 tracing::info!(job = job.id(), code, "command failed");
-                Outcome::Fail
+                failed(Failure::Exit(code))
             }
             Ended::Signal(sig) => {
                 tracing::info!(job = job.id(), signal = sig, "command killed by a signal");
-                Outcome::Fail
+                failed(Failure::Signal(sig))
             }
             Ended::TimedOut => {
                 tracing::warn!(job = job.id(), "command ran past --job-timeout; killed");
-                Outcome::Fail
+                failed(Failure::TimedOut)
             }
             Ended::Aborted => Outcome::Retry {
                 delay: Duration::ZERO,
             },
-            Ended::Lost => Outcome::Fail,
+            Ended::Lost => failed(Failure::Lost),
         }
     }
 }

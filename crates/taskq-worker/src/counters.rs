@@ -125,12 +125,11 @@ impl Snapshot {
 impl Snapshot {
     /// A two-column table, one counter a line, for people.
     pub fn table(&self) -> String {
-        let width = self.pairs().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-        let mut s = String::new();
+        let mut t = crate::table::Table::new();
         for (k, v) in self.pairs() {
-            s.push_str(&format!("{k:<width$}  {v:>12}\n"));
+            t.row([k.to_string(), v.to_string()]);
         }
-        s
+        t.to_string()
     }
 }
 

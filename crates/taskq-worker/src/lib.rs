@@ -63,6 +63,7 @@ mod counters;
 mod fair;
 mod job;
 pub mod metrics;
+pub mod table;
 mod worker;
 
 pub use backoff::Backoff;

@@ -63,6 +63,14 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Listens on `addr` and serves the counters of `control`'s worker.
     pub fn start(addr: &str, control: Control) -> io::Result<MetricsServer> {
+        MetricsServer::serve(addr, move || render(&control))
+    }
+
+    /// Listens on `addr` and answers each scrape with what `render` returns then.
+    pub fn serve(
+        addr: &str,
+        render: impl Fn() -> String + Send + 'static,
+    ) -> io::Result<MetricsServer> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -76,7 +84,7 @@ impl MetricsServer {
                     }
                     match stream {
                         Ok(s) => {
-                            if let Err(e) = answer(s, &control) {
+                            if let Err(e) = answer(s, &render) {
                                 tracing::debug!(error = %e, "metrics request failed");
                             }
                         }
@@ -112,7 +120,7 @@ impl Drop for MetricsServer {
 }
 
 /// Reads a request head (bounded in size and time) and answers it.
-fn answer(mut s: TcpStream, control: &Control) -> io::Result<()> {
+fn answer(mut s: TcpStream, render: &dyn Fn() -> String) -> io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.set_write_timeout(Some(Duration::from_secs(2)))?;
     let mut head = Vec::with_capacity(512);
@@ -142,7 +150,7 @@ fn answer(mut s: TcpStream, control: &Control) -> io::Result<()> {
     if path != b"/metrics" && path != b"/" {
         return respond(&mut s, "404 Not Found", "text/plain", "try /metrics\n");
     }
-    let body = render(control);
+    let body = render();
     let body = if method == b"HEAD" { "" } else { body.as_str() };
     respond(
         &mut s,

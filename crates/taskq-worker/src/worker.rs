@@ -16,7 +16,7 @@ use crate::counters::{Counters, Snapshot};
 use crate::Handler;
 
 mod lane;
-mod settle;
+pub(crate) mod settle;
 mod turn;
 
 use lane::Lanes;

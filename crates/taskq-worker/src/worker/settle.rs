@@ -58,18 +58,14 @@ pub(super) fn decide(
             Command::Bury { id, pri: info.pri }
         }
         _ => {
-            let temp = if sh.tempfails_any.load(Ordering::Relaxed) {
-                let map = sh.tempfails.lock().unwrap_or_else(|e| e.into_inner());
-                u64::from(map.get(&(server, id)).copied().unwrap_or(0))
-            } else {
-                0
-            };
-            // This attempt plus the earlier failed ones: releases not made for a
-            // temporary failure by this process.
-            let attempts = info.releases.saturating_sub(temp) + 1;
+            let attempts = attempt(sh, server, id, info.releases);
             if attempts >= u64::from(sh.cfg.max_attempts) {
                 forget_tempfails(sh, server, id);
-                tracing::warn!(job = id, attempts, "burying after the last attempt");
+                let status = crate::command::take_failure();
+                let status = status
+                    .as_ref()
+                    .map_or(&"handler failed" as &dyn std::fmt::Display, |f| f);
+                tracing::warn!(job = id, attempts, %status, "buried after the last attempt");
                 Command::Bury { id, pri: info.pri }
             } else {
                 let n = u32::try_from(attempts - 1).unwrap_or(u32::MAX);
@@ -77,6 +73,18 @@ pub(super) fn decide(
             }
         }
     })
+}
+
+/// This attempt plus the earlier failed ones of job `id`: its releases not made
+/// for a temporary failure by this process, plus one.
+pub(crate) fn attempt(sh: &Shared, server: usize, id: u64, releases: u64) -> u64 {
+    let temp = if sh.tempfails_any.load(Ordering::Relaxed) {
+        let map = sh.tempfails.lock().unwrap_or_else(|e| e.into_inner());
+        u64::from(map.get(&(server, id)).copied().unwrap_or(0))
+    } else {
+        0
+    };
+    releases.saturating_sub(temp) + 1
 }
 
 fn note_tempfail(sh: &Shared, server: usize, id: u64) {
