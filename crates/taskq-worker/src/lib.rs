@@ -62,6 +62,7 @@ mod config;
 mod counters;
 mod fair;
 mod job;
+#[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod table;
 mod worker;
