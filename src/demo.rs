@@ -159,8 +159,9 @@ pub fn run(args: DemoArgs) -> CliResult {
             io_timeout,
             max_attempts: 3,
             retry_backoff: Backoff {
-                base: Duration::from_secs(1),
-                cap: Duration::from_secs(1),
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(1),
+                jitter: taskq_worker::Jitter::None,
             },
             ..WorkerConfig::default()
         },

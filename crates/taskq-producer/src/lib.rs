@@ -23,12 +23,10 @@
 //! # Ok::<(), Error>(())
 //! ```
 
-mod backoff;
 mod error;
 mod multi;
 mod producer;
 
-pub use backoff::Backoff;
 pub use error::{Error, Invalid, Rejection};
 pub use multi::{MultiProducer, Placed};
 pub use producer::{
@@ -36,6 +34,7 @@ pub use producer::{
     MAX_PIPELINE_JOBS,
 };
 pub use taskq_proto;
+pub use taskq_proto::{Backoff, Jitter};
 
 use taskq_proto::Command;
 

@@ -9,9 +9,9 @@ use taskq_proto::{
     validate_tube, Command, Config, Connection, EncodeError, IoCounts, Reply, ReplyError, TubeStats,
 };
 
-use crate::backoff::{Backoff, Retry};
 use crate::error::{Error, Invalid, Rejection};
 use crate::{JobId, PutOptions};
+use taskq_proto::{Backoff, Reconnect};
 
 /// Most jobs sent in one write by [`Producer::put_batch`]; a longer batch goes
 /// out in several writes. Bounds the replies waiting in the socket while the
@@ -184,7 +184,7 @@ impl Builder {
             addrs,
             cfg: self.cfg,
             backoff: self.backoff,
-            retry: Retry::new(),
+            reconnect: Reconnect::new(),
             retries: self.retries,
             tube,
             conn: None,
@@ -204,7 +204,7 @@ pub struct Producer {
     addrs: Vec<SocketAddr>,
     cfg: Config,
     backoff: Backoff,
-    retry: Retry,
+    reconnect: Reconnect,
     retries: u32,
     /// The tube in use; `None` is `default`, which a new connection starts with.
     tube: Option<String>,
@@ -276,7 +276,9 @@ impl Producer {
         // Steady state: a live connection and nothing to recover from. (A body
         // over the maximum is refused by the connection before sending, with
         // the same error `put_cold` gives.)
-        if self.retry.failures == 0 {
+        // (The first put on a new connection goes the cold way, which records
+        // the progress that makes the next reconnect immediate.)
+        if self.reconnect.made_progress() {
             if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
                 // `INSERTED` returns straight away; every other outcome is
                 // turned into an error first, so the hot path carries no `Result`.
@@ -342,8 +344,8 @@ impl Producer {
             Err(e) => Err(Error::from_conn(e)),
         };
         match &r {
-            Ok(_) => self.retry.succeeded(),
-            Err(Error::Rejected(_)) => self.retry.succeeded(),
+            Ok(_) => self.reconnect.progress(),
+            Err(Error::Rejected(_)) => self.reconnect.progress(),
             Err(_) => self.drop_if_broken(),
         }
         r
@@ -450,7 +452,7 @@ impl Producer {
                 }
             }
         }
-        self.retry.succeeded();
+        self.reconnect.progress();
         Ok(end)
     }
 
@@ -486,7 +488,7 @@ impl Producer {
         if conn.is_broken() {
             self.drop_if_broken();
         } else {
-            self.retry.succeeded();
+            self.reconnect.progress();
         }
         Ok(Position {
             id: id?,
@@ -518,7 +520,7 @@ impl Producer {
     /// True when the server is in its reconnect backoff: a call now would wait
     /// (or, in a multi-server producer, skip it).
     pub fn in_backoff(&self) -> bool {
-        self.conn.is_none() && self.retry.remaining(Instant::now()).is_some()
+        self.conn.is_none() && self.reconnect.wait_left(Instant::now()).is_some()
     }
 
     /// Closes the connection (sending `quit`); the next call reconnects.
@@ -534,7 +536,7 @@ impl Producer {
             return Ok(self.conn.as_mut().expect("checked above"));
         }
         self.conn = None;
-        if let Some(left) = self.retry.remaining(Instant::now()) {
+        if let Some(left) = self.reconnect.wait_left(Instant::now()) {
             if !wait {
                 return Err(Error::NotSent(io::Error::new(
                     io::ErrorKind::NotConnected,
@@ -557,10 +559,12 @@ impl Producer {
         match opened {
             Ok(c) => {
                 self.connects += 1;
+                self.reconnect.opened();
                 Ok(self.conn.insert(c))
             }
             Err(e) => {
-                self.retry.failed(&self.backoff, Instant::now());
+                self.reconnect
+                    .connect_failed(&self.backoff, Instant::now(), fastrand::u64(..));
                 Err(e)
             }
         }
@@ -576,11 +580,8 @@ impl Producer {
     fn broke(&mut self) {
         self.conn = None;
         // The first reconnect after a healthy spell is immediate; repeated breaks back off.
-        if self.retry.failures == 0 {
-            self.retry.failures = 1;
-        } else {
-            self.retry.failed(&self.backoff, Instant::now());
-        }
+        self.reconnect
+            .broke(&self.backoff, Instant::now(), fastrand::u64(..));
     }
 }
 

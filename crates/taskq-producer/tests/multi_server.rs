@@ -16,6 +16,7 @@ fn builder() -> Builder {
         .backoff(taskq_producer::Backoff {
             initial: Duration::from_secs(5),
             max: Duration::from_secs(5),
+            jitter: taskq_producer::Jitter::Upper,
         })
 }
 

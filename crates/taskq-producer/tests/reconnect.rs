@@ -74,6 +74,7 @@ fn failed_reconnects_back_off_exponentially() {
         .backoff(Backoff {
             initial: Duration::from_millis(40),
             max: Duration::from_millis(160),
+            jitter: taskq_producer::Jitter::Upper,
         })
         .build(("127.0.0.1", port))
         .unwrap();

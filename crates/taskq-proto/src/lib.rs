@@ -21,6 +21,7 @@
 //! assert!(parse_reply(put.kind(), b"BURIED\r\n", &Limits::default()).is_err());
 //! ```
 
+mod backoff;
 mod command;
 #[cfg(feature = "blocking")]
 mod conn;
@@ -31,6 +32,7 @@ pub mod server;
 pub mod session;
 pub mod yaml;
 
+pub use backoff::{Backoff, Jitter, Reconnect};
 pub use command::{
     is_tube_byte, secs_ceil, validate_tube, Command, CommandKind, MAX_RESERVE_TIMEOUT,
 };

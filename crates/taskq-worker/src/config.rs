@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use taskq_proto::{validate_tube, Limits, TubeNameError};
 
-use crate::backoff::Backoff;
+use taskq_proto::{Backoff, Jitter};
 
 /// Settings of a [`Worker`](crate::Worker).
 ///
@@ -36,7 +36,7 @@ pub struct Config {
     /// Failed attempts after which [`Outcome::Fail`](crate::Outcome::Fail) buries a job.
     pub max_attempts: u32,
     /// Delay of the release after a failed attempt: the ceiling for attempt n
-    /// (no jitter, whole seconds, rounded up).
+    /// (the jitter is not used; whole seconds, rounded up).
     pub retry_backoff: Backoff,
     /// Waits between failed connects to one server, with full jitter.
     pub reconnect_backoff: Backoff,
@@ -62,12 +62,14 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(2),
             max_attempts: 5,
             retry_backoff: Backoff {
-                base: Duration::from_secs(1),
-                cap: Duration::from_secs(60),
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(60),
+                jitter: Jitter::None,
             },
             reconnect_backoff: Backoff {
-                base: Duration::from_millis(100),
-                cap: Duration::from_secs(5),
+                initial: Duration::from_millis(100),
+                max: Duration::from_secs(5),
+                jitter: Jitter::Full,
             },
             exit_when_idle: None,
             max_jobs: None,

@@ -56,7 +56,6 @@
 //! println!("{counts}");
 //! ```
 
-mod backoff;
 pub mod command;
 mod config;
 mod counters;
@@ -67,10 +66,10 @@ pub mod metrics;
 pub mod table;
 mod worker;
 
-pub use backoff::Backoff;
 pub use config::{Config, ConfigError};
 pub use counters::{Counters, Snapshot, COUNTER_HELP};
 pub use job::{Job, JobError, JobInfo};
+pub use taskq_proto::{Backoff, Jitter};
 pub use worker::{Control, Running, Worker};
 
 use std::time::Duration;

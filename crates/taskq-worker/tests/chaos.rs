@@ -17,8 +17,9 @@ fn cfg(addr: String) -> Config {
         servers: vec![addr],
         io_timeout: Duration::from_millis(500),
         reconnect_backoff: Backoff {
-            base: Duration::from_millis(5),
-            cap: Duration::from_millis(100),
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(100),
+            jitter: taskq_worker::Jitter::Full,
         },
         ..Config::default()
     }

@@ -22,8 +22,9 @@ fn cfg(addr: SocketAddr) -> Config {
         io_timeout: Duration::from_secs(1),
         reserve_timeout: Duration::from_secs(1),
         reconnect_backoff: Backoff {
-            base: Duration::from_millis(5),
-            cap: Duration::from_millis(50),
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(50),
+            jitter: taskq_worker::Jitter::Full,
         },
         ..Config::default()
     }

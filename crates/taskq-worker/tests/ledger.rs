@@ -119,13 +119,14 @@ fn a_job_longer_than_its_ttr_with_touching_is_never_held_twice() {
 
 #[test]
 fn sigterm_while_a_delete_is_in_flight_finishes_it_and_exits_0() {
-    // The binary's first connection: `watch default`, the reserve, then the
+    // The binary's first connection: `watch default`, the reserve, the
+    // `stats-job` that gives the command TASKQ_TUBE and TASKQ_ATTEMPT, then the
     // delete, which the server holds back for 800 ms before reading it.
     let server = TestServer::start_with(taskq_testkit::ServerConfig::default().faults(
         FaultPlan::none().with(
             Target::Nth(2),
             Fault::Silence {
-                after: 2,
+                after: 3,
                 duration: Duration::from_millis(800),
             },
         ),

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, Connection, Error, IoCounts, Reply};
+use taskq_proto::{Command, Connection, Error, IoCounts, Reconnect, Reply};
 
 use super::turn::{failed, Turn};
 use super::{LaneShared, Shared, IDLE};
@@ -22,12 +22,9 @@ const NAP: Duration = Duration::from_millis(50);
 struct Lane {
     server: usize,
     conn: Option<Connection>,
-    /// Consecutive failed connects (or connections that broke before any reply).
-    failures: u32,
-    retry_at: Instant,
+    /// The reconnect rule: at once after progress, else with backoff.
+    reconnect: Reconnect,
     ever_connected: bool,
-    /// The current connection got at least one reply after setup.
-    progress: bool,
     /// Weighted tubes: this connection's place in the cycle.
     sched: Option<Schedule>,
     /// The connection's system calls already added to the counters.
@@ -57,15 +54,12 @@ pub(super) struct Lanes {
 
 impl Lanes {
     pub(super) fn new(shared: Arc<Shared>, handler: Arc<dyn Handler>, thread: usize) -> Lanes {
-        let now = Instant::now();
         let lanes = (0..shared.cfg.servers.len())
             .map(|server| Lane {
                 server,
                 conn: None,
-                failures: 0,
-                retry_at: now,
+                reconnect: Reconnect::new(),
                 ever_connected: false,
-                progress: false,
                 sched: shared
                     .cfg
                     .is_weighted()
@@ -92,13 +86,18 @@ impl Lanes {
         let mut cur = self.thread % m;
         while !self.shared.stop.load(Ordering::SeqCst) {
             let now = Instant::now();
-            let ready = (0..m)
-                .map(|k| (cur + k) % m)
-                .find(|&i| self.lanes[i].conn.is_some() || self.lanes[i].retry_at <= now);
+            let ready = (0..m).map(|k| (cur + k) % m).find(|&i| {
+                self.lanes[i].conn.is_some() || self.lanes[i].reconnect.wait_left(now).is_none()
+            });
             let Some(i) = ready else {
                 // Every server is backing off: sleep, costing no CPU.
-                let next = self.lanes.iter().map(|l| l.retry_at).min().unwrap_or(now);
-                std::thread::sleep(next.saturating_duration_since(now).min(NAP));
+                let left = self
+                    .lanes
+                    .iter()
+                    .filter_map(|l| l.reconnect.wait_left(now))
+                    .min()
+                    .unwrap_or(NAP);
+                std::thread::sleep(left.min(NAP));
                 continue;
             };
             cur = i;
@@ -158,7 +157,7 @@ impl Lanes {
                     tracing::warn!(server = addr, "reconnected");
                 }
                 lane.ever_connected = true;
-                lane.progress = false;
+                lane.reconnect.opened();
                 lane.io_seen = IoCounts::default();
                 account_io(&sh.counters, &conn, &mut lane.io_seen);
                 if let Some(s) = lane.sched.as_mut() {
@@ -172,14 +171,16 @@ impl Lanes {
                 if e.is_timeout() {
                     Counters::add(&sh.counters.io_timeouts);
                 }
-                let wait = sh.cfg.reconnect_backoff.jittered(lane.failures);
-                if lane.failures == 0 {
+                let first = lane.reconnect.failures() == 0;
+                let now = Instant::now();
+                lane.reconnect
+                    .connect_failed(&sh.cfg.reconnect_backoff, now, fastrand::u64(..));
+                let wait = lane.reconnect.wait_left(now);
+                if first {
                     tracing::warn!(server = addr, error = %e, "cannot connect; backing off");
                 } else {
                     tracing::debug!(server = addr, error = %e, ?wait, "cannot connect");
                 }
-                lane.failures = lane.failures.saturating_add(1);
-                lane.retry_at = Instant::now() + wait;
                 false
             }
         }
@@ -194,14 +195,11 @@ impl Lanes {
         if let Some(c) = lane.conn.take() {
             account_io(&self.shared.counters, &c, &mut lane.io_seen);
         }
-        if lane.progress {
-            lane.failures = 0;
-            lane.retry_at = Instant::now();
-        } else {
-            let wait = self.shared.cfg.reconnect_backoff.jittered(lane.failures);
-            lane.failures = lane.failures.saturating_add(1);
-            lane.retry_at = Instant::now() + wait;
-        }
+        lane.reconnect.broke(
+            &self.shared.cfg.reconnect_backoff,
+            Instant::now(),
+            fastrand::u64(..),
+        );
     }
 
     /// Reserves and works jobs on lane `i` while it yields them. Holds one
@@ -220,7 +218,7 @@ impl Lanes {
             ls,
             server,
             index: lane.server,
-            progress: &mut lane.progress,
+            reconnect: &mut lane.reconnect,
             sched: &mut lane.sched,
             io_seen: &mut lane.io_seen,
             slice: sh.cfg.reserve_secs(),

@@ -6,10 +6,10 @@ use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use taskq_proto::{Command, CommandKind, Connection, Error, IoCounts, Reply};
+use taskq_proto::{Command, CommandKind, Connection, Error, IoCounts, Reconnect, Reply};
 
 use super::lane::{account_io, After};
-use super::settle::decide;
+use super::settle::{decide, Settled};
 use super::{LaneShared, Shared, HOLDING, IDLE, RESERVING};
 use crate::counters::Counters;
 use crate::fair::{Schedule, Want};
@@ -26,7 +26,8 @@ pub(super) struct Turn<'a> {
     pub(super) server: &'a str,
     /// The server's index in the configuration.
     pub(super) index: usize,
-    pub(super) progress: &'a mut bool,
+    /// The lane's reconnect rule, told of each reply (progress).
+    pub(super) reconnect: &'a mut Reconnect,
     pub(super) sched: &'a mut Option<Schedule>,
     pub(super) io_seen: &'a mut IoCounts,
     pub(super) slice: u32,
@@ -81,7 +82,7 @@ impl Turn<'_> {
                 Ok(Reply::TimedOut) if timeout == 0 => {
                     // Weighted: the tube whose turn it is has no ready job. Fall
                     // back to all of them, waiting; the ticket stays held.
-                    *self.progress = true;
+                    self.reconnect.progress();
                     if let Some(s) = self.sched.as_mut() {
                         s.empty();
                     }
@@ -94,7 +95,7 @@ impl Turn<'_> {
                 }
                 Ok(Reply::TimedOut) => {
                     ls.state.store(IDLE, Ordering::SeqCst);
-                    *self.progress = true;
+                    self.reconnect.progress();
                     Counters::add(&sh.counters.reserve_timeouts);
                     sh.give_ticket();
                     // One lane per server.
@@ -108,7 +109,7 @@ impl Turn<'_> {
                     // Only a connection holding a job near its TTR gets this; ours
                     // holds none while it reserves. Not an error: ask again.
                     ls.state.store(IDLE, Ordering::SeqCst);
-                    *self.progress = true;
+                    self.reconnect.progress();
                     Counters::add(&sh.counters.deadline_soon);
                     sh.give_ticket();
                     return ControlFlow::Break(After::Again);
@@ -129,7 +130,7 @@ impl Turn<'_> {
                 }
             };
             ls.state.store(HOLDING, Ordering::SeqCst);
-            *self.progress = true;
+            self.reconnect.progress();
             if let Some(s) = self.sched.as_mut() {
                 s.taken();
             }
@@ -232,29 +233,17 @@ impl Turn<'_> {
         }
         let reply = conn.recv();
         ls.state.store(IDLE, Ordering::SeqCst);
-        match reply {
-            Ok(Reply::Deleted) => {
-                let done = sh.counters.deleted.fetch_add(1, Ordering::Relaxed) + 1;
+        let settled = Settled::of(is_delete, &reply);
+        Counters::add(settled.counter(&sh.counters));
+        match settled {
+            Settled::Deleted => {
+                let done = sh.counters.deleted.load(Ordering::Relaxed);
                 if sh.cfg.max_jobs.is_some_and(|max| done >= max) {
                     sh.shutdown();
                 }
             }
-            Ok(Reply::Released) => {
-                Counters::add(&sh.counters.released);
-                sh.give_ticket();
-            }
-            Ok(Reply::Buried) => {
-                Counters::add(&sh.counters.buried);
-                sh.give_ticket();
-            }
-            Ok(Reply::NotFound) => {
-                // Only a delete's NOT_FOUND is a `lost_lease`: that is the
-                // count the server's `cmd-delete` is checked against.
-                Counters::add(if is_delete {
-                    &sh.counters.lost_lease
-                } else {
-                    &sh.counters.lost_lease_on_release
-                });
+            Settled::Released | Settled::Buried => sh.give_ticket(),
+            Settled::LostLease | Settled::LostLeaseOnRelease => {
                 sh.give_ticket();
                 tracing::warn!(
                     job = id,
@@ -263,17 +252,12 @@ impl Turn<'_> {
                     "lease lost: NOT_FOUND"
                 );
             }
-            other => {
+            Settled::AckUnknown | Settled::LeaseDropped => {
                 sh.give_ticket();
                 if next {
                     sh.give_ticket();
                 }
-                if is_delete {
-                    Counters::add(&sh.counters.ack_unknown);
-                } else {
-                    Counters::add(&sh.counters.lease_dropped);
-                }
-                return ControlFlow::Break(match other {
+                return ControlFlow::Break(match reply {
                     Ok(r) => {
                         let word = r.word();
                         unexpected(sh, conn, server, Some(id), word)
