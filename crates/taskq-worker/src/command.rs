@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use std::cell::Cell;
 
-use taskq_proto::{Command, JobStats, Reply};
-
 use crate::worker::settle::attempt;
 use crate::{Handler, Job, Outcome};
 
@@ -81,15 +79,8 @@ fn job_context(job: &mut Job<'_>) -> Option<(String, u64)> {
         .iter()
         .position(|s| s == job.server)
         .unwrap_or(0);
-    let found = match job.conn.request(&Command::StatsJob { id }) {
-        Ok(Reply::Ok { yaml }) => JobStats::parse(yaml)
-            .map(|s| (s.tube.to_owned(), s.releases))
-            .map_err(|e| e.to_string()),
-        Ok(other) => Err(format!("stats-job answered {}", other.word())),
-        Err(e) => Err(e.to_string()),
-    };
-    match found {
-        Ok((tube, releases)) => Some((tube, attempt(job.shared, server, id, releases))),
+    match job.stats_and_tube() {
+        Ok((info, tube)) => Some((tube, attempt(job.shared, server, id, info.releases))),
         Err(error) => {
             tracing::warn!(job = id, %error, "no TASKQ_TUBE and TASKQ_ATTEMPT: stats-job failed");
             None

@@ -4,9 +4,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use taskq_proto::{Command, Connection, JobStats, Reply};
-
 use crate::counters::Counters;
+use crate::engine::{Fault, JobLink};
 use crate::worker::Shared;
 
 /// A reserved job, lent to the handler for as long as it runs.
@@ -17,7 +16,7 @@ use crate::worker::Shared;
 pub struct Job<'a> {
     pub(crate) id: u64,
     pub(crate) body: &'a [u8],
-    pub(crate) conn: &'a mut Connection,
+    pub(crate) link: &'a mut dyn JobLink,
     pub(crate) server: &'a str,
     pub(crate) shared: &'a Shared,
 }
@@ -104,7 +103,7 @@ impl<'a> Job<'a> {
 
     /// The server's resolved address.
     pub fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer_addr()
+        self.link.addr()
     }
 
     /// True once the worker was told to stop taking jobs (first signal).
@@ -121,83 +120,64 @@ impl<'a> Job<'a> {
 
     /// Restarts the job's TTR.
     pub fn touch(&mut self) -> Result<(), JobError> {
-        let broken = |e: taskq_proto::Error, s: &Shared| {
-            if e.is_timeout() {
-                Counters::add(&s.counters.io_timeouts);
-            }
-            JobError::Connection(e)
-        };
-        match self.conn.request(&Command::Touch { id: self.id }) {
-            Ok(Reply::Touched) => {
+        match self.link.touch(self.id) {
+            Ok(true) => {
                 Counters::add(&self.shared.counters.touched);
                 Ok(())
             }
-            Ok(Reply::NotFound) => Err(JobError::LeaseLost),
-            Ok(r) => {
-                let word = r.word();
-                Err(self.unexpected(word))
-            }
-            Err(e) => Err(broken(e, self.shared)),
+            Ok(false) => Err(JobError::LeaseLost),
+            Err(f) => Err(job_fault(self.link, self.shared, self.id, self.server, f)),
         }
     }
 
-    /// Looks the job up with `stats-job`.
+    /// Looks the job up (`stats-job` on beanstalkd).
     pub fn stats(&mut self) -> Result<JobInfo, JobError> {
-        let shared = self.shared;
-        job_info(self.conn, self.id, shared).map_err(|e| {
-            if let JobError::Unexpected { .. } = e {
-                self.conn.mark_broken();
-            }
-            e
-        })
+        job_info(self.link, self.shared, self.id, self.server, None)
     }
 
-    fn unexpected(&mut self, word: &'static str) -> JobError {
-        Counters::add(&self.shared.counters.unexpected_replies);
-        self.conn.mark_broken();
-        tracing::warn!(
-            job = self.id,
-            server = self.server,
-            reply = word,
-            "unexpected reply"
-        );
-        JobError::Unexpected { word }
+    /// [`stats`](Self::stats), and the name of the job's tube.
+    pub(crate) fn stats_and_tube(&mut self) -> Result<(JobInfo, String), JobError> {
+        let mut tube = String::new();
+        let info = job_info(
+            self.link,
+            self.shared,
+            self.id,
+            self.server,
+            Some(&mut tube),
+        )?;
+        Ok((info, tube))
     }
 }
 
-/// `stats-job`, copied into a [`JobInfo`]. An unexpected reply leaves the
-/// connection for the caller to mark broken.
+/// Looks job `id` up on its link. A reply that cannot answer gives the link up.
 pub(crate) fn job_info(
-    conn: &mut Connection,
-    id: u64,
+    link: &mut dyn JobLink,
     shared: &Shared,
+    id: u64,
+    server: &str,
+    tube: Option<&mut String>,
 ) -> Result<JobInfo, JobError> {
-    match conn.request(&Command::StatsJob { id }) {
-        Ok(Reply::Ok { yaml }) => match JobStats::parse(yaml) {
-            Ok(s) => Ok(JobInfo {
-                pri: u32::try_from(s.pri).unwrap_or(u32::MAX),
-                ttr: s.ttr,
-                time_left: s.time_left,
-                reserves: s.reserves,
-                timeouts: s.timeouts,
-                releases: s.releases,
-                buries: s.buries,
-            }),
-            Err(_) => {
-                Counters::add(&shared.counters.unexpected_replies);
-                Err(JobError::Unexpected { word: "OK" })
-            }
-        },
-        Ok(Reply::NotFound) => Err(JobError::LeaseLost),
-        Ok(r) => {
-            Counters::add(&shared.counters.unexpected_replies);
-            Err(JobError::Unexpected { word: r.word() })
-        }
-        Err(e) => {
+    match link.info(id, tube) {
+        Ok(Some(info)) => Ok(info),
+        Ok(None) => Err(JobError::LeaseLost),
+        Err(f) => Err(job_fault(link, shared, id, server, f)),
+    }
+}
+
+/// Counts and logs a failed request about a held job, and says what it means.
+fn job_fault(link: &mut dyn JobLink, shared: &Shared, id: u64, server: &str, f: Fault) -> JobError {
+    match f {
+        Fault::Conn(e) => {
             if e.is_timeout() {
                 Counters::add(&shared.counters.io_timeouts);
             }
-            Err(JobError::Connection(e))
+            JobError::Connection(e)
+        }
+        Fault::Unexpected(word) => {
+            Counters::add(&shared.counters.unexpected_replies);
+            link.mark_broken();
+            tracing::warn!(job = id, server, reply = word, "unexpected reply");
+            JobError::Unexpected { word }
         }
     }
 }

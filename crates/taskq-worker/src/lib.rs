@@ -59,6 +59,7 @@
 pub mod command;
 mod config;
 mod counters;
+mod engine;
 mod fair;
 mod job;
 #[cfg(feature = "metrics")]

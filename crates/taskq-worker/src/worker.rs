@@ -19,6 +19,7 @@ mod lane;
 pub(crate) mod settle;
 mod turn;
 
+use crate::engine::Beanstalkd;
 use lane::Lanes;
 
 /// A lane's connection waits for nothing, or the thread is between requests.
@@ -196,7 +197,7 @@ impl Worker {
                 let handler = self.handler.clone();
                 std::thread::Builder::new()
                     .name(format!("taskq-worker-{t}"))
-                    .spawn(move || Lanes::new(shared, handler, t).run())
+                    .spawn(move || Lanes::<Beanstalkd>::new(shared, handler, t).run())
                     .expect("spawning a worker thread")
             })
             .collect();

@@ -6,11 +6,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, Connection, Error, IoCounts, Reconnect, Reply};
+use taskq_proto::{IoCounts, Reconnect};
 
 use super::turn::{failed, Turn};
 use super::{LaneShared, Shared, IDLE};
 use crate::counters::Counters;
+use crate::engine::Link;
 use crate::fair::Schedule;
 use crate::Handler;
 
@@ -19,9 +20,9 @@ use crate::Handler;
 const NAP: Duration = Duration::from_millis(50);
 
 /// One server as one thread sees it.
-struct Lane {
+struct Lane<L> {
     server: usize,
-    conn: Option<Connection>,
+    conn: Option<L>,
     /// The reconnect rule: at once after progress, else with backoff.
     reconnect: Reconnect,
     ever_connected: bool,
@@ -44,16 +45,16 @@ pub(super) enum After {
 }
 
 /// The thread's side: its lanes, the handler, and the reused body buffer.
-pub(super) struct Lanes {
+pub(super) struct Lanes<L> {
     shared: Arc<Shared>,
     handler: Arc<dyn Handler>,
     thread: usize,
-    lanes: Vec<Lane>,
+    lanes: Vec<Lane<L>>,
     body: Vec<u8>,
 }
 
-impl Lanes {
-    pub(super) fn new(shared: Arc<Shared>, handler: Arc<dyn Handler>, thread: usize) -> Lanes {
+impl<L: Link> Lanes<L> {
+    pub(super) fn new(shared: Arc<Shared>, handler: Arc<dyn Handler>, thread: usize) -> Lanes<L> {
         let lanes = (0..shared.cfg.servers.len())
             .map(|server| Lane {
                 server,
@@ -133,20 +134,11 @@ impl Lanes {
     fn connect(&mut self, i: usize) -> bool {
         let sh = &*self.shared;
         let addr = sh.cfg.servers[self.lanes[i].server].as_str();
-        let pcfg = taskq_proto::Config {
-            connect_timeout: sh.cfg.connect_timeout,
-            io_timeout: sh.cfg.io_timeout,
-            limits: sh.cfg.limits,
-            ..taskq_proto::Config::default()
-        };
-        let result = Connection::connect(addr, pcfg).and_then(|mut c| {
-            restore_watch(&mut c, &sh.cfg.tubes)?;
-            Ok(c)
-        });
+        let result = L::connect(&sh.cfg, addr);
         let lane = &mut self.lanes[i];
         match result {
             Ok(conn) => {
-                if let Ok(cut) = conn.interrupter() {
+                if let Some(cut) = conn.interrupter() {
                     *self.shared.lanes[self.thread * self.shared.cfg.servers.len() + i]
                         .cut
                         .lock()
@@ -252,9 +244,9 @@ impl Lanes {
     }
 }
 
-/// Adds the system calls a connection made since the last call to the counters.
-pub(super) fn account_io(counters: &Counters, conn: &Connection, seen: &mut IoCounts) {
-    let now = conn.io_counts();
+/// Adds the system calls a link made since the last call to the counters.
+pub(super) fn account_io<L: Link>(counters: &Counters, link: &L, seen: &mut IoCounts) {
+    let now = link.io_counts();
     counters
         .writes
         .fetch_add(now.writes - seen.writes, Ordering::Relaxed);
@@ -262,28 +254,4 @@ pub(super) fn account_io(counters: &Counters, conn: &Connection, seen: &mut IoCo
         .reads
         .fetch_add(now.reads - seen.reads, Ordering::Relaxed);
     *seen = now;
-}
-
-/// Watches the configured tubes and ignores `default` unless listed, in one write.
-fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), Error> {
-    for t in tubes {
-        conn.queue(&Command::Watch { tube: t })?;
-    }
-    let ignore_default = !tubes.iter().any(|t| t == "default");
-    if ignore_default {
-        conn.queue(&Command::Ignore { tube: "default" })?;
-    }
-    conn.flush()?;
-    while conn.owed() > 0 {
-        match conn.recv()? {
-            Reply::Watching { .. } => {}
-            r => {
-                let word = r.word();
-                tracing::warn!(server = %conn.peer_addr(), reply = word, "unexpected reply to watch");
-                conn.mark_broken();
-                return Err(Error::Broken);
-            }
-        }
-    }
-    Ok(())
 }

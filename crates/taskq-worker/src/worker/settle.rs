@@ -5,10 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use taskq_proto::{Command, Connection, Error, Reply};
-
 use super::Shared;
 use crate::counters::Counters;
+use crate::engine::{Fault, JobLink, Settle, SettleReply};
 use crate::job::{job_info, JobError};
 use crate::Outcome;
 
@@ -38,14 +37,14 @@ pub(crate) enum Settled {
 }
 
 impl Settled {
-    /// The meaning of `reply` to a settle command (`is_delete` tells which kind).
-    pub(crate) fn of(is_delete: bool, reply: &Result<Reply<'_>, Error>) -> Settled {
+    /// The meaning of `reply` to a settle (`is_delete` tells which kind).
+    pub(crate) fn of(is_delete: bool, reply: &Result<SettleReply, Fault>) -> Settled {
         match (reply, is_delete) {
-            (Ok(Reply::Deleted), true) => Settled::Deleted,
-            (Ok(Reply::Released), false) => Settled::Released,
-            (Ok(Reply::Buried), false) => Settled::Buried,
-            (Ok(Reply::NotFound), true) => Settled::LostLease,
-            (Ok(Reply::NotFound), false) => Settled::LostLeaseOnRelease,
+            (Ok(SettleReply::Deleted), true) => Settled::Deleted,
+            (Ok(SettleReply::Released), false) => Settled::Released,
+            (Ok(SettleReply::Buried), false) => Settled::Buried,
+            (Ok(SettleReply::NotFound), true) => Settled::LostLease,
+            (Ok(SettleReply::NotFound), false) => Settled::LostLeaseOnRelease,
             (_, true) => Settled::AckUnknown,
             (_, false) => Settled::LeaseDropped,
         }
@@ -69,18 +68,18 @@ impl Settled {
 /// priority (and for `Fail`, its release count): one `stats-job` on that rare path.
 pub(super) fn decide(
     sh: &Shared,
-    conn: &mut Connection,
-    server: usize,
+    link: &mut dyn JobLink,
+    (server, name): (usize, &str),
     id: u64,
     outcome: Outcome,
-) -> Result<Command<'static>, JobError> {
+) -> Result<Settle, JobError> {
     let aborting = sh.abort.load(Ordering::SeqCst);
     let outcome = match outcome {
         Outcome::Done => {
             if sh.tempfails_any.load(Ordering::Relaxed) {
                 forget_tempfails(sh, server, id);
             }
-            return Ok(Command::Delete { id });
+            return Ok(Settle::Delete);
         }
         // Aborting: whatever is not done goes back now.
         _ if aborting => Outcome::Retry {
@@ -88,13 +87,8 @@ pub(super) fn decide(
         },
         o => o,
     };
-    let info = job_info(conn, id, sh).inspect_err(|e| {
-        if matches!(e, JobError::Unexpected { .. }) {
-            conn.mark_broken();
-        }
-    })?;
-    let release = |delay: Duration| Command::Release {
-        id,
+    let info = job_info(link, sh, id, name, None)?;
+    let release = |delay: Duration| Settle::Release {
         pri: info.pri,
         delay: taskq_proto::secs_ceil(delay),
     };
@@ -110,7 +104,7 @@ pub(super) fn decide(
         }
         Outcome::Bury => {
             forget_tempfails(sh, server, id);
-            Command::Bury { id, pri: info.pri }
+            Settle::Bury { pri: info.pri }
         }
         _ => {
             let attempts = attempt(sh, server, id, info.releases);
@@ -121,7 +115,7 @@ pub(super) fn decide(
                     .as_ref()
                     .map_or(&"handler failed" as &dyn std::fmt::Display, |f| f);
                 tracing::warn!(job = id, attempts, %status, "buried after the last attempt");
-                Command::Bury { id, pri: info.pri }
+                Settle::Bury { pri: info.pri }
             } else {
                 let n = u32::try_from(attempts - 1).unwrap_or(u32::MAX);
                 release(sh.cfg.retry_backoff.ceiling(n))
@@ -165,9 +159,10 @@ mod tests {
     //! The settle and counting rules, through the protocol session with
     //! scripted bytes: no socket, no clock, no sleep.
 
-    use taskq_proto::{Limits, Session};
+    use taskq_proto::{Command, Error, Limits, Reply, Session};
 
     use super::*;
+    use crate::engine::settle_reply;
 
     /// The settle commands, each with whether it is a delete.
     const SETTLES: [(Command<'static>, bool); 3] = [
@@ -185,7 +180,11 @@ mod tests {
 
     /// The reply the session decodes from `bytes` for `cmd`, or what a driver
     /// reports when the peer closes after them: `Closed` (no whole reply).
-    fn answer(cmd: &Command<'_>, bytes: &[u8]) -> Result<Reply<'static>, Error> {
+    fn answer(cmd: &Command<'_>, bytes: &[u8]) -> Result<SettleReply, Fault> {
+        settle_reply(decode(cmd, bytes))
+    }
+
+    fn decode(cmd: &Command<'_>, bytes: &[u8]) -> Result<Reply<'static>, Error> {
         let mut s = Session::new(Limits::default());
         s.encode(cmd).unwrap();
         if !bytes.is_empty() {
@@ -282,6 +281,7 @@ mod tests {
             for (cmd, is_delete) in &SETTLES {
                 let reply = answer(cmd, bytes);
                 let got = Settled::of(*is_delete, &reply);
+                assert!(reply.is_err(), "{cmd:?} answered {bytes:?}: {reply:?}");
                 let want = if *is_delete {
                     Settled::AckUnknown
                 } else {

@@ -1,24 +1,26 @@
 //! One turn on a lane: reserve, run the handler, settle the job, and go on
-//! while the server yields jobs. The settle command and the next reserve go
-//! out in one write.
+//! while the server yields jobs. The settle and the next reserve go out in one
+//! write. Written against the engine seam ([`Link`]): the accounting is here,
+//! the protocol in the engine.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use taskq_proto::{Command, CommandKind, Connection, Error, IoCounts, Reconnect, Reply};
+use taskq_proto::{Error, IoCounts, Reconnect};
 
 use super::lane::{account_io, After};
 use super::settle::{decide, Settled};
 use super::{LaneShared, Shared, HOLDING, IDLE, RESERVING};
 use crate::counters::Counters;
-use crate::fair::{Schedule, Want};
+use crate::engine::{Ask, Fault, Link, Settle, Took};
+use crate::fair::Schedule;
 use crate::job::{Job, JobError};
 use crate::{Handler, Outcome};
 
 /// One call of `Lanes::serve`: the lane's parts borrowed apart from its
-/// connection (which each step takes as an argument), with the thread's
-/// handler and body buffer.
+/// link (which each step takes as an argument), with the thread's handler and
+/// body buffer.
 pub(super) struct Turn<'a> {
     pub(super) sh: &'a Shared,
     pub(super) ls: &'a LaneShared,
@@ -37,63 +39,60 @@ pub(super) struct Turn<'a> {
 }
 
 impl Turn<'_> {
-    /// Queues the next reserve and sends it.
-    pub(super) fn send_reserve(&mut self, conn: &mut Connection) -> Result<(), Error> {
-        queue_reserve(conn, self.sched.as_mut(), self.tubes, self.slice)?;
-        conn.flush()
+    /// The next reserve, as the schedule wants it.
+    fn ask(&mut self) -> Ask<'_> {
+        Ask {
+            sched: self.sched.as_mut(),
+            tubes: self.tubes,
+            slice: self.slice,
+        }
     }
 
-    /// Waits for the reserve in flight (after the `watch`/`ignore` replies that
-    /// come before it) and copies the job it yields into the body buffer; the
-    /// lane then holds the job. A weighted reserve that finds its tube empty is
-    /// sent again for all tubes. `Break(After::Stop)` means the worker is
-    /// stopping and the caller must close the connection.
-    pub(super) fn reserve(&mut self, conn: &mut Connection) -> ControlFlow<After, u64> {
+    /// Sends the next reserve.
+    pub(super) fn send_reserve<L: Link>(&mut self, link: &mut L) -> Result<(), Error> {
+        let ask = self.ask();
+        link.send(None, Some(ask))
+    }
+
+    /// Waits for the reserve in flight and copies the job it yields into the
+    /// body buffer; the lane then holds the job. A weighted reserve that finds
+    /// its tube empty is sent again for all tubes. `Break(After::Stop)` means
+    /// the worker is stopping and the caller must close the link.
+    pub(super) fn reserve<L: Link>(&mut self, link: &mut L) -> ControlFlow<After, u64> {
         let (sh, ls, server) = (self.sh, self.ls, self.server);
         loop {
             // A reserve is in flight, and a ticket is held for it.
             ls.state.store(RESERVING, Ordering::SeqCst);
-            account_io(&sh.counters, conn, self.io_seen);
+            account_io(&sh.counters, link, self.io_seen);
             if sh.stop.load(Ordering::SeqCst) {
                 ls.state.store(IDLE, Ordering::SeqCst);
                 sh.give_ticket();
                 return ControlFlow::Break(After::Stop);
             }
-            let timeout = match recv_watching(sh, conn, server) {
-                Ok(timeout) => timeout,
-                Err(after) => {
-                    ls.state.store(IDLE, Ordering::SeqCst);
-                    sh.give_ticket();
-                    if sh.stop.load(Ordering::SeqCst) {
-                        return ControlFlow::Break(After::Stop);
-                    }
-                    return ControlFlow::Break(after);
-                }
-            };
-            let id = match conn.recv() {
-                Ok(Reply::Reserved { id, body }) => {
-                    // The handler may touch the job or look up its stats on this
-                    // connection, which reuses the receive buffer the body lies in:
-                    // the body moves to the thread's own reused buffer first.
+            let id = match link.reserved() {
+                Ok(Took::Job { id, body }) => {
+                    // The handler may touch the job or look it up on this link,
+                    // which reuses the receive buffer the body lies in: the body
+                    // moves to the thread's own reused buffer first.
                     self.body.clear();
                     self.body.extend_from_slice(body);
                     id
                 }
-                Ok(Reply::TimedOut) if timeout == 0 => {
+                Ok(Took::TurnEmpty) => {
                     // Weighted: the tube whose turn it is has no ready job. Fall
                     // back to all of them, waiting; the ticket stays held.
                     self.reconnect.progress();
                     if let Some(s) = self.sched.as_mut() {
                         s.empty();
                     }
-                    if let Err(e) = self.send_reserve(conn) {
+                    if let Err(e) = self.send_reserve(link) {
                         ls.state.store(IDLE, Ordering::SeqCst);
                         sh.give_ticket();
                         return ControlFlow::Break(failed(sh, server, None, &e));
                     }
                     continue;
                 }
-                Ok(Reply::TimedOut) => {
+                Ok(Took::TimedOut) => {
                     ls.state.store(IDLE, Ordering::SeqCst);
                     self.reconnect.progress();
                     Counters::add(&sh.counters.reserve_timeouts);
@@ -105,22 +104,21 @@ impl Turn<'_> {
                         After::Again
                     });
                 }
-                Ok(Reply::DeadlineSoon) => {
-                    // Only a connection holding a job near its TTR gets this; ours
-                    // holds none while it reserves. Not an error: ask again.
+                Ok(Took::DeadlineSoon) => {
+                    // Only a link holding a job near its lease's end gets this;
+                    // ours holds none while it reserves. Not an error: ask again.
                     ls.state.store(IDLE, Ordering::SeqCst);
                     self.reconnect.progress();
                     Counters::add(&sh.counters.deadline_soon);
                     sh.give_ticket();
                     return ControlFlow::Break(After::Again);
                 }
-                Ok(r) => {
-                    let word = r.word();
+                Err(Fault::Unexpected(word)) => {
                     ls.state.store(IDLE, Ordering::SeqCst);
                     sh.give_ticket();
-                    return ControlFlow::Break(unexpected(sh, conn, server, None, word));
+                    return ControlFlow::Break(unexpected(sh, link, server, None, word));
                 }
-                Err(e) => {
+                Err(Fault::Conn(e)) => {
                     ls.state.store(IDLE, Ordering::SeqCst);
                     sh.give_ticket();
                     if sh.stop.load(Ordering::SeqCst) {
@@ -141,9 +139,9 @@ impl Turn<'_> {
     }
 
     /// Runs the handler on the job just reserved, or gives the job back
-    /// untouched when the worker is stopping. Breaks if the connection broke
-    /// while the handler ran.
-    pub(super) fn work(&mut self, conn: &mut Connection, id: u64) -> ControlFlow<After, Outcome> {
+    /// untouched when the worker is stopping. Breaks if the link broke while
+    /// the handler ran.
+    pub(super) fn work<L: Link>(&mut self, link: &mut L, id: u64) -> ControlFlow<After, Outcome> {
         let (sh, server) = (self.sh, self.server);
         let outcome = if sh.stop.load(Ordering::SeqCst) {
             // Reserved after the stop: give it back untouched.
@@ -154,15 +152,15 @@ impl Turn<'_> {
             let mut job = Job {
                 id,
                 body: self.body,
-                conn,
+                link,
                 server,
                 shared: sh,
             };
             self.handler.handle(&mut job)
         };
-        if conn.is_broken() {
-            // A touch or stats lookup broke the connection: the server
-            // puts the job back when it notices the close.
+        if link.is_broken() {
+            // A touch or a lookup broke the link: the server puts the job
+            // back when it notices the close.
             self.ls.state.store(IDLE, Ordering::SeqCst);
             Counters::add(&sh.counters.lease_dropped);
             sh.give_ticket();
@@ -172,18 +170,18 @@ impl Turn<'_> {
         ControlFlow::Continue(outcome)
     }
 
-    /// Sends the command that settles the job, in one write with the next
-    /// reserve unless the worker is stopping, and counts the reply. Continues
-    /// when a reserve is in flight again.
-    pub(super) fn settle(
+    /// Sends the settle, in one write with the next reserve unless the worker
+    /// is stopping, and counts the reply. Continues when a reserve is in
+    /// flight again.
+    pub(super) fn settle<L: Link>(
         &mut self,
-        conn: &mut Connection,
+        link: &mut L,
         id: u64,
         outcome: Outcome,
     ) -> ControlFlow<After> {
         let (sh, ls, server) = (self.sh, self.ls, self.server);
-        let settle = match decide(sh, conn, self.index, id, outcome) {
-            Ok(cmd) => cmd,
+        let settle = match decide(sh, link, (self.index, server), id, outcome) {
+            Ok(settle) => settle,
             Err(JobError::LeaseLost) => {
                 ls.state.store(IDLE, Ordering::SeqCst);
                 Counters::add(&sh.counters.lost_lease_on_release);
@@ -192,7 +190,7 @@ impl Turn<'_> {
                 if sh.stop.load(Ordering::SeqCst) || !sh.take_ticket() {
                     return ControlFlow::Break(After::Again);
                 }
-                if let Err(e) = self.send_reserve(conn) {
+                if let Err(e) = self.send_reserve(link) {
                     sh.give_ticket();
                     return ControlFlow::Break(failed(sh, server, None, &e));
                 }
@@ -202,7 +200,7 @@ impl Turn<'_> {
                 ls.state.store(IDLE, Ordering::SeqCst);
                 Counters::add(&sh.counters.lease_dropped);
                 sh.give_ticket();
-                conn.mark_broken();
+                link.mark_broken();
                 tracing::warn!(job = id, server, error = %e, "cannot settle job");
                 return ControlFlow::Break(After::Broken);
             }
@@ -210,16 +208,11 @@ impl Turn<'_> {
         // Pipelining: the job's outcome and the next reserve go out in one
         // write, unless the worker is stopping.
         let next = !sh.stop.load(Ordering::SeqCst) && sh.take_ticket();
-        let sent = conn.queue(&settle).and_then(|()| {
-            if next {
-                queue_reserve(conn, self.sched.as_mut(), self.tubes, self.slice)?;
-            }
-            conn.flush()
-        });
-        let is_delete = matches!(settle, Command::Delete { .. });
+        let ask = if next { Some(self.ask()) } else { None };
+        let sent = link.send(Some((id, settle)), ask);
+        let is_delete = settle == Settle::Delete;
         if let Err(e) = sent {
             ls.state.store(IDLE, Ordering::SeqCst);
-            conn.clear_queue();
             sh.give_ticket();
             if next {
                 sh.give_ticket();
@@ -231,7 +224,7 @@ impl Turn<'_> {
             }
             return ControlFlow::Break(failed(sh, server, Some(id), &e));
         }
-        let reply = conn.recv();
+        let reply = link.settled();
         ls.state.store(IDLE, Ordering::SeqCst);
         let settled = Settled::of(is_delete, &reply);
         Counters::add(settled.counter(&sh.counters));
@@ -248,7 +241,7 @@ impl Turn<'_> {
                 tracing::warn!(
                     job = id,
                     server,
-                    command = settle.kind().name(),
+                    command = settle.name(),
                     "lease lost: NOT_FOUND"
                 );
             }
@@ -258,11 +251,10 @@ impl Turn<'_> {
                     sh.give_ticket();
                 }
                 return ControlFlow::Break(match reply {
-                    Ok(r) => {
-                        let word = r.word();
-                        unexpected(sh, conn, server, Some(id), word)
-                    }
-                    Err(e) => failed(sh, server, Some(id), &e),
+                    Err(Fault::Unexpected(word)) => unexpected(sh, link, server, Some(id), word),
+                    Err(Fault::Conn(e)) => failed(sh, server, Some(id), &e),
+                    // An answer that fits another kind of settle.
+                    Ok(r) => unexpected(sh, link, server, Some(id), r.word()),
                 });
             }
         }
@@ -277,60 +269,7 @@ impl Turn<'_> {
     }
 }
 
-/// Queues the next reserve: in strict mode one `reserve-with-timeout` for a
-/// slice; with weighted tubes, the `watch`/`ignore` commands the schedule needs
-/// first (in the same write) and a reserve that waits only in a fallback run.
-fn queue_reserve(
-    conn: &mut Connection,
-    sched: Option<&mut Schedule>,
-    tubes: &[String],
-    slice: u32,
-) -> Result<(), Error> {
-    let timeout = match sched {
-        None => slice,
-        Some(s) => {
-            let want = s.want();
-            s.switch(want, |watch, k| {
-                let tube = tubes[k].as_str();
-                conn.queue(&if watch {
-                    Command::Watch { tube }
-                } else {
-                    Command::Ignore { tube }
-                })
-            })?;
-            if want == Want::All {
-                slice
-            } else {
-                0
-            }
-        }
-    };
-    conn.queue(&Command::ReserveWithTimeout { timeout })
-}
-
-/// Reads the replies to the `watch`/`ignore` commands pipelined before the
-/// reserve in flight; returns that reserve's timeout.
-fn recv_watching(sh: &Shared, conn: &mut Connection, server: &str) -> Result<u32, After> {
-    loop {
-        match conn.next_owed() {
-            Some(CommandKind::Watch | CommandKind::Ignore) => {}
-            Some(CommandKind::ReserveWithTimeout { timeout }) => return Ok(timeout),
-            // The loop queues nothing else before a reserve; the session breaks
-            // on a reply it cannot decode, so nothing else can be owed here.
-            _ => return Err(failed(sh, server, None, &Error::NothingOwed)),
-        }
-        match conn.recv() {
-            Ok(Reply::Watching { .. }) => {}
-            Ok(r) => {
-                let word = r.word();
-                return Err(unexpected(sh, conn, server, None, word));
-            }
-            Err(e) => return Err(failed(sh, server, None, &e)),
-        }
-    }
-}
-
-/// A request failed: count a timeout or an undecodable reply, log, and give up the connection.
+/// A request failed: count a timeout or an undecodable reply, log, and give up the link.
 pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &Error) -> After {
     if e.is_timeout() {
         Counters::add(&sh.counters.io_timeouts);
@@ -347,15 +286,15 @@ pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &Error) -> 
 }
 
 /// A reply that cannot answer the request: the stream is out of step.
-fn unexpected(
+fn unexpected<L: Link>(
     sh: &Shared,
-    conn: &mut Connection,
+    link: &mut L,
     server: &str,
     job: Option<u64>,
     word: &str,
 ) -> After {
     Counters::add(&sh.counters.unexpected_replies);
-    conn.mark_broken();
+    link.mark_broken();
     match job {
         Some(id) => tracing::warn!(job = id, server, reply = word, "unexpected reply"),
         None => tracing::warn!(server, reply = word, "unexpected reply"),

@@ -1,0 +1,211 @@
+//! The beanstalkd engine: the worker's requests as beanstalkd commands on one
+//! [`Connection`], whose session knows which replies are owed.
+
+use std::net::SocketAddr;
+
+use taskq_proto::{
+    Command, CommandKind, Connection, Error, Interrupter, IoCounts, JobStats, Reply,
+};
+
+use super::{Ask, Fault, JobLink, Link, Settle, SettleReply, Took};
+use crate::config::Config;
+use crate::fair::Want;
+use crate::job::JobInfo;
+
+/// A worker thread's connection to one beanstalkd.
+#[derive(Debug)]
+pub(crate) struct Beanstalkd {
+    conn: Connection,
+}
+
+impl JobLink for Beanstalkd {
+    fn addr(&self) -> SocketAddr {
+        self.conn.peer_addr()
+    }
+
+    fn is_broken(&self) -> bool {
+        self.conn.is_broken()
+    }
+
+    fn mark_broken(&mut self) {
+        self.conn.mark_broken();
+    }
+
+    fn touch(&mut self, id: u64) -> Result<bool, Fault> {
+        match self.conn.request(&Command::Touch { id }) {
+            Ok(Reply::Touched) => Ok(true),
+            Ok(Reply::NotFound) => Ok(false),
+            Ok(r) => Err(Fault::Unexpected(r.word())),
+            Err(e) => Err(Fault::Conn(e)),
+        }
+    }
+
+    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
+        match self.conn.request(&Command::StatsJob { id }) {
+            Ok(Reply::Ok { yaml }) => {
+                let s = JobStats::parse(yaml).map_err(|_| Fault::Unexpected("OK"))?;
+                if let Some(t) = tube {
+                    t.clear();
+                    t.push_str(s.tube);
+                }
+                Ok(Some(JobInfo {
+                    pri: u32::try_from(s.pri).unwrap_or(u32::MAX),
+                    ttr: s.ttr,
+                    time_left: s.time_left,
+                    reserves: s.reserves,
+                    timeouts: s.timeouts,
+                    releases: s.releases,
+                    buries: s.buries,
+                }))
+            }
+            Ok(Reply::NotFound) => Ok(None),
+            Ok(r) => Err(Fault::Unexpected(r.word())),
+            Err(e) => Err(Fault::Conn(e)),
+        }
+    }
+}
+
+impl Link for Beanstalkd {
+    fn connect(cfg: &Config, server: &str) -> Result<Beanstalkd, Error> {
+        let pcfg = taskq_proto::Config {
+            connect_timeout: cfg.connect_timeout,
+            io_timeout: cfg.io_timeout,
+            limits: cfg.limits,
+            ..taskq_proto::Config::default()
+        };
+        let mut conn = Connection::connect(server, pcfg)?;
+        restore_watch(&mut conn, &cfg.tubes)?;
+        Ok(Beanstalkd { conn })
+    }
+
+    fn io_counts(&self) -> IoCounts {
+        self.conn.io_counts()
+    }
+
+    fn interrupter(&self) -> Option<Interrupter> {
+        self.conn.interrupter().ok()
+    }
+
+    fn send(&mut self, settle: Option<(u64, Settle)>, ask: Option<Ask<'_>>) -> Result<(), Error> {
+        let conn = &mut self.conn;
+        let queued = (|| {
+            if let Some((id, s)) = settle {
+                conn.queue(&match s {
+                    Settle::Delete => Command::Delete { id },
+                    Settle::Release { pri, delay } => Command::Release { id, pri, delay },
+                    Settle::Bury { pri } => Command::Bury { id, pri },
+                })?;
+            }
+            if let Some(ask) = ask {
+                queue_reserve(conn, ask)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = queued {
+            conn.clear_queue();
+            return Err(e);
+        }
+        conn.flush()
+    }
+
+    fn settled(&mut self) -> Result<SettleReply, Fault> {
+        settle_reply(self.conn.recv())
+    }
+
+    fn reserved(&mut self) -> Result<Took<'_>, Fault> {
+        // The `watch`/`ignore` of a tube switch were pipelined before the reserve.
+        let timeout = loop {
+            match self.conn.next_owed() {
+                Some(CommandKind::Watch | CommandKind::Ignore) => {}
+                Some(CommandKind::ReserveWithTimeout { timeout }) => break timeout,
+                // The loop asks for nothing else before a reserve, and the
+                // session breaks on a reply it cannot decode.
+                _ => return Err(Fault::Conn(Error::NothingOwed)),
+            }
+            match self.conn.recv() {
+                Ok(Reply::Watching { .. }) => {}
+                Ok(r) => return Err(Fault::Unexpected(r.word())),
+                Err(e) => return Err(Fault::Conn(e)),
+            }
+        };
+        match self.conn.recv() {
+            Ok(Reply::Reserved { id, body }) => Ok(Took::Job { id, body }),
+            Ok(Reply::TimedOut) if timeout == 0 => Ok(Took::TurnEmpty),
+            Ok(Reply::TimedOut) => Ok(Took::TimedOut),
+            Ok(Reply::DeadlineSoon) => Ok(Took::DeadlineSoon),
+            Ok(r) => Err(Fault::Unexpected(r.word())),
+            Err(e) => Err(Fault::Conn(e)),
+        }
+    }
+
+    fn quit(self) {
+        self.conn.quit();
+    }
+}
+
+/// What a settle command's reply says.
+pub(crate) fn settle_reply(reply: Result<Reply<'_>, Error>) -> Result<SettleReply, Fault> {
+    match reply {
+        Ok(Reply::Deleted) => Ok(SettleReply::Deleted),
+        Ok(Reply::Released) => Ok(SettleReply::Released),
+        Ok(Reply::Buried) => Ok(SettleReply::Buried),
+        Ok(Reply::NotFound) => Ok(SettleReply::NotFound),
+        Ok(r) => Err(Fault::Unexpected(r.word())),
+        Err(e) => Err(Fault::Conn(e)),
+    }
+}
+
+/// Queues the next reserve: in strict mode one `reserve-with-timeout` for a
+/// slice; with weighted tubes, the `watch`/`ignore` commands the schedule needs
+/// first (in the same write) and a reserve that waits only in a fallback run.
+fn queue_reserve(conn: &mut Connection, ask: Ask<'_>) -> Result<(), Error> {
+    let Ask {
+        sched,
+        tubes,
+        slice,
+    } = ask;
+    let timeout = match sched {
+        None => slice,
+        Some(s) => {
+            let want = s.want();
+            s.switch(want, |watch, k| {
+                let tube = tubes[k].as_str();
+                conn.queue(&if watch {
+                    Command::Watch { tube }
+                } else {
+                    Command::Ignore { tube }
+                })
+            })?;
+            if want == Want::All {
+                slice
+            } else {
+                0
+            }
+        }
+    };
+    conn.queue(&Command::ReserveWithTimeout { timeout })
+}
+
+/// Watches the configured tubes and ignores `default` unless listed, in one write.
+fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), Error> {
+    for t in tubes {
+        conn.queue(&Command::Watch { tube: t })?;
+    }
+    let ignore_default = !tubes.iter().any(|t| t == "default");
+    if ignore_default {
+        conn.queue(&Command::Ignore { tube: "default" })?;
+    }
+    conn.flush()?;
+    while conn.owed() > 0 {
+        match conn.recv()? {
+            Reply::Watching { .. } => {}
+            r => {
+                let word = r.word();
+                tracing::warn!(server = %conn.peer_addr(), reply = word, "unexpected reply to watch");
+                conn.mark_broken();
+                return Err(Error::Broken);
+            }
+        }
+    }
+    Ok(())
+}

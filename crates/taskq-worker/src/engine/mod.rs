@@ -1,0 +1,160 @@
+//! The engine seam: what the worker's loop needs of a queue server, in the
+//! loop's own words (reserve, settle, touch, look up), with the wire protocol
+//! behind it.
+//!
+//! The loop (`worker::lane` and `worker::turn`) owns the accounting: tickets,
+//! counters, the lane states a shutdown reads, the reconnect rule, logging.
+//! An engine owns one connection's protocol: how a reserve is asked for (and
+//! the tube switches of the weighted schedule), which replies are owed, how a
+//! settle and the next reserve share one write, and what each reply means. The
+//! loop is generic over the engine's [`Link`], so the hot path is monomorphic:
+//! no boxing, no allocation, no extra write per job. [`Beanstalkd`] is the
+//! first engine.
+
+use std::net::SocketAddr;
+
+use taskq_proto::{Error, Interrupter, IoCounts};
+
+use crate::config::Config;
+use crate::fair::Schedule;
+use crate::job::JobInfo;
+
+mod beanstalkd;
+
+#[cfg(test)]
+pub(crate) use beanstalkd::settle_reply;
+pub(crate) use beanstalkd::Beanstalkd;
+
+/// Why a request on a link failed.
+#[derive(Debug)]
+pub(crate) enum Fault {
+    /// The connection failed: timeout, close, I/O error, or a reply that
+    /// could not be decoded. The link is broken.
+    Conn(Error),
+    /// A reply that decodes but cannot answer the request: the stream is out
+    /// of step, and the loop marks the link broken.
+    Unexpected(&'static str),
+}
+
+/// What the reserve in flight came to.
+#[derive(Debug)]
+pub(crate) enum Took<'a> {
+    /// A job, now held by this link; the body is borrowed from the link until
+    /// its next request.
+    Job {
+        /// The job's id on its server.
+        id: u64,
+        /// Its body.
+        body: &'a [u8],
+    },
+    /// A reserve that does not wait (the weighted schedule's turn) found its
+    /// tube empty.
+    TurnEmpty,
+    /// No job within the reserve timeout.
+    TimedOut,
+    /// The server refused to hand out a job because one this link holds is
+    /// about to run out of its lease.
+    DeadlineSoon,
+}
+
+/// How a job is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// Done: remove it.
+    Delete,
+    /// Give it back, ready again after `delay` seconds, with this priority.
+    Release {
+        /// Priority to keep.
+        pri: u32,
+        /// Seconds before it is ready.
+        delay: u32,
+    },
+    /// Keep it aside until someone kicks it.
+    Bury {
+        /// Priority to keep.
+        pri: u32,
+    },
+}
+
+impl Settle {
+    /// The word for logs.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Settle::Delete => "delete",
+            Settle::Release { .. } => "release",
+            Settle::Bury { .. } => "bury",
+        }
+    }
+}
+
+/// The server's answer to a settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SettleReply {
+    /// Deleted: the job is done.
+    Deleted,
+    /// Released.
+    Released,
+    /// Buried.
+    Buried,
+    /// The server no longer counts the job as this link's: its lease ran out.
+    NotFound,
+}
+
+impl SettleReply {
+    /// The word for logs.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            SettleReply::Deleted => "DELETED",
+            SettleReply::Released => "RELEASED",
+            SettleReply::Buried => "BURIED",
+            SettleReply::NotFound => "NOT_FOUND",
+        }
+    }
+}
+
+/// The next reserve, as the loop wants it.
+pub(crate) struct Ask<'a> {
+    /// The weighted schedule, when tubes are weighted: the engine asks it which
+    /// tube's turn it is and tells it what it switched to.
+    pub(crate) sched: Option<&'a mut Schedule>,
+    /// The configured tubes, in the schedule's order.
+    pub(crate) tubes: &'a [String],
+    /// Seconds a reserve may wait on the server.
+    pub(crate) slice: u32,
+}
+
+/// The part of a link a running job's handler may use, through
+/// [`Job`](crate::Job): touch the job, look it up.
+pub(crate) trait JobLink {
+    /// The server's resolved address.
+    fn addr(&self) -> SocketAddr;
+    /// True once the link must be replaced.
+    fn is_broken(&self) -> bool;
+    /// Gives the link up: the stream is out of step, or the loop gave up on it.
+    fn mark_broken(&mut self);
+    /// Restarts the job's lease. `Ok(false)`: the lease was already lost.
+    fn touch(&mut self, id: u64) -> Result<bool, Fault>;
+    /// The job's numbers (and its tube's name into `tube`, when asked), or
+    /// `None` when the server no longer counts the job as this link's.
+    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault>;
+}
+
+/// One thread's connection to one server, as the worker's loop drives it.
+pub(crate) trait Link: JobLink + Sized {
+    /// Opens a connection to `server` and sets it up for the configured tubes
+    /// (the restore hook: run again on every reconnect).
+    fn connect(cfg: &Config, server: &str) -> Result<Self, Error>;
+    /// System calls made so far.
+    fn io_counts(&self) -> IoCounts;
+    /// A handle that cuts the connection from another thread.
+    fn interrupter(&self) -> Option<Interrupter>;
+    /// Sends, in one write, the settle of job `id` (if any) and then the next
+    /// reserve (if any).
+    fn send(&mut self, settle: Option<(u64, Settle)>, ask: Option<Ask<'_>>) -> Result<(), Error>;
+    /// Reads the answer to the settle sent last.
+    fn settled(&mut self) -> Result<SettleReply, Fault>;
+    /// Reads what the reserve in flight came to.
+    fn reserved(&mut self) -> Result<Took<'_>, Fault>;
+    /// Closes the connection politely.
+    fn quit(self);
+}
