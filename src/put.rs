@@ -104,8 +104,15 @@ pub fn run(args: PutArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    if let Err(e) = p.use_tube(&args.tube) {
-        return fail(format!("use {}: {e}", args.tube));
+    match p.use_tube(&args.tube) {
+        Ok(()) => {}
+        Err(e @ taskq_producer::Error::Invalid(_)) => {
+            eprintln!("taskq: use {}: {e}", args.tube);
+            return ExitCode::from(2);
+        }
+        // The connection broke under the `use`: the producer keeps the tube and
+        // issues it again on the reconnect that the first job makes.
+        Err(e) => eprintln!("taskq put: use {}: {e}; reconnecting", args.tube),
     }
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
