@@ -114,8 +114,40 @@ struct Enqueued {
     failed: u64,
 }
 
-/// Runs `taskq demo`.
+/// The server the demo runs against, and its record before the run.
+struct Setup {
+    /// The embedded reference server, when no address was given.
+    embedded: Option<TestServer>,
+    addr: String,
+    tube: String,
+    io_timeout: Duration,
+    /// A connection for the server's statistics.
+    admin: Connection,
+    before: ServerStatsCopy,
+}
+
+/// What the run came to, on the client side.
+struct Driven {
+    counts: Snapshot,
+    latency: Histogram<u64>,
+    put_failed: u64,
+    /// False when the run hit its time budget.
+    finished: bool,
+    budget: Duration,
+    enqueue_done_at: Option<Duration>,
+    wall: Duration,
+}
+
+/// Runs `taskq demo`: set up, drive the producers and workers, report.
 pub fn run(args: DemoArgs) -> CliResult {
+    let mut setup = setup(&args)?;
+    let driven = drive(&args, &setup)?;
+    report(&args, &mut setup, driven)
+}
+
+/// Starts the embedded server when no address is given, picks a fresh tube,
+/// and reads the server's record before the run.
+fn setup(args: &DemoArgs) -> Result<Setup, Box<dyn std::error::Error + Send + Sync>> {
     if args.workers == 0 || args.producers == 0 {
         return Err("--workers and --producers must be at least 1".into());
     }
@@ -150,7 +182,23 @@ pub fn run(args: DemoArgs) -> CliResult {
     let mut admin = Connection::connect(addr.as_str(), conn_cfg)
         .map_err(|e| format!("cannot reach {addr}: {e}"))?;
     let before = server_record(&mut admin)?;
+    Ok(Setup {
+        embedded,
+        addr,
+        tube,
+        io_timeout,
+        admin,
+        before,
+    })
+}
 
+/// Works the jobs off with the workers while the producers put them, showing
+/// progress, until every job is done (or buried) or the time budget is spent.
+fn drive(
+    args: &DemoArgs,
+    setup: &Setup,
+) -> Result<Driven, Box<dyn std::error::Error + Send + Sync>> {
+    let (addr, tube, io_timeout) = (&setup.addr, &setup.tube, setup.io_timeout);
     let worker = Worker::new(
         WorkerConfig {
             servers: vec![addr.clone()],
@@ -254,16 +302,39 @@ pub fn run(args: DemoArgs) -> CliResult {
         latency.add(&e.latency)?;
         put_failed += e.failed;
     }
-    let inserted = latency.len();
+    Ok(Driven {
+        counts,
+        latency,
+        put_failed,
+        finished,
+        budget,
+        enqueue_done_at,
+        wall,
+    })
+}
 
-    let after = server_record(&mut admin)?;
-    let left = tube_left(&mut admin, &tube)?;
+/// Prints the workers' counts beside the server's own record (and the ledger,
+/// on the embedded server); any difference, loss or leftover is an error.
+fn report(args: &DemoArgs, setup: &mut Setup, driven: Driven) -> CliResult {
+    let Driven {
+        counts,
+        latency,
+        put_failed,
+        finished,
+        budget,
+        enqueue_done_at,
+        wall,
+    } = driven;
+    let (addr, tube, embedded, before) = (&setup.addr, &setup.tube, &setup.embedded, &setup.before);
+    let inserted = latency.len();
+    let after = server_record(&mut setup.admin)?;
+    let left = tube_left(&mut setup.admin, tube)?;
     let ledger = embedded.as_ref().map(|s| s.ledger().check());
 
     let expect_releases = (0..args.jobs)
         .filter(|&i| kind_of(i) == Kind::FailOnce)
         .count() as u64;
-    let d = |f: fn(&ServerStatsCopy) -> u64| f(&after) - f(&before);
+    let d = |f: fn(&ServerStatsCopy) -> u64| f(&after) - f(before);
     println!();
     println!(
         "taskq demo: {} jobs on {} ({}), {} workers, {} producers",
