@@ -72,6 +72,16 @@ impl Retry {
         }
     }
 
+    /// A connection that had been working broke: the first reconnect after
+    /// a healthy spell is immediate; repeated breaks back off.
+    pub(crate) fn broke(&mut self, policy: &Backoff, now: Instant) {
+        if self.failures == 0 {
+            self.failures = 1;
+        } else {
+            self.failed(policy, now);
+        }
+    }
+
     /// What is left of the wait, if any.
     pub(crate) fn remaining(&self, now: Instant) -> Option<Duration> {
         self.next_attempt

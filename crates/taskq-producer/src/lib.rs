@@ -23,11 +23,16 @@
 //! # Ok::<(), Error>(())
 //! ```
 
+#[cfg(feature = "tokio")]
+mod async_producer;
 mod backoff;
+mod classify;
 mod error;
 mod multi;
 mod producer;
 
+#[cfg(feature = "tokio")]
+pub use async_producer::AsyncProducer;
 pub use backoff::Backoff;
 pub use error::{Error, Invalid, Rejection};
 pub use multi::{MultiProducer, Placed};
