@@ -102,10 +102,7 @@ impl AsyncConn {
             let attempt = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr));
             let r = match attempt.await {
                 Ok(r) => r.and_then(|s| setup(s, cfg)),
-                Err(_) => Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "connect timed out",
-                )),
+                Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
             };
             match r {
                 Ok(stream) => {
@@ -386,12 +383,10 @@ async fn write_rest(
                 let t0 = *started.get_or_insert_with(Instant::now);
                 let due = due(t0, timeout);
                 let ready = poll_fn(|cx| match stream.poll_write_ready(cx) {
-                    Poll::Pending if deadline.passed(due, cx) => {
-                        Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "write timed out",
-                        )))
-                    }
+                    Poll::Pending if deadline.passed(due, cx) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "write timed out",
+                    ))),
                     other => other,
                 });
                 match ready.await {
