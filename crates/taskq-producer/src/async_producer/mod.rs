@@ -126,10 +126,13 @@ impl AsyncProducer {
                     },
                     Err(e) => Error::from_conn(e),
                 };
-                return self.put_failed(&cmd, e).await;
+                // Boxed: the cold paths (reconnect, retry) would otherwise
+                // make every put's future several kilobytes, which tokio
+                // itself boxes when it is spawned or passed to `block_on`.
+                return Box::pin(self.put_failed(&cmd, e)).await;
             }
         }
-        self.put_cold(&cmd).await
+        Box::pin(self.put_cold(&cmd)).await
     }
 
     /// The hot path's put did not come back `INSERTED`: a rejection is the
@@ -273,6 +276,12 @@ impl AsyncProducer {
         if self.is_connected() {
             return Ok(self.conn.as_mut().expect("checked above"));
         }
+        // Boxed, so that a batch's future stays small (see `put`).
+        Box::pin(self.reconnect()).await
+    }
+
+    /// Opens a connection (waiting out the backoff) and restores the tube.
+    async fn reconnect(&mut self) -> Result<&mut AsyncConn, Error> {
         self.conn = None;
         if let Some(left) = self.retry.remaining(std::time::Instant::now()) {
             tokio::time::sleep(left).await;
