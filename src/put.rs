@@ -107,8 +107,7 @@ pub fn run(args: PutArgs) -> ExitCode {
     match p.use_tube(&args.tube) {
         Ok(()) => {}
         Err(e @ taskq_producer::Error::Invalid(_)) => {
-            eprintln!("taskq: use {}: {e}", args.tube);
-            return ExitCode::from(2);
+            return fail(format!("use {}: {e}", args.tube));
         }
         // The connection broke under the `use`: the producer keeps the tube and
         // issues it again on the reconnect that the first job makes.

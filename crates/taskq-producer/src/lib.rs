@@ -22,11 +22,41 @@
 //! }
 //! # Ok::<(), Error>(())
 //! ```
+//!
+//! With the `tokio` feature, `AsyncProducer` is the same producer for async
+//! code: one tokio `TcpStream`, the same outcomes, batches and reconnect rule,
+//! one write and no heap allocation or timer registration per put.
+#![cfg_attr(
+    feature = "tokio",
+    doc = r#"
+```no_run
+use taskq_producer::{AsyncProducer, Error, Producer, PutOptions};
 
+async fn enqueue() -> Result<(), Error> {
+    let mut p = AsyncProducer::connect("127.0.0.1:11300").await?;
+    p.use_tube("emails").await?;
+    let id = p.put(b"send welcome to 42", PutOptions::default()).await?;
+    println!("queued as {id}");
+    // Non-default settings: the blocking producer's builder, then `connect_async`.
+    let _q = Producer::builder()
+        .io_timeout(std::time::Duration::from_millis(500))
+        .connect_async("127.0.0.1:11300")
+        .await?;
+    Ok(())
+}
+```
+"#
+)]
+
+#[cfg(feature = "tokio")]
+mod async_producer;
+mod classify;
 mod error;
 mod multi;
 mod producer;
 
+#[cfg(feature = "tokio")]
+pub use async_producer::AsyncProducer;
 pub use error::{Error, Invalid, Rejection};
 pub use multi::{MultiProducer, Placed};
 pub use producer::{

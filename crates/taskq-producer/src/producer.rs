@@ -5,11 +5,13 @@ use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{
-    validate_tube, Command, Config, Connection, EncodeError, IoCounts, Reply, ReplyError, TubeStats,
-};
+use taskq_proto::{Command, Config, Connection, IoCounts, Reply, TubeStats};
 
-use crate::error::{Error, Invalid, Rejection};
+use crate::classify::{
+    check_tube, chunk_end, in_backoff, not_inserted, record, start_batch, too_big,
+    use_failed_on_reconnect, using,
+};
+use crate::error::{Error, Rejection};
 use crate::{JobId, PutOptions};
 use taskq_proto::{Backoff, Reconnect};
 
@@ -108,10 +110,10 @@ impl Position {
 /// Settings for a [`Producer`]; `Producer::builder()` starts one.
 #[derive(Debug, Clone, Default)]
 pub struct Builder {
-    cfg: Config,
-    backoff: Backoff,
-    retries: u32,
-    tube: Option<String>,
+    pub(crate) cfg: Config,
+    pub(crate) backoff: Backoff,
+    pub(crate) retries: u32,
+    pub(crate) tube: Option<String>,
 }
 
 impl Builder {
@@ -170,16 +172,7 @@ impl Builder {
     /// Resolves the address but connects on the first call.
     pub fn build(self, addr: impl ToSocketAddrs) -> Result<Producer, Error> {
         let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(Error::NotSent)?.collect();
-        if addrs.is_empty() {
-            return Err(Error::NotSent(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "address resolved to nothing",
-            )));
-        }
-        if let Some(t) = &self.tube {
-            validate_tube(t).map_err(|e| Error::from(EncodeError::BadTubeName(e)))?;
-        }
-        let tube = self.tube.filter(|t| t != "default");
+        let tube = self.checked_tube(&addrs)?;
         Ok(Producer {
             addrs,
             cfg: self.cfg,
@@ -190,6 +183,23 @@ impl Builder {
             conn: None,
             connects: 0,
         })
+    }
+}
+
+impl Builder {
+    /// Refuses an empty address list or a bad tube name; the tube to restore
+    /// on each connection (`None` for `default`, which a connection starts with).
+    pub(crate) fn checked_tube(&self, addrs: &[SocketAddr]) -> Result<Option<String>, Error> {
+        if addrs.is_empty() {
+            return Err(Error::NotSent(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "address resolved to nothing",
+            )));
+        }
+        if let Some(t) = &self.tube {
+            check_tube(t)?;
+        }
+        Ok(self.tube.clone().filter(|t| t != "default"))
     }
 }
 
@@ -225,7 +235,7 @@ impl Producer {
 
     /// Puts later jobs into `tube`. Refused before sending when the name is invalid.
     pub fn use_tube(&mut self, tube: &str) -> Result<(), Error> {
-        validate_tube(tube).map_err(|e| Error::from(EncodeError::BadTubeName(e)))?;
+        check_tube(tube)?;
         let wanted = (tube != "default").then_some(tube);
         if self.tube.as_deref() == wanted && self.conn.is_some() {
             return Ok(());
@@ -365,25 +375,7 @@ impl Producer {
         opts: PutOptions,
         out: &mut [Outcome],
     ) -> Result<BatchReport, BatchError> {
-        let invalid = |e: Invalid| BatchError {
-            replied: 0,
-            error: Error::Invalid(e),
-        };
-        if out.len() < bodies.len() {
-            return Err(invalid(Invalid::OutcomesTooShort {
-                jobs: bodies.len(),
-                slots: out.len(),
-            }));
-        }
-        let out = &mut out[..bodies.len()];
-        out.fill(Outcome::NotSent);
-        let max = self.cfg.limits.max_job_size;
-        if let Some(b) = bodies.iter().find(|b| b.as_ref().len() > max) {
-            return Err(BatchError {
-                replied: 0,
-                error: too_big(b.as_ref().len(), max),
-            });
-        }
+        let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
         let mut report = BatchReport::default();
         let mut from = 0;
         let mut retries = self.retries;
@@ -413,19 +405,12 @@ impl Producer {
     ) -> Result<usize, BatchError> {
         let broke = |replied: usize, error: Error| BatchError { replied, error };
         let conn = self.connected(true).map_err(|e| broke(from, e))?;
-        let mut end = from;
-        let mut bytes = 0usize;
-        while end < bodies.len() && end - from < MAX_PIPELINE_JOBS {
-            let body = bodies[end].as_ref();
-            if end > from && bytes + body.len() > MAX_PIPELINE_BYTES {
-                break;
-            }
-            bytes += body.len() + 32;
-            if let Err(e) = conn.queue(&opts.command(body)) {
+        let end = chunk_end(bodies, from);
+        for body in &bodies[from..end] {
+            if let Err(e) = conn.queue(&opts.command(body.as_ref())) {
                 conn.clear_queue();
                 return Err(broke(from, Error::from_conn(e)));
             }
-            end += 1;
         }
         if let Err(e) = conn.flush() {
             let e = Error::from_conn(e);
@@ -436,20 +421,10 @@ impl Producer {
             return Err(broke(from, e));
         }
         for i in from..end {
-            match put_reply(conn) {
-                Ok(id) => {
-                    out[i] = Outcome::Inserted(id);
-                    report.inserted += 1;
-                }
-                Err(Error::Rejected(r)) => {
-                    out[i] = Outcome::Rejected(r);
-                    report.rejected += 1;
-                }
-                Err(e) => {
-                    out[i..end].fill(Outcome::Unknown);
-                    self.drop_if_broken();
-                    return Err(broke(i, e));
-                }
+            if let Err(e) = record(put_reply(conn), &mut out[i], report) {
+                out[i..end].fill(Outcome::Unknown);
+                self.drop_if_broken();
+                return Err(broke(i, e));
             }
         }
         self.reconnect.progress();
@@ -538,10 +513,7 @@ impl Producer {
         self.conn = None;
         if let Some(left) = self.reconnect.wait_left(Instant::now()) {
             if !wait {
-                return Err(Error::NotSent(io::Error::new(
-                    io::ErrorKind::NotConnected,
-                    format!("server down; next connect attempt in {left:?}"),
-                )));
+                return Err(in_backoff(left));
             }
             std::thread::sleep(left);
         }
@@ -549,11 +521,9 @@ impl Producer {
             .map_err(Error::from_conn)
             .and_then(|mut c| match &self.tube {
                 // Nothing of the caller's request left yet: a failed `use` means not sent.
-                Some(t) => use_on(&mut c, t).map(|()| c).map_err(|e| {
-                    Error::NotSent(io::Error::other(format!(
-                        "reconnected, but `use {t}` failed: {e}"
-                    )))
-                }),
+                Some(t) => use_on(&mut c, t)
+                    .map(|()| c)
+                    .map_err(|e| use_failed_on_reconnect(t, e)),
                 None => Ok(c),
             });
         match opened {
@@ -586,11 +556,7 @@ impl Producer {
 }
 
 fn use_on(conn: &mut Connection, tube: &str) -> Result<(), Error> {
-    let r = match conn.request(&Command::Use { tube }) {
-        Ok(Reply::Using { tube: t }) if t == tube => Ok(()),
-        Ok(other) => Err(unexpected(&other)),
-        Err(e) => Err(Error::from_conn(e)),
-    };
+    let r = using(conn.request(&Command::Use { tube }), tube);
     mark_if_out_of_step(conn, &r);
     r
 }
@@ -606,34 +572,8 @@ fn put_reply(conn: &mut Connection) -> Result<JobId, Error> {
     r
 }
 
-/// The error for a put whose reply was not `INSERTED` (the caller marks the
-/// connection broken when it is [`Error::Unknown`]).
-#[cold]
-fn not_inserted(r: Result<Reply<'_>, taskq_proto::Error>) -> Error {
-    match r {
-        Ok(reply) => unexpected(&reply),
-        Err(e) => Error::from_conn(e),
-    }
-}
-
-/// A non-`INSERTED` reply: a rejection, or (never expected, since the parser
-/// admits only the replies a command can get) a reply that puts the stream out of step.
-#[cold]
-fn unexpected(reply: &Reply<'_>) -> Error {
-    match Rejection::from_reply(reply) {
-        Some(r) => Error::Rejected(r),
-        None => Error::Unknown(taskq_proto::Error::Protocol(ReplyError::UnexpectedReply {
-            word: reply.word(),
-        })),
-    }
-}
-
 fn mark_if_out_of_step<T>(conn: &mut Connection, r: &Result<T, Error>) {
     if matches!(r, Err(Error::Unknown(_))) {
         conn.mark_broken();
     }
-}
-
-fn too_big(size: usize, max: usize) -> Error {
-    Error::from(EncodeError::JobTooBig { size, max })
 }

@@ -73,9 +73,10 @@ impl Default for Backoff {
 
 /// The reconnect rule of one connection to one server.
 ///
-/// A connection that broke after it made progress (some reply came on it) is
-/// replaced at once; a failed connect, or a connection that broke before any
-/// reply, waits out the backoff, growing with each failure in a row. So a
+/// The first reconnect after a healthy spell (a connection on which replies
+/// came, or the first connection ever) is immediate; after that, while no
+/// reply comes, each failed connect and each connection that breaks before
+/// any reply waits out the backoff, growing with each failure in a row. So a
 /// server that restarts costs one immediate reconnect, and one that accepts
 /// and cuts every connection is retried with backoff, never in a tight loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -118,13 +119,18 @@ impl Reconnect {
         self.progress = false;
     }
 
-    /// The current connection broke at `now`: replaced at once when it made
-    /// progress, else after the backoff.
+    /// The current connection broke at `now`: replaced at once after a
+    /// healthy spell (it made progress, or nothing failed before it), else
+    /// after the backoff.
     pub fn broke(&mut self, policy: &Backoff, now: Instant, random: u64) {
         if self.progress {
             self.failures = 0;
+        }
+        self.progress = false;
+        if self.failures == 0 {
+            // One immediate reconnect; the next break without progress backs off.
+            self.failures = 1;
             self.retry_at = None;
-            self.progress = false;
         } else {
             self.connect_failed(policy, now, random);
         }
@@ -201,19 +207,33 @@ mod tests {
         let t0 = Instant::now();
         let mut r = Reconnect::new();
         assert_eq!(r.wait_left(t0), None);
-        // Connected, a reply came, then it broke: at once.
+        // The first connection broke before any reply: at once, the one free try.
+        r.opened();
+        r.broke(&b, t0, 0);
+        assert_eq!((r.wait_left(t0), r.failures()), (None, 1));
+        // Connected, a reply came, then it broke: at once again.
         r.opened();
         r.progress();
         r.broke(&b, t0, 0);
-        assert_eq!((r.wait_left(t0), r.failures()), (None, 0));
+        assert_eq!((r.wait_left(t0), r.failures()), (None, 1));
         // Broke again before any reply: back off, doubling.
         r.opened();
         r.broke(&b, t0, 0);
-        assert_eq!(r.wait_left(t0), Some(100 * MS));
-        r.connect_failed(&b, t0, 0);
         assert_eq!(r.wait_left(t0), Some(200 * MS));
-        assert_eq!(r.failures(), 2);
-        assert_eq!(r.wait_left(t0 + 300 * MS), None);
+        r.connect_failed(&b, t0, 0);
+        assert_eq!(r.wait_left(t0), Some(400 * MS));
+        assert_eq!(r.failures(), 3);
+        assert_eq!(r.wait_left(t0 + 500 * MS), None);
+        // A server that cuts every connection: never two immediate tries in a row.
+        let mut cut = Reconnect::new();
+        let immediate = (0..10)
+            .filter(|_| {
+                cut.opened();
+                cut.broke(&b, t0, 0);
+                cut.wait_left(t0).is_none()
+            })
+            .count();
+        assert_eq!(immediate, 1);
         // A reply ends the run of failures.
         r.opened();
         r.progress();
