@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use taskq_producer::{Outcome, Producer, PutOptions};
+use taskq_producer::{Producer, PutOptions, PutOutcome};
 use taskq_testkit::Beanstalkd;
 
 const SIZE: usize = 64;
@@ -100,7 +100,7 @@ fn bench_batch(c: &mut Criterion) {
             })
         });
         let bodies: Vec<&[u8]> = vec![&body[..]; k];
-        let mut out = vec![Outcome::NotSent; k];
+        let mut out = vec![PutOutcome::NotSent; k];
         g.bench_with_input(BenchmarkId::new("producer", k), &k, |b, _| {
             b.iter(|| {
                 p.put_batch(&bodies, PutOptions::default(), &mut out)

@@ -9,7 +9,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use criterion::{Criterion, Throughput};
-use taskq_proto::{parse_reply, Command, CommandKind, Config, Connection, Limits, Reply, Status};
+use taskq_proto::{
+    parse_reply, Command, CommandKind, Connection, ConnectionConfig, Limits, Reply, Status,
+};
 use taskq_testkit::Beanstalkd;
 
 /// The way a client without a codec might build a put.
@@ -112,7 +114,7 @@ fn round_trip(c: &mut Criterion) {
     let mut g = c.benchmark_group("put_round_trip_64B");
     g.throughput(Throughput::Elements(1));
 
-    let mut conn = Connection::connect(server.addr(), Config::default()).unwrap();
+    let mut conn = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
     g.bench_function("taskq_connection", |b| {
         b.iter(|| {
             let put = Command::Put {

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use taskq_proto::{Command, Config, Connection, Reply};
+use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
 use taskq_testkit::{Beanstalkd, TestServer};
 
 const BODY: &[u8] = &[b'x'; 64];
@@ -23,7 +23,7 @@ const PUT: Command<'static> = Command::Put {
 };
 
 fn connect(addr: SocketAddr) -> Connection {
-    Connection::connect(addr, Config::default()).unwrap()
+    Connection::connect(addr, ConnectionConfig::default()).unwrap()
 }
 
 fn put_one(c: &mut Connection) {

@@ -13,12 +13,12 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, Config as ConnConfig, Connection, Reply};
+use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
 use taskq_testkit::Beanstalkd;
 use taskq_worker::{Config, Job, Outcome, Worker};
 
 fn fill(addr: SocketAddr, n: usize) {
-    let mut c = Connection::connect(addr, ConnConfig::default()).expect("connect");
+    let mut c = Connection::connect(addr, ConnectionConfig::default()).expect("connect");
     let body = [b'x'; 64];
     // Pipelined in chunks: filling is not what is measured.
     for chunk in (0..n).collect::<Vec<_>>().chunks(500) {

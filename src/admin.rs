@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use taskq_proto::{yaml, Command, Config, Connection, JobStats, Reply, TubeStats};
+use taskq_proto::{yaml, Command, Connection, ConnectionConfig, JobStats, Reply, TubeStats};
 use taskq_worker::table::Table;
 
 use crate::CliResult;
@@ -30,10 +30,10 @@ impl ServerArgs {
 /// Connects to `addr` with `io_timeout_ms` as the limit on connecting and on each reply.
 pub fn connect_to(addr: &str, io_timeout_ms: u64) -> Result<Connection, String> {
     let t = Duration::from_millis(io_timeout_ms.max(1));
-    let cfg = Config {
+    let cfg = ConnectionConfig {
         connect_timeout: t,
         io_timeout: t,
-        ..Config::default()
+        ..ConnectionConfig::default()
     };
     Connection::connect(addr, cfg).map_err(|e| format!("{addr}: {e}"))
 }

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use taskq_producer::{Outcome, PutOptions};
+use taskq_producer::{PutOptions, PutOutcome};
 
 use crate::CliResult;
 
@@ -81,7 +81,7 @@ pub fn run(args: BenchArgs) -> CliResult {
                 s.spawn(move || -> Result<Histogram<u64>, String> {
                     let mut h = new_histogram()?;
                     let bodies: Vec<&[u8]> = vec![body.as_slice(); k];
-                    let mut out = vec![Outcome::NotSent; k];
+                    let mut out = vec![PutOutcome::NotSent; k];
                     let mut left = n;
                     while left > 0 {
                         let m = left.min(k as u64) as usize;
@@ -94,8 +94,9 @@ pub fn run(args: BenchArgs) -> CliResult {
                                 .put_batch(&bodies[..m], PutOptions::default(), &mut out[..m])
                                 .map_err(|e| e.to_string())?;
                             if r.rejected > 0 {
-                                let first =
-                                    out[..m].iter().find(|o| !matches!(o, Outcome::Inserted(_)));
+                                let first = out[..m]
+                                    .iter()
+                                    .find(|o| !matches!(o, PutOutcome::Inserted(_)));
                                 return Err(format!(
                                     "the server rejected {} jobs: {first:?}",
                                     r.rejected

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use taskq_producer::{Producer, PutOptions};
-use taskq_proto::{Command, Config as ConnConfig, Connection, Reply, ServerStats, TubeStats};
+use taskq_proto::{Command, Connection, ConnectionConfig, Reply, ServerStats, TubeStats};
 use taskq_testkit::TestServer;
 use taskq_worker::{Backoff, Config as WorkerConfig, Job, Outcome, Snapshot, Worker};
 
@@ -175,9 +175,9 @@ fn setup(args: &DemoArgs) -> Result<Setup, Box<dyn std::error::Error + Send + Sy
             .unwrap_or(0)
     );
 
-    let conn_cfg = ConnConfig {
+    let conn_cfg = ConnectionConfig {
         io_timeout,
-        ..ConnConfig::default()
+        ..ConnectionConfig::default()
     };
     let mut admin = Connection::connect(addr.as_str(), conn_cfg)
         .map_err(|e| format!("cannot reach {addr}: {e}"))?;

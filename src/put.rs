@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use taskq_producer::{Error, Outcome, Producer, PutOptions, Rejection};
+use taskq_producer::{Error, Producer, PutOptions, PutOutcome, Rejection};
 
 /// Jobs from standard input gathered into one write.
 const STDIN_BATCH: usize = 256;
@@ -401,16 +401,16 @@ impl Sender {
         first: u64,
     ) -> (usize, Option<Broke>) {
         let batch: Vec<&[u8]> = todo.iter().map(|&i| bodies[i].as_slice()).collect();
-        let mut outcomes = vec![Outcome::NotSent; batch.len()];
+        let mut outcomes = vec![PutOutcome::NotSent; batch.len()];
         let result = self.p.put_batch(&batch, self.opts, &mut outcomes);
         for (k, &i) in todo.iter().enumerate() {
             fate[i] = match outcomes[k] {
-                Outcome::Inserted(id) => Fate::Acked(id.get(), None),
-                Outcome::Rejected(r) => rejected(first + i as u64, r, None),
-                Outcome::Unknown => Fate::Unsure,
+                PutOutcome::Inserted(id) => Fate::Acked(id.get(), None),
+                PutOutcome::Rejected(r) => rejected(first + i as u64, r, None),
+                PutOutcome::Unknown => Fate::Unsure,
                 // Never reached the server: still to send (or, once sent
                 // before, still unknown).
-                Outcome::NotSent => fate[i],
+                PutOutcome::NotSent => fate[i],
             };
         }
         match result {

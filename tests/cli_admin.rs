@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cli_common::{bin_dir, ids, ok, taskq};
-use taskq_proto::{Command as Cmd, Config, Connection, Reply};
+use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply};
 use taskq_testkit::Beanstalkd;
 
 /// `taskq tubes --json`, parsed: the object of tube `name`, if listed.
@@ -275,7 +275,7 @@ fn a_paused_tube_hands_out_no_job_until_the_pause_ends() {
     let left = tube(&addr, "p")["paused"].as_u64().unwrap();
     assert!((28..=30).contains(&left), "pause left {left}");
 
-    let mut c = Connection::connect(server.addr(), Config::default()).unwrap();
+    let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
     c.request(&Cmd::Watch { tube: "p" }).unwrap();
     let t = Instant::now();
     assert_eq!(

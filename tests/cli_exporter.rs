@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use cli_common::ok;
-use taskq_proto::{Command as Cmd, Config, Connection, Reply, ServerStats, TubeStats};
+use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats, TubeStats};
 use taskq_testkit::{beanstalkd::free_port, Beanstalkd};
 
 /// GET /metrics: each sample line as (name{labels}, value).
@@ -33,7 +33,7 @@ fn scrape(at: SocketAddr) -> Option<HashMap<String, f64>> {
 }
 
 fn tube_stats(addr: SocketAddr, tube: &str) -> (u64, u64, u64, u64, u64) {
-    let mut c = Connection::connect(addr, Config::default()).unwrap();
+    let mut c = Connection::connect(addr, ConnectionConfig::default()).unwrap();
     match c.request(&Cmd::StatsTube { tube }).unwrap() {
         Reply::Ok { yaml } => {
             let s = TubeStats::parse(yaml).unwrap();
@@ -66,7 +66,7 @@ fn two_servers_scraped_at_once_match_their_stats_tube() {
     );
     ok(&["put", "--addr", &ba, "--tube", "img", "x", "y"], b"");
     // On b: one job reserved and buried, and one reserved (held by `held`).
-    let mut held = Connection::connect(b.addr(), Config::default()).unwrap();
+    let mut held = Connection::connect(b.addr(), ConnectionConfig::default()).unwrap();
     held.request(&Cmd::Watch { tube: "img" }).unwrap();
     let id = match held.request(&Cmd::Reserve).unwrap() {
         Reply::Reserved { id, .. } => id,
@@ -121,7 +121,7 @@ fn two_servers_scraped_at_once_match_their_stats_tube() {
     assert_eq!(tube_stats(a.addr(), "mail"), (3, 0, 1, 0, 4));
     assert_eq!(tube_stats(b.addr(), "img"), (0, 1, 0, 1, 2));
     // Command counters, read at scrape time: cmd-put as the server counts it.
-    let mut c = Connection::connect(a.addr(), Config::default()).unwrap();
+    let mut c = Connection::connect(a.addr(), ConnectionConfig::default()).unwrap();
     let puts = match c.request(&Cmd::Stats).unwrap() {
         Reply::Ok { yaml } => ServerStats::parse(yaml).unwrap().cmd_put,
         r => panic!("{r:?}"),

@@ -3,7 +3,7 @@
 use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, Config, Connection, Limits, Reply};
+use taskq_proto::{Command, Connection, ConnectionConfig, Limits, Reply};
 use taskq_testkit::beanstalkd::free_port;
 
 struct Served(Child);
@@ -28,12 +28,12 @@ fn serves_the_protocol_with_its_max_job_size() {
             .spawn()
             .unwrap(),
     );
-    let cfg = Config {
+    let cfg = ConnectionConfig {
         limits: Limits {
             max_job_size: 100,
             ..Limits::default()
         },
-        ..Config::default()
+        ..ConnectionConfig::default()
     };
     let until = Instant::now() + Duration::from_secs(10);
     let mut c = loop {
@@ -102,7 +102,7 @@ fn sigterm_and_sigint_stop_it_with_exit_0() {
                 .unwrap(),
         );
         let until = Instant::now() + Duration::from_secs(10);
-        while Connection::connect(addr.as_str(), Config::default()).is_err() {
+        while Connection::connect(addr.as_str(), ConnectionConfig::default()).is_err() {
             assert!(served.0.try_wait().unwrap().is_none(), "taskq serve exited");
             assert!(Instant::now() < until, "taskq serve did not listen");
             std::thread::sleep(Duration::from_millis(20));

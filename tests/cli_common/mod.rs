@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command as Cmd, Config, Connection, Reply};
+use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply};
 
 /// Runs `taskq ARGS` with `stdin` fed in, killing it after `limit`.
 /// Returns the output and how long it ran.
@@ -60,7 +60,7 @@ pub fn ok(args: &[&str], stdin: &[u8]) -> String {
 
 /// Reserves and deletes every ready job of `tube`: (id, body) in order.
 pub fn drain(addr: SocketAddr, tube: &str) -> Vec<(u64, Vec<u8>)> {
-    let mut c = Connection::connect(addr, Config::default()).unwrap();
+    let mut c = Connection::connect(addr, ConnectionConfig::default()).unwrap();
     c.request(&Cmd::Watch { tube }).unwrap();
     let mut out = Vec::new();
     loop {

@@ -2,12 +2,12 @@
 //! the blocking [`Producer`](crate::Producer) and the async producer, so that
 //! both drivers sort every outcome the same way.
 
-use std::io;
+use crate::NotSent;
 
 use taskq_proto::{validate_tube, EncodeError, Reply, ReplyError};
 
 use crate::error::{Error, Invalid, Rejection};
-use crate::producer::{BatchError, BatchReport, Outcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
+use crate::producer::{BatchError, BatchReport, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
 use crate::JobId;
 
 /// Refuses a tube name the server would reject or misread, before sending.
@@ -23,7 +23,7 @@ pub(crate) fn too_big(size: usize, max: usize) -> Error {
 /// The error for a put whose reply was not `INSERTED` (the caller marks the
 /// connection broken when it is [`Error::Unknown`]).
 #[cold]
-pub(crate) fn not_inserted(r: Result<Reply<'_>, taskq_proto::Error>) -> Error {
+pub(crate) fn not_inserted(r: Result<Reply<'_>, taskq_proto::ConnectionError>) -> Error {
     match r {
         Ok(reply) => unexpected(&reply),
         Err(e) => Error::from_conn(e),
@@ -36,15 +36,18 @@ pub(crate) fn not_inserted(r: Result<Reply<'_>, taskq_proto::Error>) -> Error {
 pub(crate) fn unexpected(reply: &Reply<'_>) -> Error {
     match Rejection::from_reply(reply) {
         Some(r) => Error::Rejected(r),
-        None => Error::Unknown(taskq_proto::Error::Protocol(ReplyError::UnexpectedReply {
-            word: reply.word(),
-        })),
+        None => Error::Unknown(taskq_proto::ConnectionError::Protocol(
+            ReplyError::UnexpectedReply { word: reply.word() },
+        )),
     }
 }
 
 /// The answer to `use <tube>`: `USING <tube>` or an error (the caller marks
 /// the connection broken when it is [`Error::Unknown`]).
-pub(crate) fn using(r: Result<Reply<'_>, taskq_proto::Error>, tube: &str) -> Result<(), Error> {
+pub(crate) fn using(
+    r: Result<Reply<'_>, taskq_proto::ConnectionError>,
+    tube: &str,
+) -> Result<(), Error> {
     match r {
         Ok(Reply::Using { tube: t }) if t == tube => Ok(()),
         Ok(other) => Err(unexpected(&other)),
@@ -55,27 +58,25 @@ pub(crate) fn using(r: Result<Reply<'_>, taskq_proto::Error>, tube: &str) -> Res
 /// A fresh connection whose `use` failed: nothing of the caller's request left yet.
 #[cold]
 pub(crate) fn use_failed_on_reconnect(tube: &str, e: Error) -> Error {
-    Error::NotSent(io::Error::other(format!(
-        "reconnected, but `use {tube}` failed: {e}"
-    )))
+    Error::NotSent(NotSent::UseFailed {
+        tube: tube.to_owned(),
+        cause: Box::new(e),
+    })
 }
 
 /// The not-sent error of a server still in its reconnect backoff.
 #[cold]
 pub(crate) fn in_backoff(left: std::time::Duration) -> Error {
-    Error::NotSent(io::Error::new(
-        io::ErrorKind::NotConnected,
-        format!("server down; next connect attempt in {left:?}"),
-    ))
+    Error::NotSent(NotSent::Backoff { left })
 }
 
 /// Checks a batch before anything is sent: `out` long enough, no body over
 /// `max`. Returns the part of `out` the batch fills, every slot `NotSent`.
 pub(crate) fn start_batch<'o, B: AsRef<[u8]>>(
     bodies: &[B],
-    out: &'o mut [Outcome],
+    out: &'o mut [PutOutcome],
     max: usize,
-) -> Result<&'o mut [Outcome], BatchError> {
+) -> Result<&'o mut [PutOutcome], BatchError> {
     if out.len() < bodies.len() {
         return Err(BatchError {
             replied: 0,
@@ -86,7 +87,7 @@ pub(crate) fn start_batch<'o, B: AsRef<[u8]>>(
         });
     }
     let out = &mut out[..bodies.len()];
-    out.fill(Outcome::NotSent);
+    out.fill(PutOutcome::NotSent);
     if let Some(b) = bodies.iter().find(|b| b.as_ref().len() > max) {
         return Err(BatchError {
             replied: 0,
@@ -118,16 +119,16 @@ pub(crate) fn chunk_end<B: AsRef<[u8]>>(bodies: &[B], from: usize) -> usize {
 #[inline]
 pub(crate) fn record(
     r: Result<JobId, Error>,
-    out: &mut Outcome,
+    out: &mut PutOutcome,
     report: &mut BatchReport,
 ) -> Result<(), Error> {
     match r {
         Ok(id) => {
-            *out = Outcome::Inserted(id);
+            *out = PutOutcome::Inserted(id);
             report.inserted += 1;
         }
         Err(Error::Rejected(r)) => {
-            *out = Outcome::Rejected(r);
+            *out = PutOutcome::Rejected(r);
             report.rejected += 1;
         }
         Err(e) => return Err(e),

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::io;
+use std::time::Duration;
 
 use taskq_proto::{EncodeError, Reply};
 
@@ -24,12 +25,54 @@ pub enum Error {
     /// The request was sent (at least in part) and no complete reply came: the
     /// job may or may not be queued. The connection was dropped; the next call
     /// reconnects.
-    Unknown(taskq_proto::Error),
-    /// Nothing reached the server: connecting failed, the server is in its
-    /// reconnect backoff, or the write failed before any byte left. Safe to send
+    Unknown(taskq_proto::ConnectionError),
+    /// Nothing reached the server (see [`NotSent`] for why). Safe to send
     /// again, here or to another server.
-    NotSent(io::Error),
+    NotSent(NotSent),
 }
+
+/// Why nothing of a request reached the server.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NotSent {
+    /// Connecting failed, or the write failed before any byte of the request left.
+    Io(io::Error),
+    /// The address resolved to no socket address.
+    NoAddress,
+    /// The server is in its reconnect backoff; the next connect is due in `left`.
+    Backoff {
+        /// What is left of the wait.
+        left: Duration,
+    },
+    /// The connection was already broken; the next call opens a new one.
+    Broken,
+    /// A fresh connection could not `use` the tube, so the job was not sent on it.
+    UseFailed {
+        /// The tube.
+        tube: String,
+        /// What the `use` came to.
+        cause: Box<Error>,
+    },
+}
+
+impl fmt::Display for NotSent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotSent::Io(e) => e.fmt(f),
+            NotSent::NoAddress => f.write_str("address resolved to nothing"),
+            NotSent::Backoff { left } => {
+                write!(f, "server down; next connect attempt in {left:?}")
+            }
+            NotSent::Broken => f.write_str("connection was broken"),
+            NotSent::UseFailed { tube, cause } => {
+                write!(f, "reconnected, but `use {tube}` failed: {cause}")
+            }
+        }
+    }
+}
+
+/// `Display` names the inner error, so `source` does not repeat it.
+impl std::error::Error for NotSent {}
 
 /// An input refused before anything was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +124,7 @@ impl Rejection {
             Reply::JobTooBig => Rejection::JobTooBig,
             Reply::Draining => Rejection::Draining,
             Reply::ExpectedCrlf => Rejection::ExpectedCrlf,
-            Reply::InsertedBuried { id } => Rejection::InsertedBuried { id: JobId(id) },
+            Reply::InsertedBuried { id } => Rejection::InsertedBuried { id: JobId::new(id) },
             Reply::OutOfMemory => Rejection::OutOfMemory,
             Reply::InternalError => Rejection::InternalError,
             Reply::BadFormat => Rejection::BadFormat,
@@ -139,14 +182,11 @@ impl Error {
     }
 
     /// Sorts an error of the connection into not sent / outcome unknown.
-    pub(crate) fn from_conn(e: taskq_proto::Error) -> Error {
+    pub(crate) fn from_conn(e: taskq_proto::ConnectionError) -> Error {
         match e {
-            taskq_proto::Error::Invalid(e) => Error::Invalid(Invalid::Encode(e)),
-            taskq_proto::Error::NotSent(io) => Error::NotSent(io),
-            taskq_proto::Error::Broken => Error::NotSent(io::Error::new(
-                io::ErrorKind::NotConnected,
-                "connection was broken",
-            )),
+            taskq_proto::ConnectionError::Invalid(e) => Error::Invalid(Invalid::Encode(e)),
+            taskq_proto::ConnectionError::NotSent(io) => Error::NotSent(NotSent::Io(io)),
+            e if e.not_sent() => Error::NotSent(NotSent::Broken),
             other => Error::Unknown(other),
         }
     }
@@ -200,13 +240,6 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Invalid {}
 impl std::error::Error for Rejection {}
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Invalid(e) => Some(e),
-            Error::Rejected(r) => Some(r),
-            Error::Unknown(e) => Some(e),
-            Error::NotSent(e) => Some(e),
-        }
-    }
-}
+/// `Display` names the inner error, so `source` does not repeat it: a
+/// report that walks the chain prints each cause once.
+impl std::error::Error for Error {}

@@ -57,38 +57,16 @@ mod producer;
 
 #[cfg(feature = "tokio")]
 pub use async_producer::AsyncProducer;
-pub use error::{Error, Invalid, Rejection};
+pub use error::{Error, Invalid, NotSent, Rejection};
 pub use multi::{MultiProducer, Placed};
 pub use producer::{
-    BatchError, BatchReport, Builder, Outcome, Position, Producer, MAX_PIPELINE_BYTES,
+    BatchError, BatchReport, Builder, Position, Producer, PutOutcome, MAX_PIPELINE_BYTES,
     MAX_PIPELINE_JOBS,
 };
-pub use taskq_proto;
-pub use taskq_proto::{Backoff, Jitter};
+
+pub use taskq_proto::{Backoff, Jitter, JobId};
 
 use taskq_proto::Command;
-
-/// A job's id on its server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct JobId(pub(crate) u64);
-
-impl JobId {
-    /// Wraps an id the server gave.
-    pub const fn new(id: u64) -> JobId {
-        JobId(id)
-    }
-
-    /// The number.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl std::fmt::Display for JobId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
 
 /// How a job is put.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,11 +1,11 @@
 //! One producer on one server: put, put_batch, put with queue position, and
 //! reconnection after a broken connection.
 
-use std::io;
+use crate::NotSent;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, Config, Connection, IoCounts, Reply, TubeStats};
+use taskq_proto::{Command, Connection, ConnectionConfig, IoCounts, Reply, TubeStats};
 
 use crate::classify::{
     check_tube, chunk_end, in_backoff, not_inserted, record, start_batch, too_big,
@@ -26,7 +26,7 @@ pub const MAX_PIPELINE_BYTES: usize = 4 << 20;
 
 /// The outcome of one job of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum PutOutcome {
     /// Inserted with this id.
     Inserted(JobId),
     /// The server answered with a rejection (see [`Rejection::queued`] for `BURIED <id>`).
@@ -37,11 +37,13 @@ pub enum Outcome {
     NotSent,
 }
 
-impl Outcome {
+impl PutOutcome {
     /// The id when the job was inserted (including inserted but buried).
     pub fn id(self) -> Option<JobId> {
         match self {
-            Outcome::Inserted(id) | Outcome::Rejected(Rejection::InsertedBuried { id }) => Some(id),
+            PutOutcome::Inserted(id) | PutOutcome::Rejected(Rejection::InsertedBuried { id }) => {
+                Some(id)
+            }
             _ => None,
         }
     }
@@ -58,7 +60,7 @@ pub struct BatchReport {
 
 /// A batch that broke off: the replies of the first `replied` jobs were read
 /// (their outcomes are in the caller's slice); each later job is
-/// [`Outcome::Unknown`] or [`Outcome::NotSent`] there.
+/// [`PutOutcome::Unknown`] or [`PutOutcome::NotSent`] there.
 #[derive(Debug)]
 pub struct BatchError {
     /// Jobs whose replies were read before the break.
@@ -77,11 +79,8 @@ impl std::fmt::Display for BatchError {
     }
 }
 
-impl std::error::Error for BatchError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
+/// `Display` names the error that broke the batch, so `source` does not repeat it.
+impl std::error::Error for BatchError {}
 
 /// A put together with the state of its tube right after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +109,7 @@ impl Position {
 /// Settings for a [`Producer`]; `Producer::builder()` starts one.
 #[derive(Debug, Clone, Default)]
 pub struct Builder {
-    pub(crate) cfg: Config,
+    pub(crate) cfg: ConnectionConfig,
     pub(crate) backoff: Backoff,
     pub(crate) retries: u32,
     pub(crate) tube: Option<String>,
@@ -171,7 +170,10 @@ impl Builder {
 
     /// Resolves the address but connects on the first call.
     pub fn build(self, addr: impl ToSocketAddrs) -> Result<Producer, Error> {
-        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(Error::NotSent)?.collect();
+        let addrs: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| Error::NotSent(NotSent::Io(e)))?
+            .collect();
         let tube = self.checked_tube(&addrs)?;
         Ok(Producer {
             addrs,
@@ -191,10 +193,7 @@ impl Builder {
     /// on each connection (`None` for `default`, which a connection starts with).
     pub(crate) fn checked_tube(&self, addrs: &[SocketAddr]) -> Result<Option<String>, Error> {
         if addrs.is_empty() {
-            return Err(Error::NotSent(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "address resolved to nothing",
-            )));
+            return Err(Error::NotSent(NotSent::NoAddress));
         }
         if let Some(t) = &self.tube {
             check_tube(t)?;
@@ -212,7 +211,7 @@ impl Builder {
 #[derive(Debug)]
 pub struct Producer {
     addrs: Vec<SocketAddr>,
-    cfg: Config,
+    cfg: ConnectionConfig,
     backoff: Backoff,
     reconnect: Reconnect,
     retries: u32,
@@ -294,7 +293,7 @@ impl Producer {
                 // turned into an error first, so the hot path carries no `Result`.
                 let e = match conn.send(&cmd) {
                     Ok(()) => match conn.recv() {
-                        Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
+                        Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
                         other => not_inserted(other),
                     },
                     Err(e) => Error::from_conn(e),
@@ -373,7 +372,7 @@ impl Producer {
         &mut self,
         bodies: &[B],
         opts: PutOptions,
-        out: &mut [Outcome],
+        out: &mut [PutOutcome],
     ) -> Result<BatchReport, BatchError> {
         let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
         let mut report = BatchReport::default();
@@ -385,7 +384,7 @@ impl Producer {
                 Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
                     retries -= 1;
                     from = e.replied;
-                    out[from..].fill(Outcome::NotSent);
+                    out[from..].fill(PutOutcome::NotSent);
                 }
                 Err(e) => return Err(e),
             }
@@ -400,7 +399,7 @@ impl Producer {
         bodies: &[B],
         from: usize,
         opts: PutOptions,
-        out: &mut [Outcome],
+        out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
         let broke = |replied: usize, error: Error| BatchError { replied, error };
@@ -415,14 +414,14 @@ impl Producer {
         if let Err(e) = conn.flush() {
             let e = Error::from_conn(e);
             if e.outcome_unknown() {
-                out[from..end].fill(Outcome::Unknown);
+                out[from..end].fill(PutOutcome::Unknown);
             }
             self.drop_if_broken();
             return Err(broke(from, e));
         }
         for i in from..end {
             if let Err(e) = record(put_reply(conn), &mut out[i], report) {
-                out[i..end].fill(Outcome::Unknown);
+                out[i..end].fill(PutOutcome::Unknown);
                 self.drop_if_broken();
                 return Err(broke(i, e));
             }
@@ -565,7 +564,7 @@ fn use_on(conn: &mut Connection, tube: &str) -> Result<(), Error> {
 #[inline]
 fn put_reply(conn: &mut Connection) -> Result<JobId, Error> {
     let r = match conn.recv() {
-        Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
+        Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
         other => Err(not_inserted(other)),
     };
     mark_if_out_of_step(conn, &r);

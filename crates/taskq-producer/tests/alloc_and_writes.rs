@@ -1,7 +1,7 @@
 //! Zero heap allocations and exactly one write per put, proved by counting: a
 //! counting global allocator and the connection's write counter.
 
-use taskq_producer::{Outcome, Producer, PutOptions};
+use taskq_producer::{Producer, PutOptions, PutOutcome};
 use taskq_testkit::alloc::{self, CountingAllocator};
 use taskq_testkit::Beanstalkd;
 
@@ -23,7 +23,7 @@ fn put_put_batch_and_position_allocate_nothing_and_write_once() {
     let small = [b'x'; 100];
     let large = vec![b'y'; 20_000]; // past the inline buffer: a vectored write
     let bodies: Vec<&[u8]> = (0..64).map(|i| &small[..i]).collect();
-    let mut out = [Outcome::NotSent; 64];
+    let mut out = [PutOutcome::NotSent; 64];
     let opts = PutOptions::default();
     // Warm up: buffers reach their steady-state sizes.
     p.put(&small, opts).unwrap();

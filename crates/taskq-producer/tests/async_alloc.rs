@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use taskq_producer::{AsyncProducer, Outcome, PutOptions};
+use taskq_producer::{AsyncProducer, PutOptions, PutOutcome};
 use taskq_testkit::alloc::{self, CountingAllocator};
 use taskq_testkit::Beanstalkd;
 
@@ -23,7 +23,7 @@ fn ten_thousand_puts_allocate_nothing_and_write_once_each() {
     let small = [b'x'; 64];
     let large = vec![b'y'; 20_000]; // past the inline buffer: a vectored write
     let bodies: Vec<&[u8]> = (0..64).map(|i| &small[..i]).collect();
-    let mut out = [Outcome::NotSent; 64];
+    let mut out = [PutOutcome::NotSent; 64];
     let opts = PutOptions::default();
     let bounded = |d: u64| Duration::from_secs(d);
 

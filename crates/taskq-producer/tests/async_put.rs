@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{Act, FakePeer};
 use taskq_producer::{
-    AsyncProducer, Backoff, Error, Invalid, Outcome, Producer, PutOptions, Rejection,
+    AsyncProducer, Backoff, Error, Invalid, Producer, PutOptions, PutOutcome, Rejection,
 };
 use taskq_testkit::beanstalkd::free_port;
 use taskq_testkit::Beanstalkd;
@@ -116,7 +116,7 @@ async fn too_big_bodies_bad_tubes_and_short_slices_are_invalid_and_send_nothing(
         assert!(e.not_sent() && !e.maybe_queued());
         let e = p.use_tube("-bad").await.unwrap_err();
         assert!(matches!(e, Error::Invalid(Invalid::Encode(_))), "{e:?}");
-        let mut out = [Outcome::Unknown; 2];
+        let mut out = [PutOutcome::Unknown; 2];
         let e = p
             .put_batch(
                 &[&b"ok"[..], &[0u8; 101][..]],
@@ -126,7 +126,7 @@ async fn too_big_bodies_bad_tubes_and_short_slices_are_invalid_and_send_nothing(
             .await
             .unwrap_err();
         assert!(e.error.not_sent() && e.replied == 0, "{e}");
-        assert_eq!(out, [Outcome::NotSent; 2]);
+        assert_eq!(out, [PutOutcome::NotSent; 2]);
         let e = p
             .put_batch(&[b"a", b"b", b"c"], PutOptions::default(), &mut out)
             .await
@@ -271,7 +271,10 @@ async fn a_silent_server_is_caught_within_the_io_timeout() {
         let waited = t.elapsed();
         eprintln!("silent server caught after {waited:?} (io_timeout {io:?})");
         assert!(
-            matches!(e, Error::Unknown(taskq_proto::Error::Timeout { .. })),
+            matches!(
+                e,
+                Error::Unknown(taskq_proto::ConnectionError::Timeout { .. })
+            ),
             "{e:?}"
         );
         assert!(
@@ -311,7 +314,10 @@ async fn a_server_that_goes_silent_after_many_puts_is_caught_at_that_puts_deadli
         server.signal("CONT").unwrap();
         eprintln!("server silent after busy puts caught after {waited:?} (io_timeout {io:?})");
         assert!(
-            matches!(e, Error::Unknown(taskq_proto::Error::Timeout { .. })),
+            matches!(
+                e,
+                Error::Unknown(taskq_proto::ConnectionError::Timeout { .. })
+            ),
             "{e:?}"
         );
         assert!(
@@ -357,7 +363,7 @@ async fn a_batch_of_64_goes_out_in_one_write_and_comes_back_in_order() {
         let bodies: Vec<Vec<u8>> = (0..64)
             .map(|i| format!("job {i}\r\n\0").into_bytes())
             .collect();
-        let mut out = [Outcome::NotSent; 64];
+        let mut out = [PutOutcome::NotSent; 64];
         let before = p.io_counts().unwrap().writes;
         let report = p
             .put_batch(&bodies, PutOptions::default(), &mut out)
@@ -383,15 +389,15 @@ async fn a_rejection_inside_a_batch_is_reported_for_that_job_only() {
         let mut p = connect(server.addr()).await;
         let big = vec![7u8; 101];
         let bodies: [&[u8]; 3] = [b"a", &big, b"c"];
-        let mut out = [Outcome::NotSent; 3];
+        let mut out = [PutOutcome::NotSent; 3];
         let report = p
             .put_batch(&bodies, PutOptions::default(), &mut out)
             .await
             .unwrap();
         assert_eq!((report.inserted, report.rejected), (2, 1));
-        assert!(matches!(out[0], Outcome::Inserted(_)));
-        assert_eq!(out[1], Outcome::Rejected(Rejection::JobTooBig));
-        assert!(matches!(out[2], Outcome::Inserted(_)));
+        assert!(matches!(out[0], PutOutcome::Inserted(_)));
+        assert_eq!(out[1], PutOutcome::Rejected(Rejection::JobTooBig));
+        assert!(matches!(out[2], PutOutcome::Inserted(_)));
     })
     .await
 }
@@ -402,16 +408,16 @@ async fn a_batch_that_breaks_off_says_where() {
         let peer = FakePeer::start(vec![Act::AnswerThenClose { n: 5, answered: 2 }]);
         let mut p = connect(peer.addr).await;
         let bodies = [b"a", b"b", b"c", b"d", b"e"];
-        let mut out = [Outcome::NotSent; 5];
+        let mut out = [PutOutcome::NotSent; 5];
         let e = p
             .put_batch(&bodies, PutOptions::default(), &mut out)
             .await
             .unwrap_err();
         assert_eq!(e.replied, 2);
         assert!(e.error.outcome_unknown(), "{e}");
-        assert!(matches!(out[0], Outcome::Inserted(id) if id.get() == 1));
-        assert!(matches!(out[1], Outcome::Inserted(id) if id.get() == 2));
-        assert_eq!(out[2..], [Outcome::Unknown; 3]);
+        assert!(matches!(out[0], PutOutcome::Inserted(id) if id.get() == 1));
+        assert!(matches!(out[1], PutOutcome::Inserted(id) if id.get() == 2));
+        assert_eq!(out[2..], [PutOutcome::Unknown; 3]);
     })
     .await
 }

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use taskq_producer::{Error, Outcome, Producer, PutOptions, Rejection};
-use taskq_proto::{Command, Config, Connection, Reply, ServerStats};
+use taskq_producer::{Error, Producer, PutOptions, PutOutcome, Rejection};
+use taskq_proto::{Command, Connection, ConnectionConfig, Reply, ServerStats};
 use taskq_testkit::{
     Beanstalkd, ChaosProxy, Direction, Fault, FaultPlan, ServerConfig, TestServer, Toxic,
 };
@@ -29,7 +29,7 @@ fn producer(addr: SocketAddr) -> Producer {
 }
 
 fn direct(addr: SocketAddr) -> Connection {
-    Connection::connect(addr, Config::default()).expect("connect")
+    Connection::connect(addr, ConnectionConfig::default()).expect("connect")
 }
 
 /// beanstalkd's `total-jobs`: every job it ever inserted.
@@ -118,12 +118,12 @@ fn told<T>(r: &Result<T, Error>) -> Told {
     }
 }
 
-fn told_batch(o: Outcome) -> Told {
+fn told_batch(o: PutOutcome) -> Told {
     match o {
-        Outcome::Inserted(_) => Told::Inserted,
-        Outcome::NotSent => Told::NotSent,
-        Outcome::Unknown => Told::Unknown,
-        Outcome::Rejected(_) => Told::Other,
+        PutOutcome::Inserted(_) => Told::Inserted,
+        PutOutcome::NotSent => Told::NotSent,
+        PutOutcome::Unknown => Told::Unknown,
+        PutOutcome::Rejected(_) => Told::Other,
     }
 }
 
@@ -211,7 +211,7 @@ fn put_request_cut_at_every_byte_offset_is_never_misclassified() {
         );
         let before = total_jobs(server.addr());
         let mut p = producer(proxy.addr());
-        let mut out = [Outcome::NotSent; 3];
+        let mut out = [PutOutcome::NotSent; 3];
         let r = p.put_batch(&bodies, PutOptions::default(), &mut out);
         drop(p);
         settle(&proxy);
@@ -302,7 +302,7 @@ fn put_reply_cut_at_every_byte_offset_is_never_misclassified() {
         .unwrap();
         let ledger = server.ledger();
         let mut p = producer(server.addr());
-        let mut out = [Outcome::NotSent; 3];
+        let mut out = [PutOutcome::NotSent; 3];
         let e = p
             .put_batch(&[BODY, BODY, BODY], PutOptions::default(), &mut out)
             .unwrap_err();
@@ -317,10 +317,15 @@ fn put_reply_cut_at_every_byte_offset_is_never_misclassified() {
         }
         // Replies read before the cut are inserted; the cut one and the rest are unknown.
         assert!(
-            out[..j].iter().all(|o| matches!(o, Outcome::Inserted(_))),
+            out[..j]
+                .iter()
+                .all(|o| matches!(o, PutOutcome::Inserted(_))),
             "{out:?}"
         );
-        assert!(out[j..].iter().all(|o| *o == Outcome::Unknown), "{out:?}");
+        assert!(
+            out[j..].iter().all(|o| *o == PutOutcome::Unknown),
+            "{out:?}"
+        );
         assert_eq!(ledger.check().added, j as u64 + 1, "offset {k}");
     }
     let mut all = single;
@@ -360,7 +365,7 @@ fn rejected(e: &Error, want: Rejection) -> bool {
 
 #[test]
 fn every_error_reply_and_garbage_line_gives_a_distinct_typed_result() {
-    use taskq_proto::{Error as PE, ReplyError as RE};
+    use taskq_proto::{ConnectionError as PE, ReplyError as RE};
     let long_line: &'static [u8] = Box::leak(vec![b'A'; 300].into_boxed_slice());
     let cases = [
         Case {
@@ -585,7 +590,7 @@ fn latency_and_tiny_segments_within_the_deadline_are_normal_operation() {
         ids.push(id);
     }
     let bodies: Vec<String> = (0..200).map(|i| format!("batch-{i:04}")).collect();
-    let mut out = vec![Outcome::NotSent; bodies.len()];
+    let mut out = vec![PutOutcome::NotSent; bodies.len()];
     let report = p
         .put_batch(&bodies, PutOptions::default(), &mut out)
         .expect("batch");

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use taskq_producer::{Error, Invalid, Outcome, Producer, PutOptions, Rejection};
+use taskq_producer::{Error, Invalid, Producer, PutOptions, PutOutcome, Rejection};
 use taskq_testkit::beanstalkd::free_port;
 use taskq_testkit::Beanstalkd;
 
@@ -180,7 +180,7 @@ fn batches_of_1_2_64_and_1000_each_go_out_in_one_write_and_come_back_in_order() 
         let bodies: Vec<Vec<u8>> = (0..n)
             .map(|i| format!("job {i} of {n}\r\n\0").into_bytes())
             .collect();
-        let mut out = vec![Outcome::NotSent; n];
+        let mut out = vec![PutOutcome::NotSent; n];
         let writes = p.io_counts().unwrap().writes;
         let report = p
             .put_batch(&bodies, PutOptions::default(), &mut out)
@@ -207,14 +207,14 @@ fn a_rejection_inside_a_batch_is_reported_for_that_job_only() {
     let mut p = producer(&server, "mixed");
     let big = vec![7u8; 101];
     let bodies: [&[u8]; 3] = [b"a", &big, b"c"];
-    let mut out = [Outcome::NotSent; 3];
+    let mut out = [PutOutcome::NotSent; 3];
     let report = p
         .put_batch(&bodies, PutOptions::default(), &mut out)
         .unwrap();
     assert_eq!((report.inserted, report.rejected), (2, 1));
-    assert!(matches!(out[0], Outcome::Inserted(_)));
-    assert_eq!(out[1], Outcome::Rejected(Rejection::JobTooBig));
-    assert!(matches!(out[2], Outcome::Inserted(_)));
+    assert!(matches!(out[0], PutOutcome::Inserted(_)));
+    assert_eq!(out[1], PutOutcome::Rejected(Rejection::JobTooBig));
+    assert!(matches!(out[2], PutOutcome::Inserted(_)));
     let got = common::drain(server.addr(), "mixed");
     assert_eq!(
         got.iter().map(|(_, b)| b.as_slice()).collect::<Vec<_>>(),
@@ -230,7 +230,7 @@ fn batch_with_a_short_outcome_slice_or_a_big_body_sends_nothing() {
         .connect(server.addr())
         .unwrap();
     let writes = p.io_counts().unwrap().writes;
-    let mut out = [Outcome::Unknown; 1];
+    let mut out = [PutOutcome::Unknown; 1];
     let e = p
         .put_batch(&[b"a", b"b"], PutOptions::default(), &mut out)
         .unwrap_err();
@@ -238,7 +238,7 @@ fn batch_with_a_short_outcome_slice_or_a_big_body_sends_nothing() {
         e.error,
         Error::Invalid(Invalid::OutcomesTooShort { jobs: 2, slots: 1 })
     ));
-    let mut out = [Outcome::Unknown; 2];
+    let mut out = [PutOutcome::Unknown; 2];
     let e = p
         .put_batch(
             &[&b"ok"[..], &[0u8; 11][..]],
@@ -248,7 +248,7 @@ fn batch_with_a_short_outcome_slice_or_a_big_body_sends_nothing() {
         .unwrap_err();
     assert_eq!(e.replied, 0);
     assert!(e.error.not_sent());
-    assert_eq!(out, [Outcome::NotSent; 2]);
+    assert_eq!(out, [PutOutcome::NotSent; 2]);
     assert_eq!(p.io_counts().unwrap().writes, writes);
 }
 
@@ -266,14 +266,13 @@ fn options_reach_the_server() {
             },
         )
         .unwrap();
-    let mut c = taskq_producer::taskq_proto::Connection::connect(server.addr(), Default::default())
-        .unwrap();
+    let mut c = taskq_proto::Connection::connect(server.addr(), Default::default()).unwrap();
     match c
-        .request(&taskq_producer::taskq_proto::Command::StatsJob { id: id.get() })
+        .request(&taskq_proto::Command::StatsJob { id: id.get() })
         .unwrap()
     {
-        taskq_producer::taskq_proto::Reply::Ok { yaml } => {
-            let s = taskq_producer::taskq_proto::JobStats::parse(yaml).unwrap();
+        taskq_proto::Reply::Ok { yaml } => {
+            let s = taskq_proto::JobStats::parse(yaml).unwrap();
             assert_eq!(
                 (s.pri, s.delay, s.ttr, s.tube, s.state),
                 (7, 30, 9, "opts", "delayed")
@@ -355,15 +354,14 @@ fn changing_options_and_sizes_between_puts_reaches_the_server_each_time() {
             p.put_with_position(b"zz", *opts).unwrap();
         }
     }
-    let mut c = taskq_producer::taskq_proto::Connection::connect(server.addr(), Default::default())
-        .unwrap();
+    let mut c = taskq_proto::Connection::connect(server.addr(), Default::default()).unwrap();
     for (id, (opts, _)) in ids.iter().zip(&cases) {
         match c
-            .request(&taskq_producer::taskq_proto::Command::StatsJob { id: id.get() })
+            .request(&taskq_proto::Command::StatsJob { id: id.get() })
             .unwrap()
         {
-            taskq_producer::taskq_proto::Reply::Ok { yaml } => {
-                let s = taskq_producer::taskq_proto::JobStats::parse(yaml).unwrap();
+            taskq_proto::Reply::Ok { yaml } => {
+                let s = taskq_proto::JobStats::parse(yaml).unwrap();
                 assert_eq!((s.pri, s.ttr), (u64::from(opts.pri), u64::from(opts.ttr)));
             }
             r => panic!("{r:?}"),
@@ -385,7 +383,8 @@ fn urgent_jobs_go_ahead_of_older_plain_ones() {
     let plain = p.put(b"plain", PutOptions::default()).unwrap();
     let urgent = p.put(b"urgent", PutOptions::default().urgent()).unwrap();
     let mut c =
-        taskq_proto::Connection::connect(server.addr(), taskq_proto::Config::default()).unwrap();
+        taskq_proto::Connection::connect(server.addr(), taskq_proto::ConnectionConfig::default())
+            .unwrap();
     for want in [urgent, plain] {
         match c
             .request(&taskq_proto::Command::ReserveWithTimeout { timeout: 0 })

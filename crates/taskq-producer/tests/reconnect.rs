@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Act, FakePeer};
-use taskq_producer::{Backoff, Error, Outcome, Producer, PutOptions};
+use taskq_producer::{Backoff, Error, Producer, PutOptions, PutOutcome};
 use taskq_testkit::beanstalkd::free_port;
 
 #[test]
@@ -42,15 +42,15 @@ fn batch_that_breaks_off_reports_where() {
     let peer = FakePeer::start(vec![Act::AnswerThenClose { n: 5, answered: 2 }]);
     let mut p = Producer::connect(peer.addr).unwrap();
     let bodies = [b"a", b"b", b"c", b"d", b"e"];
-    let mut out = [Outcome::NotSent; 5];
+    let mut out = [PutOutcome::NotSent; 5];
     let e = p
         .put_batch(&bodies, PutOptions::default(), &mut out)
         .unwrap_err();
     assert_eq!(e.replied, 2);
     assert!(e.error.outcome_unknown(), "{e}");
-    assert!(matches!(out[0], Outcome::Inserted(id) if id.get() == 1));
-    assert!(matches!(out[1], Outcome::Inserted(id) if id.get() == 2));
-    assert_eq!(out[2..], [Outcome::Unknown; 3]);
+    assert!(matches!(out[0], PutOutcome::Inserted(id) if id.get() == 1));
+    assert!(matches!(out[1], PutOutcome::Inserted(id) if id.get() == 2));
+    assert_eq!(out[2..], [PutOutcome::Unknown; 3]);
     // At least once: a fresh connection takes the jobs from the break on.
     let peer = FakePeer::start(vec![Act::AnswerThenClose { n: 5, answered: 2 }]);
     let mut p = Producer::builder()
@@ -106,7 +106,7 @@ fn silent_server_times_out_as_unknown_within_the_io_timeout() {
     assert!(
         matches!(
             e,
-            Error::Unknown(taskq_producer::taskq_proto::Error::Timeout { .. })
+            Error::Unknown(taskq_proto::ConnectionError::Timeout { .. })
         ),
         "{e:?}"
     );

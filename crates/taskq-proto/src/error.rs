@@ -121,7 +121,7 @@ pub enum YamlError {
 /// have taken effect), and is the connection still usable.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ConnectionError {
     /// The arguments were refused before anything was sent. The connection is still usable.
     Invalid(EncodeError),
     /// Connecting failed, or the write failed before any byte of the request left. Not sent.
@@ -145,12 +145,15 @@ pub enum Error {
     NothingOwed,
 }
 
-impl Error {
+impl ConnectionError {
     /// True when the request may have reached the server and taken effect.
     pub fn outcome_unknown(&self) -> bool {
         matches!(
             self,
-            Error::Timeout { .. } | Error::Closed | Error::Io(_) | Error::Protocol(_)
+            ConnectionError::Timeout { .. }
+                | ConnectionError::Closed
+                | ConnectionError::Io(_)
+                | ConnectionError::Protocol(_)
         )
     }
 
@@ -158,24 +161,30 @@ impl Error {
     pub fn not_sent(&self) -> bool {
         matches!(
             self,
-            Error::Invalid(_) | Error::NotSent(_) | Error::Broken | Error::NothingOwed
+            ConnectionError::Invalid(_)
+                | ConnectionError::NotSent(_)
+                | ConnectionError::Broken
+                | ConnectionError::NothingOwed
         )
     }
 
     /// True when the connection must be closed and replaced.
     pub fn breaks_connection(&self) -> bool {
-        !matches!(self, Error::Invalid(_) | Error::NothingOwed)
+        !matches!(
+            self,
+            ConnectionError::Invalid(_) | ConnectionError::NothingOwed
+        )
     }
 
     /// True when the error is a missed reply deadline.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout { .. })
+        matches!(self, ConnectionError::Timeout { .. })
     }
 }
 
-impl From<EncodeError> for Error {
+impl From<EncodeError> for ConnectionError {
     fn from(e: EncodeError) -> Self {
-        Error::Invalid(e)
+        ConnectionError::Invalid(e)
     }
 }
 
@@ -251,19 +260,19 @@ impl fmt::Display for YamlError {
     }
 }
 
-impl fmt::Display for Error {
+impl fmt::Display for ConnectionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Invalid(e) => write!(f, "invalid request, not sent: {e}"),
-            Error::NotSent(e) => write!(f, "not sent: {e}"),
-            Error::Broken => f.write_str("connection is broken; not sent"),
-            Error::Timeout { waited } => {
+            ConnectionError::Invalid(e) => write!(f, "invalid request, not sent: {e}"),
+            ConnectionError::NotSent(e) => write!(f, "not sent: {e}"),
+            ConnectionError::Broken => f.write_str("connection is broken; not sent"),
+            ConnectionError::Timeout { waited } => {
                 write!(f, "no complete reply within {waited:?}; outcome unknown")
             }
-            Error::Closed => f.write_str("server closed the connection; outcome unknown"),
-            Error::Io(e) => write!(f, "I/O error after sending; outcome unknown: {e}"),
-            Error::Protocol(e) => write!(f, "bad reply; outcome unknown: {e}"),
-            Error::NothingOwed => f.write_str("no request awaits a reply"),
+            ConnectionError::Closed => f.write_str("server closed the connection; outcome unknown"),
+            ConnectionError::Io(e) => write!(f, "I/O error after sending; outcome unknown: {e}"),
+            ConnectionError::Protocol(e) => write!(f, "bad reply; outcome unknown: {e}"),
+            ConnectionError::NothingOwed => f.write_str("no request awaits a reply"),
         }
     }
 }
@@ -274,4 +283,4 @@ impl std::error::Error for ReplyError {}
 impl std::error::Error for YamlError {}
 /// `Display` already names the inner error, so `source` does not repeat it:
 /// a report that walks the chain prints each cause once.
-impl std::error::Error for Error {}
+impl std::error::Error for ConnectionError {}

@@ -26,6 +26,7 @@ mod command;
 #[cfg(feature = "blocking")]
 mod conn;
 mod error;
+mod job_id;
 mod reply;
 #[cfg(feature = "server")]
 pub mod server;
@@ -37,8 +38,9 @@ pub use command::{
     is_tube_byte, secs_ceil, validate_tube, Command, CommandKind, MAX_RESERVE_TIMEOUT,
 };
 #[cfg(feature = "blocking")]
-pub use conn::{Config, Connection, Interrupter, IoCounts};
-pub use error::{EncodeError, Error, ReplyError, TubeNameError, YamlError};
+pub use conn::{Connection, ConnectionConfig, Interrupter, IoCounts};
+pub use error::{ConnectionError, EncodeError, ReplyError, TubeNameError, YamlError};
+pub use job_id::JobId;
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
 pub use session::{Framed, RecvBuf, Request, Session, INLINE_REQUEST};
 pub use yaml::{JobStats, ServerStats, TubeStats};

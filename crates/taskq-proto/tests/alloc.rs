@@ -2,7 +2,7 @@
 //! 10,000 put / reserve-with-timeout / delete cycles against a real beanstalkd
 //! (with 4 KiB bodies and pipelined batches mixed in) allocate nothing after warm-up.
 
-use taskq_proto::{Command, Config, Connection, Reply};
+use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
 use taskq_testkit::alloc::{self, CountingAllocator};
 use taskq_testkit::Beanstalkd;
 
@@ -81,7 +81,7 @@ fn batch(c: &mut Connection) {
 #[test]
 fn steady_state_allocates_nothing() {
     let server = Beanstalkd::start().expect("start beanstalkd");
-    let mut c = Connection::connect(server.addr(), Config::default()).unwrap();
+    let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
 
     // Warm-up: the first of each kind of request may size the buffers.
     let (_, warm) = allocations_in(|| {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::yaml::items;
 use taskq_proto::{
-    Command as C, CommandKind as K, Config, Connection, EncodeError, Error, JobStats, Limits,
-    Reply as R, ServerStats, TubeStats,
+    Command as C, CommandKind as K, Connection, ConnectionConfig, ConnectionError, EncodeError,
+    JobStats, Limits, Reply as R, ServerStats, TubeStats,
 };
 use taskq_testkit::Beanstalkd;
 
@@ -18,7 +18,7 @@ const BODY: &[u8] = b"job\r\nwith\0binary\r\n";
 const MISSING: u64 = 999_999;
 
 fn connect(server: &Beanstalkd) -> Connection {
-    Connection::connect(server.addr(), Config::default()).expect("connect")
+    Connection::connect(server.addr(), ConnectionConfig::default()).expect("connect")
 }
 
 fn put(c: &mut Connection, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> u64 {
@@ -338,7 +338,7 @@ fn every_command_and_its_replies() {
 
     // Quit: the server closes the connection.
     let e = c.request(&C::Quit).unwrap_err();
-    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(matches!(e, ConnectionError::Closed), "{e:?}");
 }
 
 #[test]
@@ -405,9 +405,9 @@ fn job_too_big_raw_and_refused_by_the_encoder() {
     };
     let mut small = Connection::connect(
         server.addr(),
-        Config {
+        ConnectionConfig {
             limits,
-            ..Config::default()
+            ..ConnectionConfig::default()
         },
     )
     .unwrap();
@@ -422,7 +422,7 @@ fn job_too_big_raw_and_refused_by_the_encoder() {
     assert!(
         matches!(
             e,
-            Error::Invalid(EncodeError::JobTooBig {
+            ConnectionError::Invalid(EncodeError::JobTooBig {
                 size: 1025,
                 max: 1024
             })

@@ -9,7 +9,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{peer, read_line};
-use taskq_proto::{Command, CommandKind, Config, Connection, Error, Limits, Reply, ReplyError};
+use taskq_proto::{
+    Command, CommandKind, Connection, ConnectionConfig, ConnectionError, Limits, Reply, ReplyError,
+};
 
 /// Waits until the client closes (or 10 s pass).
 fn drain(s: &mut TcpStream) {
@@ -17,10 +19,10 @@ fn drain(s: &mut TcpStream) {
     while matches!(s.read(&mut b), Ok(n) if n > 0) {}
 }
 
-fn cfg(io: Duration) -> Config {
-    Config {
+fn cfg(io: Duration) -> ConnectionConfig {
+    ConnectionConfig {
         io_timeout: io,
-        ..Config::default()
+        ..ConnectionConfig::default()
     }
 }
 
@@ -30,16 +32,22 @@ const GRACE: Duration = Duration::from_millis(500);
 fn assert_broken_for_good(c: &mut Connection) {
     assert!(c.is_broken());
     let again = c.request(&Command::Stats);
-    assert!(matches!(again, Err(Error::Broken)), "{again:?}");
+    assert!(matches!(again, Err(ConnectionError::Broken)), "{again:?}");
     assert!(again.unwrap_err().not_sent());
-    assert!(matches!(c.send(&Command::Reserve), Err(Error::Broken)));
+    assert!(matches!(
+        c.send(&Command::Reserve),
+        Err(ConnectionError::Broken)
+    ));
     assert!(matches!(
         c.send_raw(b"stats\r\n", CommandKind::Stats),
-        Err(Error::Broken)
+        Err(ConnectionError::Broken)
     ));
-    assert!(matches!(c.queue(&Command::Stats), Err(Error::Broken)));
-    assert!(matches!(c.flush(), Err(Error::Broken)));
-    assert!(matches!(c.recv(), Err(Error::Broken)));
+    assert!(matches!(
+        c.queue(&Command::Stats),
+        Err(ConnectionError::Broken)
+    ));
+    assert!(matches!(c.flush(), Err(ConnectionError::Broken)));
+    assert!(matches!(c.recv(), Err(ConnectionError::Broken)));
 }
 
 #[test]
@@ -61,7 +69,7 @@ fn trickled_reply_times_out_on_the_whole_reply_deadline() {
     let r = c.request(&Command::Reserve);
     let took = t.elapsed();
     let e = r.unwrap_err();
-    assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    assert!(matches!(e, ConnectionError::Timeout { .. }), "{e:?}");
     assert!(e.outcome_unknown() && e.breaks_connection() && !e.not_sent());
     assert!(
         took >= IO - Duration::from_millis(50),
@@ -85,7 +93,7 @@ fn silent_peer_times_out() {
     let e = c.request(&Command::Delete { id: 1 }).unwrap_err();
     let took = t.elapsed();
     assert!(
-        matches!(e, Error::Timeout { waited } if waited <= took),
+        matches!(e, ConnectionError::Timeout { waited } if waited <= took),
         "{e:?}"
     );
     assert!(
@@ -128,7 +136,7 @@ fn peer_closing_mid_reply_is_closed_with_outcome_unknown() {
     });
     let mut c = Connection::connect(addr, cfg(IO)).unwrap();
     let e = c.request(&Command::Reserve).unwrap_err();
-    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(matches!(e, ConnectionError::Closed), "{e:?}");
     assert!(e.outcome_unknown());
     assert_broken_for_good(&mut c);
     peer.join().unwrap();
@@ -159,7 +167,10 @@ fn garbage_breaks_the_connection_for_good() {
             body: b"x",
         };
         let e = c.request(&put).unwrap_err();
-        assert!(matches!(e, Error::Protocol(got) if got == *want), "{e:?}");
+        assert!(
+            matches!(e, ConnectionError::Protocol(got) if got == *want),
+            "{e:?}"
+        );
         assert!(e.outcome_unknown());
         assert_broken_for_good(&mut c);
         drop(c);
@@ -262,7 +273,7 @@ fn receive_buffer_grows_to_the_limit_and_no_further() {
     });
     let mut c = Connection::connect(
         addr,
-        Config {
+        ConnectionConfig {
             limits,
             ..cfg(Duration::from_secs(2))
         },
@@ -279,7 +290,7 @@ fn receive_buffer_grows_to_the_limit_and_no_further() {
     assert!(
         matches!(
             e,
-            Error::Protocol(ReplyError::BodyTooLarge {
+            ConnectionError::Protocol(ReplyError::BodyTooLarge {
                 len: 100_001,
                 max: 100_000
             })
@@ -320,7 +331,7 @@ fn partial_writes_continue_where_they_stopped() {
     };
     let mut c = Connection::connect(
         addr,
-        Config {
+        ConnectionConfig {
             limits,
             ..cfg(Duration::from_millis(400))
         },
@@ -361,7 +372,7 @@ fn a_peer_that_stops_reading_mid_request_is_outcome_unknown() {
     };
     let mut c = Connection::connect(
         addr,
-        Config {
+        ConnectionConfig {
             limits,
             ..cfg(Duration::from_millis(200))
         },
@@ -376,7 +387,7 @@ fn a_peer_that_stops_reading_mid_request_is_outcome_unknown() {
         })
         .unwrap_err();
     assert!(
-        matches!(e, Error::Io(_)),
+        matches!(e, ConnectionError::Io(_)),
         "part was sent, so not NotSent: {e:?}"
     );
     assert!(e.outcome_unknown());
@@ -394,7 +405,7 @@ fn invalid_requests_leave_the_connection_usable() {
     });
     let mut c = Connection::connect(
         addr,
-        Config {
+        ConnectionConfig {
             limits: Limits {
                 max_job_size: 4,
                 ..Limits::default()
@@ -404,7 +415,7 @@ fn invalid_requests_leave_the_connection_usable() {
     )
     .unwrap();
     let e = c.request(&Command::Use { tube: "-bad" }).unwrap_err();
-    assert!(matches!(e, Error::Invalid(_)) && e.not_sent() && !e.breaks_connection());
+    assert!(matches!(e, ConnectionError::Invalid(_)) && e.not_sent() && !e.breaks_connection());
     let e = c
         .request(&Command::Put {
             pri: 0,
@@ -413,10 +424,10 @@ fn invalid_requests_leave_the_connection_usable() {
             body: b"12345",
         })
         .unwrap_err();
-    assert!(matches!(e, Error::Invalid(_)), "{e:?}");
+    assert!(matches!(e, ConnectionError::Invalid(_)), "{e:?}");
     assert!(matches!(
         c.queue(&Command::Watch { tube: "" }),
-        Err(Error::Invalid(_))
+        Err(ConnectionError::Invalid(_))
     ));
     assert_eq!(c.queued_len(), 0);
     assert!(!c.is_broken());
@@ -437,5 +448,8 @@ fn connect_failure_is_not_sent() {
         .unwrap()
         .port();
     let e = Connection::connect(("127.0.0.1", port), cfg(IO)).unwrap_err();
-    assert!(matches!(e, Error::NotSent(_)) && e.not_sent(), "{e:?}");
+    assert!(
+        matches!(e, ConnectionError::NotSent(_)) && e.not_sent(),
+        "{e:?}"
+    );
 }

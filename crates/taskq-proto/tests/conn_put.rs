@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{peer, read_line};
-use taskq_proto::{Command, Config, Connection, Error, Reply, ReplyError};
+use taskq_proto::{Command, Connection, ConnectionConfig, ConnectionError, Reply, ReplyError};
 
 const IO: Duration = Duration::from_millis(500);
 const GRACE: Duration = Duration::from_millis(500);
@@ -39,9 +39,9 @@ fn drain(s: &mut TcpStream) {
 }
 
 fn connect(addr: SocketAddr) -> Connection {
-    let cfg = Config {
+    let cfg = ConnectionConfig {
         io_timeout: IO,
-        ..Config::default()
+        ..ConnectionConfig::default()
     };
     Connection::connect(addr, cfg).unwrap()
 }
@@ -161,7 +161,7 @@ fn trickled_inserted_times_out_on_the_whole_reply_deadline() {
     let t = Instant::now();
     let e = c.request(&put(b"x")).unwrap_err();
     let took = t.elapsed();
-    assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    assert!(matches!(e, ConnectionError::Timeout { .. }), "{e:?}");
     assert!(e.outcome_unknown() && c.is_broken());
     assert!(
         took >= IO - Duration::from_millis(50),
@@ -182,7 +182,7 @@ fn silent_peer_after_a_put_times_out() {
     let t = Instant::now();
     let e = c.request(&put(b"x")).unwrap_err();
     let took = t.elapsed();
-    assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    assert!(matches!(e, ConnectionError::Timeout { .. }), "{e:?}");
     assert!(
         took >= IO - Duration::from_millis(50),
         "gave up early: {took:?}"
@@ -216,7 +216,7 @@ fn a_late_reply_shortens_the_socket_timeout_only_for_itself() {
     let t = Instant::now();
     let e = c.request(&put(b"x")).unwrap_err();
     let took = t.elapsed();
-    assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    assert!(matches!(e, ConnectionError::Timeout { .. }), "{e:?}");
     assert!(
         took >= IO - Duration::from_millis(50),
         "gave up early: {took:?}"
@@ -235,7 +235,7 @@ fn peer_closing_mid_inserted_is_closed() {
     });
     let mut c = connect(addr);
     let e = c.request(&put(b"x")).unwrap_err();
-    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(matches!(e, ConnectionError::Closed), "{e:?}");
     assert!(e.outcome_unknown() && c.is_broken());
     peer.join().unwrap();
 }
@@ -260,7 +260,7 @@ fn malformed_inserted_breaks_the_connection() {
         assert!(
             matches!(
                 e,
-                Error::Protocol(
+                ConnectionError::Protocol(
                     ReplyError::BadNumber
                         | ReplyError::Malformed { .. }
                         | ReplyError::BadLineEnd

@@ -11,7 +11,7 @@ use std::process::Command as Process;
 use std::thread;
 use std::time::Duration;
 
-use taskq_proto::{CommandKind, Config, Connection, Error};
+use taskq_proto::{CommandKind, Connection, ConnectionConfig, ConnectionError};
 
 fn default_sigpipe() {
     // SAFETY: `signal` with SIG_DFL installs no handler code; it only resets the
@@ -32,7 +32,7 @@ fn closing_peer() -> (SocketAddr, thread::JoinHandle<()>) {
 fn writing_to_a_reset_socket_is_an_error_not_a_signal() {
     default_sigpipe();
     let (addr, peer) = closing_peer();
-    let mut c = Connection::connect(addr, Config::default()).unwrap();
+    let mut c = Connection::connect(addr, ConnectionConfig::default()).unwrap();
     peer.join().unwrap();
     thread::sleep(Duration::from_millis(50));
     // The first send lands in a half-closed socket and draws a reset; the
@@ -44,7 +44,10 @@ fn writing_to_a_reset_socket_is_an_error_not_a_signal() {
         .err()
         .or(second.err())
         .expect("a write to a reset socket must fail");
-    assert!(matches!(e, Error::NotSent(_) | Error::Io(_)), "{e:?}");
+    assert!(
+        matches!(e, ConnectionError::NotSent(_) | ConnectionError::Io(_)),
+        "{e:?}"
+    );
     assert!(c.is_broken());
 }
 

@@ -1,11 +1,11 @@
 //! Smoke test of the protocol core against a real beanstalkd.
-use taskq_proto::{Command, Config, Connection, Reply};
+use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
 use taskq_testkit::Beanstalkd;
 
 #[test]
 fn put_reserve_delete_round_trip() {
     let server = Beanstalkd::start().unwrap();
-    let mut c = Connection::connect(server.addr(), Config::default()).unwrap();
+    let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
     let body = b"a\r\nb\0c";
     let id = match c
         .request(&Command::Put {

@@ -3,7 +3,7 @@
 
 use std::process::Command as Process;
 
-use taskq_proto::{Command, Config, Connection, Reply, INLINE_REQUEST};
+use taskq_proto::{Command, Connection, ConnectionConfig, Reply, INLINE_REQUEST};
 use taskq_testkit::Beanstalkd;
 
 const BIG: usize = 60_000;
@@ -103,7 +103,7 @@ fn every_request(c: &mut Connection) -> u64 {
 #[test]
 fn io_counts_one_write_per_request() {
     let server = Beanstalkd::start().expect("start beanstalkd");
-    let mut c = Connection::connect(server.addr(), Config::default()).unwrap();
+    let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
     let sent = every_request(&mut c);
     assert_eq!(c.io_counts().writes, sent);
 }
@@ -115,7 +115,7 @@ fn traced_child() {
     let Ok(addr) = std::env::var("TASKQ_TRACED_ADDR") else {
         return;
     };
-    let mut c = Connection::connect(addr.as_str(), Config::default()).unwrap();
+    let mut c = Connection::connect(addr.as_str(), ConnectionConfig::default()).unwrap();
     let sent = every_request(&mut c);
     println!("TRACED_SENT={sent}");
 }

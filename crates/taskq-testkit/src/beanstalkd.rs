@@ -124,9 +124,9 @@ impl Drop for Beanstalkd {
 
 /// The pid that the server at `addr` reports in `stats`.
 fn served_pid(addr: SocketAddr) -> Option<u64> {
-    let cfg = taskq_proto::Config {
+    let cfg = taskq_proto::ConnectionConfig {
         io_timeout: Duration::from_secs(1),
-        ..taskq_proto::Config::default()
+        ..taskq_proto::ConnectionConfig::default()
     };
     let mut conn = taskq_proto::Connection::connect_addr(addr, cfg).ok()?;
     match conn.request(&taskq_proto::Command::Stats).ok()? {

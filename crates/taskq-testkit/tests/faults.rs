@@ -3,7 +3,7 @@
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, Config, Connection, Error, Reply, ReplyError};
+use taskq_proto::{Command, Connection, ConnectionConfig, ConnectionError, Reply, ReplyError};
 use taskq_testkit::{Fault, FaultPlan, ServerConfig, Target, TestServer};
 
 const PUT: Command<'static> = Command::Put {
@@ -19,14 +19,14 @@ fn server(plan: FaultPlan) -> TestServer {
 }
 
 fn connect(server: &TestServer, io_timeout: Duration) -> Connection {
-    let cfg = Config {
+    let cfg = ConnectionConfig {
         io_timeout,
-        ..Config::default()
+        ..ConnectionConfig::default()
     };
     Connection::connect(server.addr(), cfg).unwrap()
 }
 
-fn inserted(r: Result<Reply<'_>, Error>) -> u64 {
+fn inserted(r: Result<Reply<'_>, ConnectionError>) -> u64 {
     match r {
         Ok(Reply::Inserted { id }) => id,
         r => panic!("{r:?}"),
@@ -40,11 +40,11 @@ fn close_after_n_requests() {
     inserted(c.request(&PUT));
     inserted(c.request(&PUT));
     let e = c.request(&PUT).unwrap_err();
-    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(matches!(e, ConnectionError::Closed), "{e:?}");
     assert!(e.outcome_unknown() && e.breaks_connection());
     // The third request was never carried out.
     assert_eq!(s.ledger().check().added, 2);
-    assert!(matches!(c.request(&PUT), Err(Error::Broken)));
+    assert!(matches!(c.request(&PUT), Err(ConnectionError::Broken)));
 }
 
 #[test]
@@ -54,7 +54,7 @@ fn reset_after_n_requests() {
     inserted(c.request(&PUT));
     let e = c.request(&PUT).unwrap_err();
     match &e {
-        Error::Io(io) => assert_eq!(io.kind(), ErrorKind::ConnectionReset, "{e:?}"),
+        ConnectionError::Io(io) => assert_eq!(io.kind(), ErrorKind::ConnectionReset, "{e:?}"),
         e => panic!("expected a reset, got {e:?}"),
     }
     assert!(e.outcome_unknown());
@@ -76,7 +76,7 @@ fn cut_reply_after_k_bytes() {
     let id = inserted(p.request(&PUT));
     let mut w = connect(&s, Duration::from_secs(1));
     let e = w.request(&POLL).unwrap_err();
-    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(matches!(e, ConnectionError::Closed), "{e:?}");
     assert!(e.outcome_unknown());
     let mut w2 = connect(&s, Duration::from_secs(1));
     let until = Instant::now() + Duration::from_secs(2);
@@ -201,7 +201,7 @@ fn garbage_and_unsolicited_lines() {
     let mut c = connect(&s, Duration::from_secs(1));
     let e = c.request(&PUT).unwrap_err();
     assert!(
-        matches!(e, Error::Protocol(ReplyError::UnknownReply)),
+        matches!(e, ConnectionError::Protocol(ReplyError::UnknownReply)),
         "{e:?}"
     );
     let mut c = connect(&s, Duration::from_secs(1));
@@ -209,7 +209,7 @@ fn garbage_and_unsolicited_lines() {
     assert!(
         matches!(
             e,
-            Error::Protocol(ReplyError::UnexpectedReply { word: "DELETED" })
+            ConnectionError::Protocol(ReplyError::UnexpectedReply { word: "DELETED" })
         ),
         "{e:?}"
     );
@@ -221,7 +221,7 @@ fn garbage_and_unsolicited_lines() {
     assert!(
         matches!(
             e,
-            Error::Protocol(ReplyError::UnexpectedReply { word: "INSERTED" })
+            ConnectionError::Protocol(ReplyError::UnexpectedReply { word: "INSERTED" })
         ),
         "{e:?}"
     );
@@ -232,12 +232,12 @@ fn refuse_connections_for_a_while() {
     let s = TestServer::start().unwrap();
     let mut open = connect(&s, Duration::from_secs(1));
     s.refuse_for(Duration::from_millis(400));
-    let cfg = Config {
+    let cfg = ConnectionConfig {
         connect_timeout: Duration::from_millis(200),
-        ..Config::default()
+        ..ConnectionConfig::default()
     };
     match Connection::connect(s.addr(), cfg) {
-        Err(Error::NotSent(e)) => assert_eq!(e.kind(), ErrorKind::ConnectionRefused),
+        Err(ConnectionError::NotSent(e)) => assert_eq!(e.kind(), ErrorKind::ConnectionRefused),
         r => panic!("{r:?}"),
     }
     // Open connections keep working.
@@ -262,7 +262,7 @@ fn faults_switch_at_run_time_on_open_connections() {
     inserted(c.request(&PUT));
     s.set_faults(FaultPlan::all(Fault::CloseAfter { after: 1 }));
     inserted(c.request(&PUT));
-    assert!(matches!(c.request(&PUT), Err(Error::Closed)));
+    assert!(matches!(c.request(&PUT), Err(ConnectionError::Closed)));
     s.clear_faults();
     let mut c = connect(&s, Duration::from_secs(1));
     for _ in 0..5 {
@@ -283,9 +283,9 @@ fn random_run(seed: u64) -> Vec<String> {
         log.push(match c.request(&Command::Stats) {
             Ok(_) => "ok".into(),
             Err(e) if e.is_timeout() => "timeout".into(),
-            Err(Error::Closed) => "closed".into(),
-            Err(Error::Io(e)) => format!("io {:?}", e.kind()),
-            Err(Error::Protocol(e)) => format!("protocol {e}"),
+            Err(ConnectionError::Closed) => "closed".into(),
+            Err(ConnectionError::Io(e)) => format!("io {:?}", e.kind()),
+            Err(ConnectionError::Protocol(e)) => format!("protocol {e}"),
             Err(e) => format!("other {e}"),
         });
     }
@@ -368,12 +368,12 @@ fn random_faults_leave_the_record_whole() {
 #[test]
 fn jobs_at_and_over_the_maximum_size() {
     let s = TestServer::start_with(ServerConfig::default().max_job_size(100_000)).unwrap();
-    let cfg = Config {
+    let cfg = ConnectionConfig {
         limits: taskq_proto::Limits {
             max_job_size: 300_000,
             ..taskq_proto::Limits::default()
         },
-        ..Config::default()
+        ..ConnectionConfig::default()
     };
     let mut c = Connection::connect(s.addr(), cfg).unwrap();
     let body = vec![b'q'; 100_000];
@@ -423,7 +423,7 @@ fn replace_answers_without_carrying_out() {
     assert!(
         matches!(
             e,
-            Error::Protocol(ReplyError::UnexpectedReply { word: "DELETED" })
+            ConnectionError::Protocol(ReplyError::UnexpectedReply { word: "DELETED" })
         ),
         "{e:?}"
     );

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use taskq_proto::{Command, Config, Connection, Error, Reply};
+use taskq_proto::{Command, Connection, ConnectionConfig, ConnectionError, Reply};
 use taskq_testkit::{Defects, Fault, FaultPlan, ServerConfig, TestServer};
 
 fn connect(server: &TestServer) -> Connection {
-    Connection::connect(server.addr(), Config::default()).unwrap()
+    Connection::connect(server.addr(), ConnectionConfig::default()).unwrap()
 }
 
 fn put(c: &mut Connection, body: &[u8], ttr: u32) -> u64 {
@@ -225,7 +225,7 @@ fn a_put_whose_reply_was_cut_is_not_acknowledged() {
             body: b"x",
         })
         .unwrap_err();
-    assert!(matches!(err, Error::Closed), "{err:?}");
+    assert!(matches!(err, ConnectionError::Closed), "{err:?}");
     assert!(err.outcome_unknown());
     let r = server.ledger().check();
     // The job is in the queue, but its producer never learned so.

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, Config, Connection, Error, Reply};
+use taskq_proto::{Command, Connection, ConnectionConfig, ConnectionError, Reply};
 use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, Toxic};
 
 const PUT: Command<'static> = Command::Put {
@@ -14,9 +14,9 @@ const PUT: Command<'static> = Command::Put {
 };
 
 fn connect(proxy: &ChaosProxy, io_timeout: Duration) -> Connection {
-    let cfg = Config {
+    let cfg = ConnectionConfig {
         io_timeout,
-        ..Config::default()
+        ..ConnectionConfig::default()
     };
     Connection::connect(proxy.addr(), cfg).unwrap()
 }
@@ -115,7 +115,7 @@ fn reset_breaks_the_connection() {
     // A real RST, not a clean close: the write fails (not sent) or the read
     // sees the reset (outcome unknown), with ECONNRESET either way.
     match &e {
-        Error::NotSent(io) | Error::Io(io) => {
+        ConnectionError::NotSent(io) | ConnectionError::Io(io) => {
             assert_eq!(io.kind(), std::io::ErrorKind::ConnectionReset, "{e:?}")
         }
         other => panic!("expected a reset, got {other:?}"),
@@ -167,7 +167,7 @@ fn limit_data_cuts_a_reply() {
     let mut c = connect(&proxy, Duration::from_secs(1));
     proxy.add(Toxic::LimitData { bytes: 5 }, Direction::Downstream, 1.0);
     let e = c.request(&PUT).unwrap_err();
-    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(matches!(e, ConnectionError::Closed), "{e:?}");
     assert!(e.outcome_unknown());
     wait_for("the close", || proxy.closed() == 1);
     // Upstream: a request cut part way never reaches beanstalkd whole.

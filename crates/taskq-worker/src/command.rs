@@ -71,7 +71,7 @@ impl CommandHandler {
 /// The job's tube and attempt number, from one `stats-job`; `None` (and a
 /// warning) when the lookup fails, which the settle that follows will meet too.
 fn job_context(job: &mut Job<'_>) -> Option<(String, u64)> {
-    let id = job.id();
+    let id = job.id().get();
     let server = job
         .shared
         .cfg
@@ -134,7 +134,7 @@ impl Handler for CommandHandler {
         let mut child = match self.spawn(job) {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!(job = job.id(), error = %e, "cannot run the command");
+                tracing::error!(job = job.id().get(), error = %e, "cannot run the command");
                 return failed(Failure::Lost);
             }
         };
@@ -157,15 +157,22 @@ impl Handler for CommandHandler {
             Ended::Exit(0) => Outcome::Done,
             Ended::Exit(EX_TEMPFAIL) => Outcome::TempFail,
             Ended::Exit(code) => {
-                tracing::info!(job = job.id(), code, "command failed");
+                tracing::info!(job = job.id().get(), code, "command failed");
                 failed(Failure::Exit(code))
             }
             Ended::Signal(sig) => {
-                tracing::info!(job = job.id(), signal = sig, "command killed by a signal");
+                tracing::info!(
+                    job = job.id().get(),
+                    signal = sig,
+                    "command killed by a signal"
+                );
                 failed(Failure::Signal(sig))
             }
             Ended::TimedOut => {
-                tracing::warn!(job = job.id(), "command ran past --job-timeout; killed");
+                tracing::warn!(
+                    job = job.id().get(),
+                    "command ran past --job-timeout; killed"
+                );
                 failed(Failure::TimedOut)
             }
             Ended::Aborted => Outcome::Retry {
@@ -203,7 +210,7 @@ impl CommandHandler {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::error!(job = job.id(), error = %e, "cannot wait for the command");
+                    tracing::error!(job = job.id().get(), error = %e, "cannot wait for the command");
                     kill_group(child);
                     return Ended::Lost;
                 }
@@ -221,7 +228,7 @@ impl CommandHandler {
                 let every = match touch_every {
                     Some(d) => {
                         if let Err(e) = job.touch() {
-                            tracing::warn!(job = job.id(), error = %e, "touch failed");
+                            tracing::warn!(job = job.id().get(), error = %e, "touch failed");
                         }
                         d
                     }
@@ -237,7 +244,7 @@ impl CommandHandler {
                             d
                         }
                         Err(e) => {
-                            tracing::warn!(job = job.id(), error = %e, "stats-job failed");
+                            tracing::warn!(job = job.id().get(), error = %e, "stats-job failed");
                             Duration::from_secs(3600)
                         }
                     },

@@ -100,8 +100,8 @@ impl Schedule {
     pub(crate) fn switch(
         &mut self,
         want: Want,
-        mut emit: impl FnMut(bool, usize) -> Result<(), taskq_proto::Error>,
-    ) -> Result<usize, taskq_proto::Error> {
+        mut emit: impl FnMut(bool, usize) -> Result<(), taskq_proto::ConnectionError>,
+    ) -> Result<usize, taskq_proto::ConnectionError> {
         let n = self.runs.len();
         let mut sent = 0;
         match (self.watching, want) {

@@ -4,6 +4,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+use taskq_proto::JobId;
+
 use crate::counters::Counters;
 use crate::engine::{Fault, JobLink};
 use crate::worker::Shared;
@@ -58,7 +60,7 @@ pub enum JobError {
     /// The server no longer counts this job as ours (`NOT_FOUND`): the lease ran out.
     LeaseLost,
     /// The connection failed; the server will put the job back by itself.
-    Connection(taskq_proto::Error),
+    Connection(taskq_proto::ConnectionError),
     /// A reply that cannot answer the request; the connection is no longer used.
     Unexpected {
         /// The reply word.
@@ -76,19 +78,13 @@ impl fmt::Display for JobError {
     }
 }
 
-impl std::error::Error for JobError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            JobError::Connection(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// `Display` names the connection's error, so `source` does not repeat it.
+impl std::error::Error for JobError {}
 
 impl<'a> Job<'a> {
-    /// The job's id on its server.
-    pub fn id(&self) -> u64 {
-        self.id
+    /// The job's id on its server (the same type a producer's put returns).
+    pub fn id(&self) -> JobId {
+        JobId::new(self.id)
     }
 
     /// The job body, exactly as put.

@@ -70,7 +70,7 @@ mod worker;
 pub use config::{Config, ConfigError};
 pub use counters::{Counters, Snapshot, COUNTER_HELP};
 pub use job::{Job, JobError, JobInfo};
-pub use taskq_proto::{Backoff, Jitter};
+pub use taskq_proto::{Backoff, Jitter, JobId};
 pub use worker::{Control, Running, Worker};
 
 use std::time::Duration;

@@ -49,7 +49,7 @@ fn random_resets_lose_nothing_and_counts_bracket_the_servers() {
             ..cfg(proxy.addr().to_string())
         },
         move |job: &mut Job<'_>| {
-            *runs2.lock().unwrap().entry(job.id()).or_default() += 1;
+            *runs2.lock().unwrap().entry(job.id().get()).or_default() += 1;
             std::thread::sleep(Duration::from_millis(1));
             Outcome::Done
         },

@@ -37,7 +37,7 @@ fn ten_thousand_jobs_four_threads_counts_equal_the_ledger_and_stats() {
             ..cfg(&server)
         },
         move |job: &mut Job<'_>| {
-            *seen2.lock().unwrap().entry(job.id()).or_default() += 1;
+            *seen2.lock().unwrap().entry(job.id().get()).or_default() += 1;
             Outcome::Done
         },
     )

@@ -41,8 +41,13 @@ fn ten_thousand_jobs_four_threads_counts_equal_the_servers() {
             ..cfg(vec![server.addr().to_string()])
         },
         move |job: &mut Job<'_>| {
-            assert_eq!(by_id2[&job.id()], job.body(), "body of job {}", job.id());
-            *seen2.lock().unwrap().entry(job.id()).or_default() += 1;
+            assert_eq!(
+                by_id2[&job.id().get()],
+                job.body(),
+                "body of job {}",
+                job.id()
+            );
+            *seen2.lock().unwrap().entry(job.id().get()).or_default() += 1;
             Outcome::Done
         },
     )

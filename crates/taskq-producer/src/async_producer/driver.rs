@@ -30,7 +30,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use taskq_proto::{Command, Config, Error, IoCounts, Reply, Request, Session};
+use taskq_proto::{Command, ConnectionConfig, ConnectionError, IoCounts, Reply, Request, Session};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{sleep_until, Instant, Sleep};
@@ -96,7 +96,10 @@ fn due(started: Instant, wait: Duration) -> Instant {
 
 impl AsyncConn {
     /// Connects to the first of `addrs` that accepts within the connect timeout.
-    pub(crate) async fn connect(addrs: &[SocketAddr], cfg: &Config) -> Result<AsyncConn, Error> {
+    pub(crate) async fn connect(
+        addrs: &[SocketAddr],
+        cfg: &ConnectionConfig,
+    ) -> Result<AsyncConn, ConnectionError> {
         let mut last = None;
         for &addr in addrs {
             let attempt = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr));
@@ -117,7 +120,7 @@ impl AsyncConn {
                 Err(e) => last = Some(e),
             }
         }
-        Err(Error::NotSent(last.unwrap_or_else(|| {
+        Err(ConnectionError::NotSent(last.unwrap_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
         })))
     }
@@ -140,7 +143,7 @@ impl AsyncConn {
 
     /// Sends one request with one write (looping only on a partial write).
     #[inline]
-    pub(crate) async fn send(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+    pub(crate) async fn send(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         // The enqueue hot path: a put whose line repeats goes out whole from
         // the session's inline buffer.
         if let Command::Put {
@@ -179,7 +182,7 @@ impl AsyncConn {
     }
 
     /// [`send`](Self::send) for any request.
-    async fn send_any(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+    async fn send_any(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         let r = match self.session.encode(cmd)? {
             Request::Whole(bytes) => {
                 write_all(
@@ -210,7 +213,7 @@ impl AsyncConn {
     }
 
     /// A failed write breaks the session.
-    fn sent(&mut self, r: Result<(), Error>) -> Result<(), Error> {
+    fn sent(&mut self, r: Result<(), ConnectionError>) -> Result<(), ConnectionError> {
         if r.is_err() {
             self.session.mark_broken();
         }
@@ -218,7 +221,7 @@ impl AsyncConn {
     }
 
     /// Appends a request to the pipeline; [`flush`](Self::flush) sends all of them in one write.
-    pub(crate) fn queue(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+    pub(crate) fn queue(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         self.session.queue(cmd)
     }
 
@@ -229,10 +232,10 @@ impl AsyncConn {
 
     /// Sends everything queued with one write; on a broken connection drops
     /// the queue and sends nothing.
-    pub(crate) async fn flush(&mut self) -> Result<(), Error> {
+    pub(crate) async fn flush(&mut self) -> Result<(), ConnectionError> {
         if self.session.is_broken() {
             self.session.clear_queue();
-            return Err(Error::Broken);
+            return Err(ConnectionError::Broken);
         }
         if self.session.queued().is_empty() {
             return Ok(());
@@ -251,12 +254,12 @@ impl AsyncConn {
 
     /// Reads the next owed reply, against one deadline for the whole of it.
     #[inline]
-    pub(crate) async fn recv(&mut self) -> Result<Reply<'_>, Error> {
+    pub(crate) async fn recv(&mut self) -> Result<Reply<'_>, ConnectionError> {
         let Some(kind) = self.session.next_owed() else {
             return Err(if self.session.is_broken() {
-                Error::Broken
+                ConnectionError::Broken
             } else {
-                Error::NothingOwed
+                ConnectionError::NothingOwed
             });
         };
         let wait = self
@@ -289,7 +292,7 @@ impl AsyncConn {
         lone_put: bool,
         started: &mut Option<Instant>,
         wait: Duration,
-    ) -> Poll<Result<usize, Error>> {
+    ) -> Poll<Result<usize, ConnectionError>> {
         loop {
             let room = if lone_put {
                 self.session.put_read_room()
@@ -301,21 +304,21 @@ impl AsyncConn {
                 Poll::Ready(Ok(())) => {
                     self.counts.reads += 1;
                     match buf.filled().len() {
-                        0 => Error::Closed,
+                        0 => ConnectionError::Closed,
                         n => return Poll::Ready(Ok(n)),
                     }
                 }
                 Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Poll::Ready(Err(e)) => {
                     self.counts.reads += 1;
-                    Error::Io(e)
+                    ConnectionError::Io(e)
                 }
                 Poll::Pending => {
                     let t0 = *started.get_or_insert_with(Instant::now);
                     if !self.deadline.passed(due(t0, wait), cx) {
                         return Poll::Pending;
                     }
-                    Error::Timeout {
+                    ConnectionError::Timeout {
                         waited: t0.elapsed(),
                     }
                 }
@@ -327,7 +330,7 @@ impl AsyncConn {
 }
 
 /// TCP_NODELAY (each request is one whole write) and keepalive.
-fn setup(stream: TcpStream, cfg: &Config) -> io::Result<TcpStream> {
+fn setup(stream: TcpStream, cfg: &ConnectionConfig) -> io::Result<TcpStream> {
     stream.set_nodelay(true)?;
     if let Some(idle) = cfg.keepalive {
         socket2::SockRef::from(&stream).set_tcp_keepalive(
@@ -348,7 +351,7 @@ async fn write_all(
     deadline: &mut Deadline,
     timeout: Duration,
     bufs: &mut [IoSlice<'_>],
-) -> Result<(), Error> {
+) -> Result<(), ConnectionError> {
     write_rest(stream, counts, deadline, timeout, bufs, 0).await
 }
 
@@ -360,7 +363,7 @@ async fn write_rest(
     timeout: Duration,
     mut bufs: &mut [IoSlice<'_>],
     mut sent: usize,
-) -> Result<(), Error> {
+) -> Result<(), ConnectionError> {
     let mut started = None;
     while !bufs.is_empty() {
         let r = if bufs.len() == 1 {
@@ -401,9 +404,9 @@ async fn write_rest(
             }
         };
         return Err(if sent == 0 {
-            Error::NotSent(err)
+            ConnectionError::NotSent(err)
         } else {
-            Error::Io(err)
+            ConnectionError::Io(err)
         });
     }
     Ok(())

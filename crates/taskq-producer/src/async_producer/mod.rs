@@ -3,14 +3,14 @@
 
 use std::net::SocketAddr;
 
-use taskq_proto::{Command, Config, IoCounts, Reply};
+use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
 
 use crate::classify::{
     check_tube, chunk_end, not_inserted, record, start_batch, too_big, use_failed_on_reconnect,
     using,
 };
-use crate::error::Error;
-use crate::producer::{BatchError, BatchReport, Builder, Outcome};
+use crate::error::{Error, NotSent};
+use crate::producer::{BatchError, BatchReport, Builder, PutOutcome};
 use crate::{JobId, PutOptions};
 use taskq_proto::{Backoff, Reconnect};
 
@@ -25,7 +25,7 @@ impl Builder {
     pub async fn connect_async(self, addr: &str) -> Result<AsyncProducer, Error> {
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
             .await
-            .map_err(Error::NotSent)?
+            .map_err(|e| Error::NotSent(NotSent::Io(e)))?
             .collect();
         let tube = self.checked_tube(&addrs)?;
         let mut p = AsyncProducer {
@@ -64,7 +64,7 @@ impl Builder {
 #[derive(Debug)]
 pub struct AsyncProducer {
     addrs: Vec<SocketAddr>,
-    cfg: Config,
+    cfg: ConnectionConfig,
     backoff: Backoff,
     reconnect: Reconnect,
     retries: u32,
@@ -121,7 +121,7 @@ impl AsyncProducer {
             if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
                 let e = match conn.send(&cmd).await {
                     Ok(()) => match conn.recv().await {
-                        Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
+                        Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
                         other => not_inserted(other),
                     },
                     Err(e) => Error::from_conn(e),
@@ -196,7 +196,7 @@ impl AsyncProducer {
         &mut self,
         bodies: &[B],
         opts: PutOptions,
-        out: &mut [Outcome],
+        out: &mut [PutOutcome],
     ) -> Result<BatchReport, BatchError> {
         let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
         let mut report = BatchReport::default();
@@ -208,7 +208,7 @@ impl AsyncProducer {
                 Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
                     retries -= 1;
                     from = e.replied;
-                    out[from..].fill(Outcome::NotSent);
+                    out[from..].fill(PutOutcome::NotSent);
                 }
                 Err(e) => return Err(e),
             }
@@ -223,7 +223,7 @@ impl AsyncProducer {
         bodies: &[B],
         from: usize,
         opts: PutOptions,
-        out: &mut [Outcome],
+        out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
         let broke = |replied: usize, error: Error| BatchError { replied, error };
@@ -238,14 +238,14 @@ impl AsyncProducer {
         if let Err(e) = conn.flush().await {
             let e = Error::from_conn(e);
             if e.outcome_unknown() {
-                out[from..end].fill(Outcome::Unknown);
+                out[from..end].fill(PutOutcome::Unknown);
             }
             self.drop_if_broken();
             return Err(broke(from, e));
         }
         for i in from..end {
             if let Err(e) = record(put_reply(conn).await, &mut out[i], report) {
-                out[i..end].fill(Outcome::Unknown);
+                out[i..end].fill(PutOutcome::Unknown);
                 self.drop_if_broken();
                 return Err(broke(i, e));
             }
@@ -340,7 +340,7 @@ async fn use_on(conn: &mut AsyncConn, tube: &str) -> Result<(), Error> {
 #[inline]
 async fn put_reply(conn: &mut AsyncConn) -> Result<JobId, Error> {
     let r = match conn.recv().await {
-        Ok(Reply::Inserted { id }) => return Ok(JobId(id)),
+        Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
         other => Err(not_inserted(other)),
     };
     mark_if_out_of_step(conn, &r);

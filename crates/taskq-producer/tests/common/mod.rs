@@ -7,16 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use taskq_producer::taskq_proto::{Command, Config, Connection, Reply};
+use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
 
 /// Reserves every ready job of `tube` (polling) and returns (id, body) in order.
 pub fn drain(addr: SocketAddr, tube: &str) -> Vec<(u64, Vec<u8>)> {
-    let cfg = Config {
-        limits: taskq_producer::taskq_proto::Limits {
+    let cfg = ConnectionConfig {
+        limits: taskq_proto::Limits {
             max_job_size: 1 << 20,
             ..Default::default()
         },
-        ..Config::default()
+        ..ConnectionConfig::default()
     };
     let mut c = Connection::connect(addr, cfg).unwrap();
     c.request(&Command::Watch { tube }).unwrap();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 
 use crate::command::Command;
-use crate::error::Error;
+use crate::error::ConnectionError;
 use crate::reply::{Limits, Reply};
 use crate::session::Session;
 
@@ -20,7 +20,7 @@ mod send;
 
 /// Settings of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Config {
+pub struct ConnectionConfig {
     /// Limit on each connect attempt, per resolved address.
     pub connect_timeout: Duration,
     /// Limit on each whole reply (plus the server's wait for `reserve-with-timeout`),
@@ -32,9 +32,9 @@ pub struct Config {
     pub keepalive: Option<Duration>,
 }
 
-impl Default for Config {
+impl Default for ConnectionConfig {
     fn default() -> Self {
-        Config {
+        ConnectionConfig {
             connect_timeout: Duration::from_secs(2),
             io_timeout: Duration::from_secs(1),
             limits: Limits::default(),
@@ -56,11 +56,11 @@ pub struct IoCounts {
 ///
 /// Each request goes out in one write; each reply is read against a deadline for
 /// the whole reply. After a timeout, an I/O error or a reply it cannot decode the
-/// connection is broken for good and refuses further requests with [`Error::Broken`].
+/// connection is broken for good and refuses further requests with [`ConnectionError::Broken`].
 pub struct Connection {
     sock: Socket,
     peer: SocketAddr,
-    cfg: Config,
+    cfg: ConnectionConfig,
     session: Session,
     rcv_timeout: Duration,
     /// True while a deadline has the socket timeout below the I/O timeout; the
@@ -80,16 +80,19 @@ impl std::fmt::Debug for Connection {
 
 impl Connection {
     /// Connects to the first address of `addr` that accepts within the connect timeout.
-    pub fn connect(addr: impl ToSocketAddrs, cfg: Config) -> Result<Connection, Error> {
+    pub fn connect(
+        addr: impl ToSocketAddrs,
+        cfg: ConnectionConfig,
+    ) -> Result<Connection, ConnectionError> {
         let mut last = None;
-        for a in addr.to_socket_addrs().map_err(Error::NotSent)? {
+        for a in addr.to_socket_addrs().map_err(ConnectionError::NotSent)? {
             match Connection::connect_addr(a, cfg) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = Some(e),
             }
         }
         Err(last.unwrap_or_else(|| {
-            Error::NotSent(io::Error::new(
+            ConnectionError::NotSent(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "address resolved to nothing",
             ))
@@ -97,7 +100,10 @@ impl Connection {
     }
 
     /// Connects to one address.
-    pub fn connect_addr(addr: SocketAddr, cfg: Config) -> Result<Connection, Error> {
+    pub fn connect_addr(
+        addr: SocketAddr,
+        cfg: ConnectionConfig,
+    ) -> Result<Connection, ConnectionError> {
         let setup = || -> io::Result<Socket> {
             let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
             sock.set_tcp_nodelay(true)?;
@@ -116,7 +122,7 @@ impl Connection {
             sock.set_write_timeout(Some(positive(cfg.io_timeout)))?;
             Ok(sock)
         };
-        let sock = setup().map_err(Error::NotSent)?;
+        let sock = setup().map_err(ConnectionError::NotSent)?;
         Ok(Connection {
             sock,
             peer: addr,
@@ -134,7 +140,7 @@ impl Connection {
     }
 
     /// The settings this connection was opened with.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &ConnectionConfig {
         &self.cfg
     }
 
@@ -162,7 +168,7 @@ impl Connection {
 
     /// A handle that can cut this connection from another thread, for example to
     /// end a blocking `reserve` at shutdown. The blocked read then fails with
-    /// [`Error::Closed`] and the server returns any job the connection held.
+    /// [`ConnectionError::Closed`] and the server returns any job the connection held.
     pub fn interrupter(&self) -> io::Result<Interrupter> {
         Ok(Interrupter(self.sock.try_clone()?))
     }
@@ -173,7 +179,7 @@ impl Connection {
     }
 
     /// Sends a request and reads its reply.
-    pub fn request(&mut self, cmd: &Command<'_>) -> Result<Reply<'_>, Error> {
+    pub fn request(&mut self, cmd: &Command<'_>) -> Result<Reply<'_>, ConnectionError> {
         self.send(cmd)?;
         self.recv()
     }

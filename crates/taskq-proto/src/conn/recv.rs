@@ -5,7 +5,7 @@ use std::io::{self, Read};
 use std::time::{Duration, Instant};
 
 use super::{positive, Connection};
-use crate::error::Error;
+use crate::error::ConnectionError;
 use crate::reply::Reply;
 
 /// How far a lowered socket timeout may run past the deadline before it is
@@ -19,7 +19,7 @@ impl Connection {
     /// The deadline covers the whole reply: the I/O timeout plus, for
     /// `reserve-with-timeout`, the seconds the server may wait.
     #[inline]
-    pub fn recv(&mut self) -> Result<Reply<'_>, Error> {
+    pub fn recv(&mut self) -> Result<Reply<'_>, ConnectionError> {
         // The enqueue hot path: the reply to a lone put on an empty buffer is
         // almost always one whole `INSERTED <id>\r\n` from one read.
         if self.session.awaits_lone_put() && !self.rcv_lowered {
@@ -46,7 +46,7 @@ impl Connection {
         &mut self,
         started: Instant,
         r: io::Result<usize>,
-    ) -> Result<Reply<'_>, Error> {
+    ) -> Result<Reply<'_>, ConnectionError> {
         // Bytes that arrived are in the buffer already; an end of stream or
         // an error is accounted for here.
         if !matches!(r, Ok(n) if n > 0) {
@@ -57,12 +57,12 @@ impl Connection {
 
     /// [`recv`](Self::recv) for any reply. `started` is when the wait for this
     /// reply began, when a read for it was already made.
-    fn recv_any(&mut self, started: Option<Instant>) -> Result<Reply<'_>, Error> {
+    fn recv_any(&mut self, started: Option<Instant>) -> Result<Reply<'_>, ConnectionError> {
         let Some(kind) = self.session.next_owed() else {
             return Err(if self.session.is_broken() {
-                Error::Broken
+                ConnectionError::Broken
             } else {
-                Error::NothingOwed
+                ConnectionError::NothingOwed
             });
         };
         // The whole wait: the I/O timeout plus what the server may take by design.
@@ -88,7 +88,7 @@ impl Connection {
         started: Instant,
         wait: Duration,
         first_read: &mut bool,
-    ) -> Result<(), Error> {
+    ) -> Result<(), ConnectionError> {
         // Make room first: a buffer full at its cap breaks the session.
         self.session.recv_room()?;
         if self.rcv_lowered && *first_read {
@@ -105,7 +105,7 @@ impl Connection {
                     .unwrap_or_else(|| far_future(started));
                 if now + DEADLINE_SLACK >= deadline {
                     self.session.mark_broken();
-                    return Err(Error::Timeout {
+                    return Err(ConnectionError::Timeout {
                         waited: now - started,
                     });
                 }
@@ -127,11 +127,11 @@ impl Connection {
     /// false when the read timed out or was interrupted (the caller checks the
     /// deadline and reads again); an end of stream or another error breaks the
     /// connection.
-    fn took(&mut self, r: io::Result<usize>) -> Result<bool, Error> {
+    fn took(&mut self, r: io::Result<usize>) -> Result<bool, ConnectionError> {
         match r {
             Ok(0) => {
                 self.session.mark_broken();
-                Err(Error::Closed)
+                Err(ConnectionError::Closed)
             }
             Ok(n) => {
                 self.session.received(n);
@@ -149,16 +149,16 @@ impl Connection {
             }
             Err(e) => {
                 self.session.mark_broken();
-                Err(Error::Io(e))
+                Err(ConnectionError::Io(e))
             }
         }
     }
 
-    fn set_rcv_timeout(&mut self, t: Duration) -> Result<(), Error> {
+    fn set_rcv_timeout(&mut self, t: Duration) -> Result<(), ConnectionError> {
         let t = positive(t);
         if let Err(e) = self.sock.set_read_timeout(Some(t)) {
             self.session.mark_broken();
-            return Err(Error::Io(e));
+            return Err(ConnectionError::Io(e));
         }
         self.rcv_timeout = t;
         self.rcv_lowered = t != positive(self.cfg.io_timeout);

@@ -7,7 +7,7 @@ use socket2::Socket;
 
 use super::{Connection, IoCounts};
 use crate::command::Command;
-use crate::error::Error;
+use crate::error::ConnectionError;
 use crate::session::Request;
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -21,7 +21,7 @@ impl Connection {
     /// The request goes out ahead of any gathered by [`queue`](Self::queue)
     /// and not yet flushed, and its reply is read before theirs.
     #[inline]
-    pub fn send(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+    pub fn send(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         // The enqueue hot path: a put whose line repeats goes out whole from
         // the inline buffer.
         if let Command::Put {
@@ -50,7 +50,7 @@ impl Connection {
     }
 
     /// [`send`](Self::send) for any request.
-    fn send_any(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+    fn send_any(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         let r = match self.session.encode(cmd)? {
             Request::Whole(bytes) => {
                 let r = self.sock.send_with_flags(bytes, SEND_FLAGS);
@@ -77,7 +77,7 @@ impl Connection {
     }
 
     /// Appends a request to the pipeline buffer; [`flush`](Self::flush) sends all of them in one write.
-    pub fn queue(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+    pub fn queue(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         self.session.queue(cmd)
     }
 
@@ -94,12 +94,12 @@ impl Connection {
     /// Sends everything queued with one write call. The buffer keeps its capacity.
     ///
     /// On a broken connection nothing is sent, the queue is dropped and the
-    /// answer is [`Error::Broken`]: requests queued before it broke must not reach
+    /// answer is [`ConnectionError::Broken`]: requests queued before it broke must not reach
     /// a server that is out of step with this client.
-    pub fn flush(&mut self) -> Result<(), Error> {
+    pub fn flush(&mut self) -> Result<(), ConnectionError> {
         if self.session.is_broken() {
             self.session.clear_queue();
-            return Err(Error::Broken);
+            return Err(ConnectionError::Broken);
         }
         if self.session.queued().is_empty() {
             return Ok(());
@@ -119,9 +119,13 @@ impl Connection {
     /// Sends bytes as they are and expects one reply of `kind` to them, for
     /// tests that need a request no encoder would build.
     #[cfg(feature = "test-util")]
-    pub fn send_raw(&mut self, bytes: &[u8], kind: crate::CommandKind) -> Result<(), Error> {
+    pub fn send_raw(
+        &mut self,
+        bytes: &[u8],
+        kind: crate::CommandKind,
+    ) -> Result<(), ConnectionError> {
         if self.session.is_broken() {
-            return Err(Error::Broken);
+            return Err(ConnectionError::Broken);
         }
         let r = write_all(&self.sock, &mut self.counts, &mut [IoSlice::new(bytes)]);
         self.session.expect_reply(kind);
@@ -139,19 +143,23 @@ fn send_rest(
     counts: &mut IoCounts,
     bytes: &[u8],
     first: io::Result<usize>,
-) -> Result<(), Error> {
+) -> Result<(), ConnectionError> {
     match first {
         Ok(n) if n > 0 => write_rest(sock, counts, &mut [IoSlice::new(&bytes[n..])], n),
-        Ok(_) => Err(Error::NotSent(write_zero())),
+        Ok(_) => Err(ConnectionError::NotSent(write_zero())),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => {
             write_all(sock, counts, &mut [IoSlice::new(bytes)])
         }
-        Err(e) => Err(Error::NotSent(e)),
+        Err(e) => Err(ConnectionError::NotSent(e)),
     }
 }
 
 /// Writes every byte, one send call per attempt; a partial write continues where it stopped.
-fn write_all(sock: &Socket, counts: &mut IoCounts, bufs: &mut [IoSlice<'_>]) -> Result<(), Error> {
+fn write_all(
+    sock: &Socket,
+    counts: &mut IoCounts,
+    bufs: &mut [IoSlice<'_>],
+) -> Result<(), ConnectionError> {
     write_rest(sock, counts, bufs, 0)
 }
 
@@ -161,7 +169,7 @@ fn write_rest(
     counts: &mut IoCounts,
     mut bufs: &mut [IoSlice<'_>],
     mut sent: usize,
-) -> Result<(), Error> {
+) -> Result<(), ConnectionError> {
     while !bufs.is_empty() {
         let r = if bufs.len() == 1 {
             sock.send_with_flags(&bufs[0], SEND_FLAGS)
@@ -180,9 +188,9 @@ fn write_rest(
             Err(e) => e,
         };
         return Err(if sent == 0 {
-            Error::NotSent(err)
+            ConnectionError::NotSent(err)
         } else {
-            Error::Io(err)
+            ConnectionError::Io(err)
         });
     }
     Ok(())

@@ -31,7 +31,7 @@
 use std::collections::VecDeque;
 
 use crate::command::{Command, CommandKind};
-use crate::error::{Error, ReplyError};
+use crate::error::{ConnectionError, ReplyError};
 use crate::reply::{attach, inserted_exact, parse_frame, Limits, Reply, Span, Status};
 use crate::MAX_LINE;
 
@@ -105,7 +105,7 @@ impl PutLine {
 ///
 /// Once a reply cannot be decoded (or the driver says the transport failed)
 /// the session is broken for good: the stream is out of step, and every later
-/// call answers [`Error::Broken`].
+/// call answers [`ConnectionError::Broken`].
 pub struct Session {
     limits: Limits,
     line: [u8; INLINE_REQUEST],
@@ -210,7 +210,7 @@ impl Session {
     /// The request is meant to go out now, ahead of any requests gathered by
     /// [`queue`](Self::queue) and not yet sent: its reply is owed before theirs.
     #[inline]
-    pub fn encode<'r>(&'r mut self, cmd: &Command<'r>) -> Result<Request<'r>, Error> {
+    pub fn encode<'r>(&'r mut self, cmd: &Command<'r>) -> Result<Request<'r>, ConnectionError> {
         if let Command::Put {
             pri,
             delay,
@@ -252,9 +252,9 @@ impl Session {
     }
 
     /// [`encode`](Self::encode) for any request.
-    fn encode_any<'r>(&'r mut self, cmd: &Command<'r>) -> Result<Request<'r>, Error> {
+    fn encode_any<'r>(&'r mut self, cmd: &Command<'r>) -> Result<Request<'r>, ConnectionError> {
         if self.is_broken() {
-            return Err(Error::Broken);
+            return Err(ConnectionError::Broken);
         }
         let head = self.encode_line(cmd)?;
         self.settle_lone_put();
@@ -282,7 +282,7 @@ impl Session {
 
     /// Encodes a command's line at the start of `line`, reusing a put line
     /// whose numbers repeat. Returns the line's length.
-    fn encode_line(&mut self, cmd: &Command<'_>) -> Result<usize, Error> {
+    fn encode_line(&mut self, cmd: &Command<'_>) -> Result<usize, ConnectionError> {
         let max = self.limits.max_job_size;
         Ok(match *cmd {
             Command::Put {
@@ -317,9 +317,9 @@ impl Session {
 
     /// Appends a request to the pipeline; [`queued`](Self::queued) then holds
     /// every queued request, for one write.
-    pub fn queue(&mut self, cmd: &Command<'_>) -> Result<(), Error> {
+    pub fn queue(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         if self.is_broken() {
-            return Err(Error::Broken);
+            return Err(ConnectionError::Broken);
         }
         self.put_line = PutLine::NONE;
         let head = cmd.encode_line(&mut self.line, self.limits.max_job_size)?;
@@ -367,16 +367,16 @@ impl Session {
     /// Room for the driver to read into (see [`RecvBuf::spare`]). A buffer at
     /// its cap with no whole reply in it breaks the session.
     #[inline]
-    pub fn recv_room(&mut self) -> Result<&mut [u8], Error> {
+    pub fn recv_room(&mut self) -> Result<&mut [u8], ConnectionError> {
         if self.is_broken() {
-            return Err(Error::Broken);
+            return Err(ConnectionError::Broken);
         }
         match self.rx.spare() {
             Ok(room) => Ok(room),
             Err(Full) => {
                 // The parser refuses frames larger than the limits before this point.
                 self.flags |= BROKEN;
-                Err(Error::Protocol(ReplyError::LineTooLong))
+                Err(ConnectionError::Protocol(ReplyError::LineTooLong))
             }
         }
     }
@@ -396,7 +396,7 @@ impl Session {
     /// The next owed reply when it is whole in the receive buffer; `None` when
     /// more bytes are needed. A reply that cannot be decoded breaks the session.
     #[inline]
-    pub fn poll_reply(&mut self) -> Result<Option<Reply<'_>>, Error> {
+    pub fn poll_reply(&mut self) -> Result<Option<Reply<'_>>, ConnectionError> {
         Ok(self.frame_reply()?.map(|f| self.take_reply(f)))
     }
 
@@ -404,12 +404,12 @@ impl Session {
     /// the next owed reply is whole, without borrowing the buffer, so a driver
     /// can read more in between. [`take_reply`](Self::take_reply) then takes it.
     #[inline]
-    pub fn frame_reply(&mut self) -> Result<Option<Framed>, Error> {
+    pub fn frame_reply(&mut self) -> Result<Option<Framed>, ConnectionError> {
         if self.is_broken() {
-            return Err(Error::Broken);
+            return Err(ConnectionError::Broken);
         }
         let Some(kind) = self.next_owed() else {
-            return Err(Error::NothingOwed);
+            return Err(ConnectionError::NothingOwed);
         };
         if self.rx.is_empty() {
             return Ok(None);
@@ -419,7 +419,7 @@ impl Session {
             Ok(Status::Partial) => Ok(None),
             Err(e) => {
                 self.mark_broken();
-                Err(Error::Protocol(e))
+                Err(ConnectionError::Protocol(e))
             }
         }
     }
@@ -508,7 +508,7 @@ mod tests {
             Some(CommandKind::ReserveWithTimeout { timeout: 0 })
         );
         assert_eq!(s.poll_reply().unwrap(), Some(Reply::TimedOut));
-        assert!(matches!(s.poll_reply(), Err(Error::NothingOwed)));
+        assert!(matches!(s.poll_reply(), Err(ConnectionError::NothingOwed)));
     }
 
     #[test]
@@ -553,11 +553,16 @@ mod tests {
         feed(&mut s, b"INSERTED 4\r\n");
         assert!(matches!(
             s.poll_reply(),
-            Err(Error::Protocol(ReplyError::UnexpectedReply { .. }))
+            Err(ConnectionError::Protocol(
+                ReplyError::UnexpectedReply { .. }
+            ))
         ));
         assert!(s.is_broken());
-        assert!(matches!(s.encode(&Command::Stats), Err(Error::Broken)));
-        assert!(matches!(s.recv_room(), Err(Error::Broken)));
+        assert!(matches!(
+            s.encode(&Command::Stats),
+            Err(ConnectionError::Broken)
+        ));
+        assert!(matches!(s.recv_room(), Err(ConnectionError::Broken)));
     }
 
     #[test]

@@ -5,11 +5,11 @@
 //! reason about, and fast enough for tests and demos. Production uses beanstalkd.
 //!
 //! ```
-//! use taskq_proto::{Command, Config, Connection, Reply};
+//! use taskq_proto::{Command, ConnectionConfig, Connection, Reply};
 //! use taskq_testkit::TestServer;
 //!
 //! let server = TestServer::start().unwrap();
-//! let mut c = Connection::connect(server.addr(), Config::default()).unwrap();
+//! let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
 //! let put = Command::Put { pri: 0, delay: 0, ttr: 10, body: b"job" };
 //! assert!(matches!(c.request(&put).unwrap(), Reply::Inserted { .. }));
 //! let report = server.ledger().check();

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use taskq_proto::{
-    Command, CommandKind, Connection, Error, Interrupter, IoCounts, JobStats, Reply,
+    Command, CommandKind, Connection, ConnectionError, Interrupter, IoCounts, JobStats, Reply,
 };
 
 use super::{Ask, Fault, JobLink, Link, Settle, SettleReply, Took};
@@ -66,12 +66,12 @@ impl JobLink for Beanstalkd {
 }
 
 impl Link for Beanstalkd {
-    fn connect(cfg: &Config, server: &str) -> Result<Beanstalkd, Error> {
-        let pcfg = taskq_proto::Config {
+    fn connect(cfg: &Config, server: &str) -> Result<Beanstalkd, ConnectionError> {
+        let pcfg = taskq_proto::ConnectionConfig {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
             limits: cfg.limits,
-            ..taskq_proto::Config::default()
+            ..taskq_proto::ConnectionConfig::default()
         };
         let mut conn = Connection::connect(server, pcfg)?;
         restore_watch(&mut conn, &cfg.tubes)?;
@@ -86,7 +86,11 @@ impl Link for Beanstalkd {
         self.conn.interrupter().ok()
     }
 
-    fn send(&mut self, settle: Option<(u64, Settle)>, ask: Option<Ask<'_>>) -> Result<(), Error> {
+    fn send(
+        &mut self,
+        settle: Option<(u64, Settle)>,
+        ask: Option<Ask<'_>>,
+    ) -> Result<(), ConnectionError> {
         let conn = &mut self.conn;
         let queued = (|| {
             if let Some((id, s)) = settle {
@@ -120,7 +124,7 @@ impl Link for Beanstalkd {
                 Some(CommandKind::ReserveWithTimeout { timeout }) => break timeout,
                 // The loop asks for nothing else before a reserve, and the
                 // session breaks on a reply it cannot decode.
-                _ => return Err(Fault::Conn(Error::NothingOwed)),
+                _ => return Err(Fault::Conn(ConnectionError::NothingOwed)),
             }
             match self.conn.recv() {
                 Ok(Reply::Watching { .. }) => {}
@@ -144,7 +148,9 @@ impl Link for Beanstalkd {
 }
 
 /// What a settle command's reply says.
-pub(crate) fn settle_reply(reply: Result<Reply<'_>, Error>) -> Result<SettleReply, Fault> {
+pub(crate) fn settle_reply(
+    reply: Result<Reply<'_>, ConnectionError>,
+) -> Result<SettleReply, Fault> {
     match reply {
         Ok(Reply::Deleted) => Ok(SettleReply::Deleted),
         Ok(Reply::Released) => Ok(SettleReply::Released),
@@ -158,7 +164,7 @@ pub(crate) fn settle_reply(reply: Result<Reply<'_>, Error>) -> Result<SettleRepl
 /// Queues the next reserve: in strict mode one `reserve-with-timeout` for a
 /// slice; with weighted tubes, the `watch`/`ignore` commands the schedule needs
 /// first (in the same write) and a reserve that waits only in a fallback run.
-fn queue_reserve(conn: &mut Connection, ask: Ask<'_>) -> Result<(), Error> {
+fn queue_reserve(conn: &mut Connection, ask: Ask<'_>) -> Result<(), ConnectionError> {
     let Ask {
         sched,
         tubes,
@@ -187,7 +193,7 @@ fn queue_reserve(conn: &mut Connection, ask: Ask<'_>) -> Result<(), Error> {
 }
 
 /// Watches the configured tubes and ignores `default` unless listed, in one write.
-fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), Error> {
+fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), ConnectionError> {
     for t in tubes {
         conn.queue(&Command::Watch { tube: t })?;
     }
@@ -203,7 +209,7 @@ fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), Error> {
                 let word = r.word();
                 tracing::warn!(server = %conn.peer_addr(), reply = word, "unexpected reply to watch");
                 conn.mark_broken();
-                return Err(Error::Broken);
+                return Err(ConnectionError::Broken);
             }
         }
     }

@@ -13,7 +13,7 @@
 
 use std::net::SocketAddr;
 
-use taskq_proto::{Error, Interrupter, IoCounts};
+use taskq_proto::{ConnectionError, Interrupter, IoCounts};
 
 use crate::config::Config;
 use crate::fair::Schedule;
@@ -30,7 +30,7 @@ pub(crate) use beanstalkd::Beanstalkd;
 pub(crate) enum Fault {
     /// The connection failed: timeout, close, I/O error, or a reply that
     /// could not be decoded. The link is broken.
-    Conn(Error),
+    Conn(ConnectionError),
     /// A reply that decodes but cannot answer the request: the stream is out
     /// of step, and the loop marks the link broken.
     Unexpected(&'static str),
@@ -143,14 +143,18 @@ pub(crate) trait JobLink {
 pub(crate) trait Link: JobLink + Sized {
     /// Opens a connection to `server` and sets it up for the configured tubes
     /// (the restore hook: run again on every reconnect).
-    fn connect(cfg: &Config, server: &str) -> Result<Self, Error>;
+    fn connect(cfg: &Config, server: &str) -> Result<Self, ConnectionError>;
     /// System calls made so far.
     fn io_counts(&self) -> IoCounts;
     /// A handle that cuts the connection from another thread.
     fn interrupter(&self) -> Option<Interrupter>;
     /// Sends, in one write, the settle of job `id` (if any) and then the next
     /// reserve (if any).
-    fn send(&mut self, settle: Option<(u64, Settle)>, ask: Option<Ask<'_>>) -> Result<(), Error>;
+    fn send(
+        &mut self,
+        settle: Option<(u64, Settle)>,
+        ask: Option<Ask<'_>>,
+    ) -> Result<(), ConnectionError>;
     /// Reads the answer to the settle sent last.
     fn settled(&mut self) -> Result<SettleReply, Fault>;
     /// Reads what the reserve in flight came to.

@@ -159,7 +159,7 @@ mod tests {
     //! The settle and counting rules, through the protocol session with
     //! scripted bytes: no socket, no clock, no sleep.
 
-    use taskq_proto::{Command, Error, Limits, Reply, Session};
+    use taskq_proto::{Command, ConnectionError, Limits, Reply, Session};
 
     use super::*;
     use crate::engine::settle_reply;
@@ -184,7 +184,7 @@ mod tests {
         settle_reply(decode(cmd, bytes))
     }
 
-    fn decode(cmd: &Command<'_>, bytes: &[u8]) -> Result<Reply<'static>, Error> {
+    fn decode(cmd: &Command<'_>, bytes: &[u8]) -> Result<Reply<'static>, ConnectionError> {
         let mut s = Session::new(Limits::default());
         s.encode(cmd).unwrap();
         if !bytes.is_empty() {
@@ -205,7 +205,7 @@ mod tests {
                 Reply::UnknownCommand => Reply::UnknownCommand,
                 other => panic!("a settle cannot be answered {other:?}"),
             }),
-            Ok(None) => Err(Error::Closed),
+            Ok(None) => Err(ConnectionError::Closed),
             Err(e) => Err(e),
         }
     }

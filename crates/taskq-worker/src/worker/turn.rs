@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use taskq_proto::{Error, IoCounts, Reconnect};
+use taskq_proto::{ConnectionError, IoCounts, Reconnect};
 
 use super::lane::{account_io, After};
 use super::settle::{decide, Settled};
@@ -49,7 +49,7 @@ impl Turn<'_> {
     }
 
     /// Sends the next reserve.
-    pub(super) fn send_reserve<L: Link>(&mut self, link: &mut L) -> Result<(), Error> {
+    pub(super) fn send_reserve<L: Link>(&mut self, link: &mut L) -> Result<(), ConnectionError> {
         let ask = self.ask();
         link.send(None, Some(ask))
     }
@@ -270,11 +270,11 @@ impl Turn<'_> {
 }
 
 /// A request failed: count a timeout or an undecodable reply, log, and give up the link.
-pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &Error) -> After {
+pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) -> After {
     if e.is_timeout() {
         Counters::add(&sh.counters.io_timeouts);
     }
-    if matches!(e, Error::Protocol(_)) {
+    if matches!(e, ConnectionError::Protocol(_)) {
         // A garbage line, or a reply word that cannot answer the command.
         Counters::add(&sh.counters.unexpected_replies);
     }

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command as Cmd, Config, Connection, Reply, ServerStats};
+use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats};
 
 /// Connects with test-friendly timeouts.
 pub fn connect(addr: SocketAddr) -> Connection {
-    let mut cfg = Config::default();
+    let mut cfg = ConnectionConfig::default();
     cfg.limits.max_job_size = 1 << 20;
     Connection::connect(addr, cfg).expect("connect")
 }
