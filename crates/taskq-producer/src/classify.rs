@@ -135,3 +135,133 @@ pub(crate) fn record(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The producer's outcome rules, through the protocol session with
+    //! scripted bytes: no socket, no clock, no sleep.
+
+    use taskq_proto::{Command, ConnectionError, Limits, Session};
+
+    use super::*;
+
+    /// What a put comes to when the server sends `bytes` and then closes.
+    fn put_answered(bytes: &[u8]) -> Result<JobId, Error> {
+        let mut s = Session::new(Limits::default());
+        let put = Command::Put {
+            pri: 1,
+            delay: 0,
+            ttr: 5,
+            body: b"job",
+        };
+        s.encode(&put).unwrap();
+        if !bytes.is_empty() {
+            let room = s.recv_room().unwrap();
+            room[..bytes.len()].copy_from_slice(bytes);
+            s.received(bytes.len());
+        }
+        match s.poll_reply() {
+            Ok(Some(Reply::Inserted { id })) => Ok(JobId::new(id)),
+            Ok(Some(r)) => Err(not_inserted(Ok(r))),
+            // No whole reply before the close.
+            Ok(None) => Err(not_inserted(Err(ConnectionError::Closed))),
+            Err(e) => Err(not_inserted(Err(e))),
+        }
+    }
+
+    #[test]
+    fn every_put_reply_whole_is_its_outcome_and_cut_at_any_byte_is_unknown() {
+        let cases: [(&[u8], Result<u64, Rejection>); 9] = [
+            (b"INSERTED 7\r\n", Ok(7)),
+            (
+                b"BURIED 7\r\n",
+                Err(Rejection::InsertedBuried { id: JobId::new(7) }),
+            ),
+            (b"EXPECTED_CRLF\r\n", Err(Rejection::ExpectedCrlf)),
+            (b"JOB_TOO_BIG\r\n", Err(Rejection::JobTooBig)),
+            (b"DRAINING\r\n", Err(Rejection::Draining)),
+            (b"OUT_OF_MEMORY\r\n", Err(Rejection::OutOfMemory)),
+            (b"INTERNAL_ERROR\r\n", Err(Rejection::InternalError)),
+            (b"BAD_FORMAT\r\n", Err(Rejection::BadFormat)),
+            (b"UNKNOWN_COMMAND\r\n", Err(Rejection::UnknownCommand)),
+        ];
+        let mut checked = 0;
+        for (bytes, want) in cases {
+            for cut in 0..bytes.len() {
+                let got = put_answered(&bytes[..cut]);
+                assert!(
+                    matches!(got, Err(Error::Unknown(ConnectionError::Closed))),
+                    "{bytes:?} cut at {cut}: {got:?}"
+                );
+                assert!(got.unwrap_err().outcome_unknown());
+                checked += 1;
+            }
+            match (put_answered(bytes), want) {
+                (Ok(id), Ok(want)) => assert_eq!(id.get(), want),
+                (Err(Error::Rejected(r)), Err(want)) => {
+                    assert_eq!(r, want, "{bytes:?}");
+                    // Only BURIED <id> means the job is queued after all.
+                    assert_eq!(
+                        r.queued(),
+                        matches!(r, Rejection::InsertedBuried { .. }),
+                        "{r:?}"
+                    );
+                }
+                (got, want) => panic!("{bytes:?}: got {got:?}, want {want:?}"),
+            }
+            checked += 1;
+        }
+        // Nine replies of 10 to 17 bytes (120 in all), each cut at every byte, and whole.
+        assert_eq!(checked, 120 + 9);
+    }
+
+    #[test]
+    fn garbage_and_replies_no_put_gets_are_unknown_never_inserted_or_rejected() {
+        let cases: [&[u8]; 10] = [
+            b"DELETED\r\n",
+            b"USING default\r\n",
+            b"RESERVED 1 1\r\nx\r\n",
+            b"INSERTED\r\n",
+            b"INSERTED 7 8\r\n",
+            b"INSERTED 99999999999999999999\r\n",
+            b"INSERTED 7\n",
+            b"\r\n",
+            b"HELLO\r\n",
+            &[b'A'; 300],
+        ];
+        for bytes in cases {
+            let got = put_answered(bytes);
+            assert!(
+                matches!(got, Err(Error::Unknown(ConnectionError::Protocol(_)))),
+                "{:?}: {got:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+
+    #[test]
+    fn use_is_in_step_only_when_using_names_the_tube() {
+        let answer = |bytes: &[u8]| {
+            let mut s = Session::new(Limits::default());
+            s.encode(&Command::Use { tube: "emails" }).unwrap();
+            let room = s.recv_room().unwrap();
+            room[..bytes.len()].copy_from_slice(bytes);
+            s.received(bytes.len());
+            match s.poll_reply() {
+                Ok(Some(r)) => using(Ok(r), "emails"),
+                Ok(None) => using(Err(ConnectionError::Closed), "emails"),
+                Err(e) => using(Err(e), "emails"),
+            }
+        };
+        assert!(answer(b"USING emails\r\n").is_ok());
+        for bytes in [
+            &b"USING other\r\n"[..],
+            b"USING emai",
+            b"OUT_OF_MEMORY\r\n",
+            b"x\r\n",
+        ] {
+            let got = answer(bytes);
+            assert!(got.is_err(), "{bytes:?}: {got:?}");
+        }
+    }
+}
