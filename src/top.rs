@@ -516,23 +516,26 @@ fn screen_lines(view: &View) -> Vec<Line<'static>> {
         })
         .collect();
     lines.push(Line::raw(""));
-    lines.push(match (&view.error, &view.latest) {
-        (Some(e), Some(_)) => Line::styled(
-            format!(
-                "error: {e}; the figures above are from the last sample; retrying every second"
-            ),
-            Style::new().fg(Color::Red),
-        ),
-        (Some(e), None) => Line::styled(
-            format!("error: {e}; retrying every second"),
-            Style::new().fg(Color::Red),
-        ),
-        (None, None) => Line::raw(format!("taskq top: reading {}", view.addr)),
-        (None, Some(_)) => Line::styled(
+    let red = Style::new().fg(Color::Red);
+    match (&view.error, &view.latest) {
+        (Some(e), latest) => {
+            lines.push(Line::styled(
+                format!("error, retrying every second: {e}"),
+                red,
+            ));
+            if latest.is_some() {
+                lines.push(Line::styled(
+                    "(the figures above are from the last sample read)",
+                    red,
+                ));
+            }
+        }
+        (None, None) => lines.push(Line::raw(format!("taskq top: reading {}", view.addr))),
+        (None, Some(_)) => lines.push(Line::styled(
             "q, Esc or Ctrl-C quits; refreshed every second",
             Style::new().add_modifier(Modifier::DIM),
-        ),
-    });
+        )),
+    }
     lines
 }
 
