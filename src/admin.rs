@@ -172,7 +172,8 @@ pub fn ready_ages(conn: &mut Connection, tubes: &[TubeRow]) -> Result<Vec<Option
         .collect()
 }
 
-fn print(text: &[u8]) -> CliResult {
+/// Writes `text` to standard output and flushes it.
+pub fn print(text: &[u8]) -> CliResult {
     let mut out = std::io::stdout().lock();
     out.write_all(text)
         .and_then(|()| out.flush())

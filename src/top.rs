@@ -3,7 +3,7 @@
 //! next ready job and a trend of the rates; `--once` prints one frame as text.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -24,7 +24,9 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use taskq_proto::{validate_tube, Command, Connection, Reply, ServerStats};
 use taskq_worker::table::Table;
 
-use crate::admin::{all_tubes, ready_ages, request, tube_stats, unexpected, ServerArgs, TubeRow};
+use crate::admin::{
+    all_tubes, print, ready_ages, request, tube_stats, unexpected, ServerArgs, TubeRow,
+};
 
 /// The text after `taskq top --help`.
 pub const TOP_HELP: &str = "\
@@ -244,41 +246,41 @@ impl View {
             t.tubes
         )];
         let mut totals = Table::new().left(1).left(3).left(5).left(7).left(9);
-        totals.row([
-            "jobs".to_string(),
-            "ready".into(),
-            t.ready.to_string(),
-            "urgent".into(),
-            t.urgent.to_string(),
-            "reserved".into(),
-            t.reserved.to_string(),
-            "delayed".into(),
-            t.delayed.to_string(),
-            "buried".into(),
-            t.buried.to_string(),
-        ]);
-        totals.row([
-            "connections".to_string(),
-            "open".into(),
-            t.connections.to_string(),
-            "producers".into(),
-            t.producers.to_string(),
-            "workers".into(),
-            t.workers.to_string(),
-            "waiting".into(),
-            t.waiting.to_string(),
-        ]);
-        totals.row([
-            "commands".to_string(),
-            "cmd-put".into(),
-            t.cmd_put.to_string(),
-            "cmd-delete".into(),
-            t.cmd_delete.to_string(),
-            "total-jobs".into(),
-            t.total_jobs.to_string(),
-            "timeouts".into(),
-            t.job_timeouts.to_string(),
-        ]);
+        for (label, pairs) in [
+            (
+                "jobs",
+                &[
+                    ("ready", t.ready),
+                    ("urgent", t.urgent),
+                    ("reserved", t.reserved),
+                    ("delayed", t.delayed),
+                    ("buried", t.buried),
+                ][..],
+            ),
+            (
+                "connections",
+                &[
+                    ("open", t.connections),
+                    ("producers", t.producers),
+                    ("workers", t.workers),
+                    ("waiting", t.waiting),
+                ],
+            ),
+            (
+                "commands",
+                &[
+                    ("cmd-put", t.cmd_put),
+                    ("cmd-delete", t.cmd_delete),
+                    ("total-jobs", t.total_jobs),
+                    ("timeouts", t.job_timeouts),
+                ],
+            ),
+        ] {
+            let cells = pairs
+                .iter()
+                .flat_map(|(k, v)| [k.to_string(), v.to_string()]);
+            totals.row(std::iter::once(label.to_string()).chain(cells));
+        }
         lines.extend(totals.to_string().lines().map(str::to_owned));
         lines.push(String::new());
         let header = lines.len();
@@ -378,10 +380,7 @@ fn once(args: &TopArgs) -> Result<(), String> {
     view.update(sample(&mut conn, &args.tubes)?);
     let mut text = view.lines().0.join("\n");
     text.push('\n');
-    let mut out = io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| format!("writing: {e}"))
+    print(text.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// Samples every [`PERIOD`] on its own thread (so a slow or dead server never

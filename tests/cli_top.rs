@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cli_common::taskq;
-use taskq_proto::{Command as Cmd, Config, Connection, Reply, ServerStats, TubeStats};
+use cli_common::{taskq, with_tube_stats};
+use taskq_proto::{Command as Cmd, Config, Connection, Reply, ServerStats};
 use taskq_testkit::Beanstalkd;
 
 const HEADER: [&str; 10] = [
@@ -35,19 +35,14 @@ fn connect(addr: &str) -> Connection {
 
 /// `stats-tube`: ready, reserved, delayed, buried.
 fn counts(addr: &str, tube: &str) -> [u64; 4] {
-    let mut c = connect(addr);
-    match c.request(&Cmd::StatsTube { tube }).unwrap() {
-        Reply::Ok { yaml } => {
-            let s = TubeStats::parse(yaml).unwrap();
-            [
-                s.current_jobs_ready,
-                s.current_jobs_reserved,
-                s.current_jobs_delayed,
-                s.current_jobs_buried,
-            ]
-        }
-        r => panic!("stats-tube {tube}: {r:?}"),
-    }
+    with_tube_stats(addr, tube, |s| {
+        [
+            s.current_jobs_ready,
+            s.current_jobs_reserved,
+            s.current_jobs_delayed,
+            s.current_jobs_buried,
+        ]
+    })
 }
 
 fn tube_names(addr: &str) -> Vec<String> {
