@@ -135,7 +135,45 @@ pub fn all_tubes(conn: &mut Connection) -> Result<Vec<TubeRow>, String> {
     Ok(rows)
 }
 
-fn print(text: &[u8]) -> CliResult {
+/// The age in seconds of the next ready job of `tube`, the one a reserve
+/// would get (`None` when none is ready). Leaves the connection using `tube`.
+pub fn ready_age(conn: &mut Connection, tube: &str) -> Result<Option<u64>, String> {
+    use_tube(conn, tube)?;
+    let Some(id) = request(conn, &Command::PeekReady, |r| match r {
+        Reply::Found { id, .. } => Ok(Some(id)),
+        Reply::NotFound => Ok(None),
+        other => Err(unexpected(&Command::PeekReady, &other)),
+    })?
+    else {
+        return Ok(None);
+    };
+    let stats = Command::StatsJob { id };
+    request(conn, &stats, |r| match r {
+        Reply::Ok { yaml } => JobStats::parse(yaml)
+            .map(|s| Some(s.age))
+            .map_err(|e| format!("reading stats-job: {e}")),
+        Reply::NotFound => Ok(None),
+        other => Err(unexpected(&stats, &other)),
+    })
+}
+
+/// Per tube of `tubes` (same order), the age of its next ready job, as [`ready_age`];
+/// tubes with no ready job are not asked about.
+pub fn ready_ages(conn: &mut Connection, tubes: &[TubeRow]) -> Result<Vec<Option<u64>>, String> {
+    tubes
+        .iter()
+        .map(|t| {
+            if t.ready == 0 {
+                Ok(None)
+            } else {
+                ready_age(conn, &t.name)
+            }
+        })
+        .collect()
+}
+
+/// Writes `text` to standard output and flushes it.
+pub fn print(text: &[u8]) -> CliResult {
     let mut out = std::io::stdout().lock();
     out.write_all(text)
         .and_then(|()| out.flush())

@@ -7,10 +7,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use taskq_proto::{yaml, Command, JobStats, Reply};
+use taskq_proto::{yaml, Command, Reply};
 use taskq_worker::metrics::MetricsServer;
 
-use crate::admin::{all_tubes, connect_to, request, unexpected, TubeRow};
+use crate::admin::{all_tubes, connect_to, ready_ages, request, unexpected, TubeRow};
 use crate::CliResult;
 
 /// Arguments of `taskq exporter`.
@@ -62,43 +62,11 @@ fn read(addr: &str, io_timeout: u64) -> Result<Reading, String> {
         other => Err(unexpected(&Command::Stats, &other)),
     })?;
     let tubes = all_tubes(&mut conn)?;
-    let mut oldest_ready = Vec::with_capacity(tubes.len());
-    for t in &tubes {
-        oldest_ready.push(if t.ready == 0 {
-            None
-        } else {
-            ready_age(&mut conn, &t.name)?
-        });
-    }
+    let oldest_ready = ready_ages(&mut conn, &tubes)?;
     Ok(Reading {
         counters,
         tubes,
         oldest_ready,
-    })
-}
-
-/// The age of the next ready job of `tube` (`None` when it went meanwhile).
-fn ready_age(conn: &mut taskq_proto::Connection, tube: &str) -> Result<Option<u64>, String> {
-    let use_tube = Command::Use { tube };
-    request(conn, &use_tube, |r| match r {
-        Reply::Using { .. } => Ok(()),
-        other => Err(unexpected(&use_tube, &other)),
-    })?;
-    let Some(id) = request(conn, &Command::PeekReady, |r| match r {
-        Reply::Found { id, .. } => Ok(Some(id)),
-        Reply::NotFound => Ok(None),
-        other => Err(unexpected(&Command::PeekReady, &other)),
-    })?
-    else {
-        return Ok(None);
-    };
-    let stats = Command::StatsJob { id };
-    request(conn, &stats, |r| match r {
-        Reply::Ok { yaml } => JobStats::parse(yaml)
-            .map(|s| Some(s.age))
-            .map_err(|e| format!("reading stats-job: {e}")),
-        Reply::NotFound => Ok(None),
-        other => Err(unexpected(&stats, &other)),
     })
 }
 

@@ -1,4 +1,4 @@
-//! The `taskq` command: put, stats, the operators' commands, bench, serve and demo.
+//! The `taskq` command: put, stats, the operators' commands (top among them), bench, serve and demo.
 
 use std::process::ExitCode;
 
@@ -11,6 +11,7 @@ mod exporter;
 mod put;
 mod serve;
 mod stats;
+mod top;
 
 /// Errors of the command line: printed as one line on stderr, exit status 1.
 pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -42,6 +43,9 @@ enum Cmd {
     Delete(admin::JobsArgs),
     /// Hand out no job of a tube for SECS seconds.
     Pause(admin::PauseArgs),
+    /// A live view of the server: totals, and per tube jobs by state, rates and trends.
+    #[command(after_help = top::TOP_HELP)]
+    Top(top::TopArgs),
     /// Serve servers' statistics at /metrics in the Prometheus text format.
     Exporter(exporter::ExporterArgs),
     /// Measure enqueue throughput and latency.
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
         Cmd::KickJob(a) => admin::kick_job(a),
         Cmd::Delete(a) => admin::delete(a),
         Cmd::Pause(a) => admin::pause(a),
+        Cmd::Top(a) => return top::run(a),
         Cmd::Exporter(a) => exporter::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Serve(a) => serve::run(a),

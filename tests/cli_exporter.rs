@@ -8,8 +8,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use cli_common::ok;
-use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats, TubeStats};
+use cli_common::{ok, with_tube_stats};
+use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats};
 use taskq_testkit::{beanstalkd::free_port, Beanstalkd};
 
 /// GET /metrics: each sample line as (name{labels}, value).
@@ -33,20 +33,15 @@ fn scrape(at: SocketAddr) -> Option<HashMap<String, f64>> {
 }
 
 fn tube_stats(addr: SocketAddr, tube: &str) -> (u64, u64, u64, u64, u64) {
-    let mut c = Connection::connect(addr, ConnectionConfig::default()).unwrap();
-    match c.request(&Cmd::StatsTube { tube }).unwrap() {
-        Reply::Ok { yaml } => {
-            let s = TubeStats::parse(yaml).unwrap();
-            (
-                s.current_jobs_ready,
-                s.current_jobs_reserved,
-                s.current_jobs_delayed,
-                s.current_jobs_buried,
-                s.total_jobs,
-            )
-        }
-        r => panic!("{r:?}"),
-    }
+    with_tube_stats(addr, tube, |s| {
+        (
+            s.current_jobs_ready,
+            s.current_jobs_reserved,
+            s.current_jobs_delayed,
+            s.current_jobs_buried,
+            s.total_jobs,
+        )
+    })
 }
 
 #[test]

@@ -2,12 +2,12 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply};
+use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, TubeStats};
 
 /// Runs `taskq ARGS` with `stdin` fed in, killing it after `limit`.
 /// Returns the output and how long it ran.
@@ -115,5 +115,18 @@ impl Drop for Reaped {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// `stats-tube TUBE` on the server at `addr`, handed to `f`.
+pub fn with_tube_stats<T>(
+    addr: impl ToSocketAddrs,
+    tube: &str,
+    f: impl FnOnce(&TubeStats<'_>) -> T,
+) -> T {
+    let mut c = Connection::connect(addr, ConnectionConfig::default()).unwrap();
+    match c.request(&Cmd::StatsTube { tube }).unwrap() {
+        Reply::Ok { yaml } => f(&TubeStats::parse(yaml).unwrap()),
+        r => panic!("stats-tube {tube}: {r:?}"),
     }
 }
