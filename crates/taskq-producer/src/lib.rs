@@ -51,6 +51,7 @@ async fn enqueue() -> Result<(), Error> {
 #[cfg(feature = "tokio")]
 mod async_producer;
 mod classify;
+mod engine;
 mod error;
 mod multi;
 mod producer;

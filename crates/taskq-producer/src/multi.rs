@@ -125,12 +125,11 @@ impl MultiProducer {
                 max,
             }));
         }
-        let cmd = opts.command(body);
         let n = self.servers.len();
         let mut last = None;
         for k in 0..n {
             let server = (start + k) % n;
-            match self.servers[server].put_once(&cmd, false) {
+            match self.servers[server].put_once(body, opts, false) {
                 Ok(id) => return Ok(Placed { server, id }),
                 Err(e @ Error::NotSent(_)) => last = Some(e),
                 Err(e @ Error::Unknown(_)) if self.resend_unknown => last = Some(e),

@@ -1,19 +1,16 @@
 //! One producer on one server: put, put_batch, put with queue position, and
 //! reconnection after a broken connection.
 
-use crate::NotSent;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, Connection, ConnectionConfig, IoCounts, Reply, TubeStats};
+use taskq_proto::{Backoff, ConnectionConfig, IoCounts, Reconnect};
 
-use crate::classify::{
-    check_tube, chunk_end, in_backoff, not_inserted, record, start_batch, too_big,
-    use_failed_on_reconnect, using,
-};
+use crate::classify::{check_tube, chunk_end, in_backoff, start_batch, too_big};
+use crate::engine::Link;
 use crate::error::{Error, Rejection};
+use crate::NotSent;
 use crate::{JobId, PutOptions};
-use taskq_proto::{Backoff, Reconnect};
 
 /// Most jobs sent in one write by [`Producer::put_batch`]; a longer batch goes
 /// out in several writes. Bounds the replies waiting in the socket while the
@@ -217,7 +214,7 @@ pub struct Producer {
     retries: u32,
     /// The tube in use; `None` is `default`, which a new connection starts with.
     tube: Option<String>,
-    conn: Option<Connection>,
+    conn: Option<Link>,
     connects: u64,
 }
 
@@ -245,7 +242,7 @@ impl Producer {
             return self.connected(true).map(|_| ());
         }
         let conn = self.conn.as_mut().expect("checked above");
-        let r = use_on(conn, tube);
+        let r = conn.use_tube(tube);
         if r.is_err() {
             self.broke();
         }
@@ -262,7 +259,7 @@ impl Producer {
         }
         self.tube = wanted.map(str::to_owned);
         if let Some(conn) = self.conn.as_mut() {
-            if use_on(conn, tube).is_err() {
+            if conn.use_tube(tube).is_err() {
                 self.broke();
             }
         }
@@ -281,77 +278,76 @@ impl Producer {
     /// Puts one job: one write, one read.
     #[inline]
     pub fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
-        let cmd = opts.command(body);
         // Steady state: a live connection and nothing to recover from. (A body
         // over the maximum is refused by the connection before sending, with
-        // the same error `put_cold` gives.)
-        // (The first put on a new connection goes the cold way, which records
-        // the progress that makes the next reconnect immediate.)
+        // the same error `put_cold` gives.) The first put on a new connection
+        // goes the cold way, which records the progress that makes the next
+        // reconnect immediate.
+        // A link that broke earlier refuses the put before sending anything
+        // (`NotSent(Broken)`), and the cold path replaces it.
         if self.reconnect.made_progress() {
-            if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
-                // `INSERTED` returns straight away; every other outcome is
-                // turned into an error first, so the hot path carries no `Result`.
-                let e = match conn.send(&cmd) {
-                    Ok(()) => match conn.recv() {
-                        Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
-                        other => not_inserted(other),
-                    },
-                    Err(e) => Error::from_conn(e),
+            if let Some(link) = self.conn.as_mut() {
+                return match link.put(body, opts) {
+                    Ok(id) => Ok(id),
+                    Err(e) => self.put_failed(body, opts, e),
                 };
-                return self.put_failed(&cmd, e);
             }
         }
-        self.put_cold(&cmd)
+        self.put_cold(body, opts)
     }
 
-    /// The hot path's put did not come back `INSERTED`: a rejection is the
+    /// The hot path's put did not come back inserted: a rejection is the
     /// answer; an unknown or not-sent outcome drops a broken connection and is
     /// retried in at-least-once mode.
     #[cold]
-    fn put_failed(&mut self, cmd: &Command<'_>, e: Error) -> Result<JobId, Error> {
-        let r = Err(e);
-        if let Some(conn) = self.conn.as_mut() {
-            mark_if_out_of_step(conn, &r);
+    fn put_failed(&mut self, body: &[u8], opts: PutOptions, e: Error) -> Result<JobId, Error> {
+        if matches!(e, Error::NotSent(NotSent::Broken)) {
+            // Broken before this put: nothing was sent; reconnect and put.
+            self.drop_if_broken();
+            return self.put_cold(body, opts);
         }
+        let r = Err(e);
         if !matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
             return r;
         }
         self.drop_if_broken();
-        self.put_again(cmd, r)
+        self.put_again(body, opts, r)
     }
 
     /// A put that needs a connection first (or a body refused before that).
     #[cold]
-    fn put_cold(&mut self, cmd: &Command<'_>) -> Result<JobId, Error> {
-        let len = cmd.body().len();
-        if len > self.cfg.limits.max_job_size {
-            return Err(too_big(len, self.cfg.limits.max_job_size));
+    fn put_cold(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
+        let max = self.cfg.limits.max_job_size;
+        if body.len() > max {
+            return Err(too_big(body.len(), max));
         }
-        let r = self.put_once(cmd, true);
-        self.put_again(cmd, r)
+        let r = self.put_once(body, opts, true);
+        self.put_again(body, opts, r)
     }
 
     /// At-least-once mode: sends again while the outcome is unknown or not sent.
     fn put_again(
         &mut self,
-        cmd: &Command<'_>,
+        body: &[u8],
+        opts: PutOptions,
         mut r: Result<JobId, Error>,
     ) -> Result<JobId, Error> {
         let mut retries = self.retries;
         while retries > 0 && matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
             retries -= 1;
-            r = self.put_once(cmd, true);
+            r = self.put_once(body, opts, true);
         }
         r
     }
 
     /// One attempt at a put; `wait` says whether to sleep out a reconnect backoff.
-    pub(crate) fn put_once(&mut self, cmd: &Command<'_>, wait: bool) -> Result<JobId, Error> {
-        let conn = self.connected(wait)?;
-        let r = match conn.send(cmd) {
-            Ok(()) => put_reply(conn),
-            Err(e) => Err(Error::from_conn(e)),
-        };
+    pub(crate) fn put_once(
+        &mut self,
+        body: &[u8],
+        opts: PutOptions,
+        wait: bool,
+    ) -> Result<JobId, Error> {
+        let r = self.connected(wait)?.put(body, opts);
         match &r {
             Ok(_) => self.reconnect.progress(),
             Err(Error::Rejected(_)) => self.reconnect.progress(),
@@ -402,29 +398,14 @@ impl Producer {
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
-        let broke = |replied: usize, error: Error| BatchError { replied, error };
-        let conn = self.connected(true).map_err(|e| broke(from, e))?;
+        let link = self.connected(true).map_err(|error| BatchError {
+            replied: from,
+            error,
+        })?;
         let end = chunk_end(bodies, from);
-        for body in &bodies[from..end] {
-            if let Err(e) = conn.queue(&opts.command(body.as_ref())) {
-                conn.clear_queue();
-                return Err(broke(from, Error::from_conn(e)));
-            }
-        }
-        if let Err(e) = conn.flush() {
-            let e = Error::from_conn(e);
-            if e.outcome_unknown() {
-                out[from..end].fill(PutOutcome::Unknown);
-            }
+        if let Err(e) = link.put_chunk(bodies, (from, end), opts, out, report) {
             self.drop_if_broken();
-            return Err(broke(from, e));
-        }
-        for i in from..end {
-            if let Err(e) = record(put_reply(conn), &mut out[i], report) {
-                out[i..end].fill(PutOutcome::Unknown);
-                self.drop_if_broken();
-                return Err(broke(i, e));
-            }
+            return Err(e);
         }
         self.reconnect.progress();
         Ok(end)
@@ -437,29 +418,10 @@ impl Producer {
             return Err(too_big(body.len(), self.cfg.limits.max_job_size));
         }
         self.connected(true)?;
-        let conn = self.conn.as_mut().expect("connected above");
         let tube = self.tube.as_deref().unwrap_or("default");
-        let sent = conn
-            .queue(&opts.command(body))
-            .and_then(|()| conn.queue(&Command::StatsTube { tube }))
-            .and_then(|()| conn.flush());
-        let id = match sent {
-            Ok(()) => put_reply(conn),
-            Err(e) => {
-                conn.clear_queue();
-                Err(Error::from_conn(e))
-            }
-        };
-        // The statistics reply follows whatever the put got, unless the stream broke.
-        let ready = if conn.is_broken() {
-            None
-        } else {
-            match conn.recv() {
-                Ok(Reply::Ok { yaml }) => TubeStats::parse(yaml).ok().map(|s| s.current_jobs_ready),
-                _ => None,
-            }
-        };
-        if conn.is_broken() {
+        let link = self.conn.as_mut().expect("connected above");
+        let (id, ready) = link.put_with_ready(body, opts, tube);
+        if link.is_broken() {
             self.drop_if_broken();
         } else {
             self.reconnect.progress();
@@ -483,7 +445,7 @@ impl Producer {
 
     /// System calls on the current connection, for tests and benchmarks.
     pub fn io_counts(&self) -> Option<IoCounts> {
-        self.conn.as_ref().map(Connection::io_counts)
+        self.conn.as_ref().map(Link::io_counts)
     }
 
     /// The addresses this producer connects to.
@@ -505,7 +467,7 @@ impl Producer {
     }
 
     /// The open connection, opening one (and restoring the tube) if needed.
-    pub(crate) fn connected(&mut self, wait: bool) -> Result<&mut Connection, Error> {
+    pub(crate) fn connected(&mut self, wait: bool) -> Result<&mut Link, Error> {
         if self.conn.as_ref().is_some_and(|c| !c.is_broken()) {
             return Ok(self.conn.as_mut().expect("checked above"));
         }
@@ -516,15 +478,7 @@ impl Producer {
             }
             std::thread::sleep(left);
         }
-        let opened = Connection::connect(&self.addrs[..], self.cfg)
-            .map_err(Error::from_conn)
-            .and_then(|mut c| match &self.tube {
-                // Nothing of the caller's request left yet: a failed `use` means not sent.
-                Some(t) => use_on(&mut c, t)
-                    .map(|()| c)
-                    .map_err(|e| use_failed_on_reconnect(t, e)),
-                None => Ok(c),
-            });
+        let opened = Link::open(&self.addrs, self.cfg, self.tube.as_deref());
         match opened {
             Ok(c) => {
                 self.connects += 1;
@@ -541,7 +495,7 @@ impl Producer {
 
     /// Forgets a connection that broke so the next call opens a new one.
     fn drop_if_broken(&mut self) {
-        if self.conn.as_ref().is_some_and(Connection::is_broken) {
+        if self.conn.as_ref().is_some_and(Link::is_broken) {
             self.broke();
         }
     }
@@ -551,28 +505,5 @@ impl Producer {
         // The first reconnect after a healthy spell is immediate; repeated breaks back off.
         self.reconnect
             .broke(&self.backoff, Instant::now(), fastrand::u64(..));
-    }
-}
-
-fn use_on(conn: &mut Connection, tube: &str) -> Result<(), Error> {
-    let r = using(conn.request(&Command::Use { tube }), tube);
-    mark_if_out_of_step(conn, &r);
-    r
-}
-
-/// Reads a put's reply: the id, or the rejection.
-#[inline]
-fn put_reply(conn: &mut Connection) -> Result<JobId, Error> {
-    let r = match conn.recv() {
-        Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
-        other => Err(not_inserted(other)),
-    };
-    mark_if_out_of_step(conn, &r);
-    r
-}
-
-fn mark_if_out_of_step<T>(conn: &mut Connection, r: &Result<T, Error>) {
-    if matches!(r, Err(Error::Unknown(_))) {
-        conn.mark_broken();
     }
 }
