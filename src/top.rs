@@ -460,6 +460,7 @@ fn live(args: TopArgs) -> Result<ExitCode, String> {
     let samples = sampler(args.server.clone(), args.tubes.clone());
     let mut view = View::new(&args.server.addr);
     let _screen = Screen::take()?;
+    watch_for_the_end(Arc::clone(&signal));
     let mut terminal =
         Terminal::new(CrosstermBackend::new(io::stdout())).map_err(|e| format!("terminal: {e}"))?;
     let mut dirty = true;
@@ -498,6 +499,28 @@ fn live(args: TopArgs) -> Result<ExitCode, String> {
             _ => {}
         }
     }
+}
+
+/// Ends the process on a signal, or when the terminal goes away, even while
+/// the main loop is inside the terminal library: on a terminal that was
+/// closed (its window shut, its tmux server killed) the library's read of
+/// standard input returns end-of-file over and over without returning, which
+/// would spin a core and never see the signal flag.
+fn watch_for_the_end(signal: Arc<AtomicUsize>) {
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let sig = signal.load(Ordering::SeqCst);
+        let hung_up = !io::stdin().is_terminal();
+        if sig != 0 || hung_up {
+            restore();
+            let sig = if sig != 0 {
+                sig
+            } else {
+                usize::try_from(SIGHUP).unwrap_or(1)
+            };
+            std::process::exit(i32::try_from(128 + sig).unwrap_or(1));
+        }
+    });
 }
 
 /// The frame as styled lines, with a status line under it.

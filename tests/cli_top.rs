@@ -260,7 +260,10 @@ struct Tmux {
 
 impl Tmux {
     fn start(width: u16, height: u16) -> Tmux {
-        let socket = format!("taskq-top-{}", std::process::id());
+        // One socket per session: the tests of this file run in parallel.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let socket = format!("taskq-top-{}-{n}", std::process::id());
         let dir = std::env::temp_dir().join(&socket);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -391,6 +394,45 @@ fn check_restored(t: &Tmux, round: &str, status: i32) {
         words.contains(&"icanon") && words.contains(&"echo"),
         "{after}"
     );
+}
+
+/// The `taskq top` processes whose command line names `addr`.
+fn top_pids(addr: &str) -> Vec<String> {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("taskq top --addr {addr}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_closed_terminal_ends_the_live_view() {
+    // Closing the terminal under the view (here: killing its tmux server) must
+    // end the process, not leave it spinning on end-of-file from standard input.
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    let t = Tmux::start(100, 20);
+    t.wait_for(Duration::from_secs(10), "the shell", |p| p.starts_with('$'));
+    t.type_line(&format!(
+        "exec {} top --addr {addr}",
+        env!("CARGO_BIN_EXE_taskq")
+    ));
+    t.wait_for(Duration::from_secs(10), "the view", |p| p.contains("TUBE"));
+    assert_eq!(top_pids(&addr).len(), 1, "one view running");
+    drop(t);
+    let until = Instant::now() + Duration::from_secs(3);
+    while !top_pids(&addr).is_empty() {
+        if Instant::now() > until {
+            for pid in top_pids(&addr) {
+                let _ = Command::new("kill").args(["-9", &pid]).status();
+            }
+            panic!("taskq top still running 3 s after its terminal closed");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
