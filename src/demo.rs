@@ -69,7 +69,7 @@ fn kind_of(i: u64) -> Kind {
 fn options_of(i: u64) -> PutOptions {
     PutOptions {
         // Every tenth job is urgent (below 1024), so it goes first.
-        pri: if i % 10 == 0 { 0 } else { 1024 },
+        pri: if i.is_multiple_of(10) { 0 } else { 1024 },
         delay: 0,
         ttr: if kind_of(i) == Kind::Slow { 2 } else { 60 },
     }

@@ -55,6 +55,7 @@ mod engine;
 mod error;
 mod multi;
 mod producer;
+mod reconnects;
 
 #[cfg(feature = "tokio")]
 pub use async_producer::AsyncProducer;

@@ -2,9 +2,11 @@
 //! reconnection after a broken connection.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use taskq_proto::{Backoff, ConnectionConfig, IoCounts, Reconnect};
+use taskq_proto::{Backoff, ConnectionConfig, IoCounts};
+
+use crate::reconnects::Reconnects;
 
 use crate::classify::{check_tube, chunk_end, in_backoff, start_batch, too_big};
 use crate::engine::Link;
@@ -175,12 +177,10 @@ impl Builder {
         Ok(Producer {
             addrs,
             cfg: self.cfg,
-            backoff: self.backoff,
-            reconnect: Reconnect::new(),
+            reconnects: Reconnects::new(self.backoff),
             retries: self.retries,
             tube,
             conn: None,
-            connects: 0,
         })
     }
 }
@@ -209,13 +209,11 @@ impl Builder {
 pub struct Producer {
     addrs: Vec<SocketAddr>,
     cfg: ConnectionConfig,
-    backoff: Backoff,
-    reconnect: Reconnect,
+    reconnects: Reconnects,
     retries: u32,
     /// The tube in use; `None` is `default`, which a new connection starts with.
     tube: Option<String>,
     conn: Option<Link>,
-    connects: u64,
 }
 
 impl Producer {
@@ -285,7 +283,7 @@ impl Producer {
         // reconnect immediate.
         // A link that broke earlier refuses the put before sending anything
         // (`NotSent(Broken)`), and the cold path replaces it.
-        if self.reconnect.made_progress() {
+        if self.reconnects.made_progress() {
             if let Some(link) = self.conn.as_mut() {
                 return match link.put(body, opts) {
                     Ok(id) => Ok(id),
@@ -349,8 +347,8 @@ impl Producer {
     ) -> Result<JobId, Error> {
         let r = self.connected(wait)?.put(body, opts);
         match &r {
-            Ok(_) => self.reconnect.progress(),
-            Err(Error::Rejected(_)) => self.reconnect.progress(),
+            Ok(_) => self.reconnects.progress(),
+            Err(Error::Rejected(_)) => self.reconnects.progress(),
             Err(_) => self.drop_if_broken(),
         }
         r
@@ -407,7 +405,7 @@ impl Producer {
             self.drop_if_broken();
             return Err(e);
         }
-        self.reconnect.progress();
+        self.reconnects.progress();
         Ok(end)
     }
 
@@ -424,7 +422,7 @@ impl Producer {
         if link.is_broken() {
             self.drop_if_broken();
         } else {
-            self.reconnect.progress();
+            self.reconnects.progress();
         }
         Ok(Position {
             id: id?,
@@ -440,7 +438,7 @@ impl Producer {
 
     /// Connections opened so far (1 after `connect`, more after reconnects).
     pub fn connects(&self) -> u64 {
-        self.connects
+        self.reconnects.count()
     }
 
     /// System calls on the current connection, for tests and benchmarks.
@@ -456,7 +454,7 @@ impl Producer {
     /// True when the server is in its reconnect backoff: a call now would wait
     /// (or, in a multi-server producer, skip it).
     pub fn in_backoff(&self) -> bool {
-        self.conn.is_none() && self.reconnect.wait_left(Instant::now()).is_some()
+        self.conn.is_none() && self.reconnects.wait_left().is_some()
     }
 
     /// Closes the connection (sending `quit`); the next call reconnects.
@@ -472,25 +470,14 @@ impl Producer {
             return Ok(self.conn.as_mut().expect("checked above"));
         }
         self.conn = None;
-        if let Some(left) = self.reconnect.wait_left(Instant::now()) {
+        if let Some(left) = self.reconnects.wait_left() {
             if !wait {
                 return Err(in_backoff(left));
             }
             std::thread::sleep(left);
         }
         let opened = Link::open(&self.addrs, self.cfg, self.tube.as_deref());
-        match opened {
-            Ok(c) => {
-                self.connects += 1;
-                self.reconnect.opened();
-                Ok(self.conn.insert(c))
-            }
-            Err(e) => {
-                self.reconnect
-                    .connect_failed(&self.backoff, Instant::now(), fastrand::u64(..));
-                Err(e)
-            }
-        }
+        self.reconnects.opened(&mut self.conn, opened)
     }
 
     /// Forgets a connection that broke so the next call opens a new one.
@@ -501,9 +488,7 @@ impl Producer {
     }
 
     fn broke(&mut self) {
-        self.conn = None;
         // The first reconnect after a healthy spell is immediate; repeated breaks back off.
-        self.reconnect
-            .broke(&self.backoff, Instant::now(), fastrand::u64(..));
+        self.reconnects.broke(&mut self.conn);
     }
 }

@@ -63,7 +63,7 @@ impl fmt::Display for Table {
         let mut line = String::new();
         for row in &self.rows {
             line.clear();
-            line.extend(std::iter::repeat(' ').take(self.indent));
+            line.extend(std::iter::repeat_n(' ', self.indent));
             for (c, cell) in row.iter().enumerate() {
                 if c > 0 {
                     line.push_str("  ");
@@ -71,9 +71,9 @@ impl fmt::Display for Table {
                 let pad = widths[c] - cell.chars().count();
                 if self.left.contains(&c) {
                     line.push_str(cell);
-                    line.extend(std::iter::repeat(' ').take(pad));
+                    line.extend(std::iter::repeat_n(' ', pad));
                 } else {
-                    line.extend(std::iter::repeat(' ').take(pad));
+                    line.extend(std::iter::repeat_n(' ', pad));
                     line.push_str(cell);
                 }
             }

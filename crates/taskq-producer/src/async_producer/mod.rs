@@ -11,8 +11,8 @@ use crate::classify::{
 };
 use crate::error::{Error, NotSent};
 use crate::producer::{BatchError, BatchReport, Builder, PutOutcome};
+use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
-use taskq_proto::{Backoff, Reconnect};
 
 mod driver;
 
@@ -31,12 +31,10 @@ impl Builder {
         let mut p = AsyncProducer {
             addrs,
             cfg: self.cfg,
-            backoff: self.backoff,
-            reconnect: Reconnect::new(),
+            reconnects: Reconnects::new(self.backoff),
             retries: self.retries,
             tube,
             conn: None,
-            connects: 0,
         };
         p.connected().await?;
         Ok(p)
@@ -65,13 +63,11 @@ impl Builder {
 pub struct AsyncProducer {
     addrs: Vec<SocketAddr>,
     cfg: ConnectionConfig,
-    backoff: Backoff,
-    reconnect: Reconnect,
+    reconnects: Reconnects,
     retries: u32,
     /// The tube in use; `None` is `default`, which a new connection starts with.
     tube: Option<String>,
     conn: Option<AsyncConn>,
-    connects: u64,
 }
 
 impl AsyncProducer {
@@ -117,7 +113,7 @@ impl AsyncProducer {
         // Steady state: a live connection and nothing to recover from. (A body
         // over the maximum is refused by the session before sending, with the
         // same error `put_cold` gives.)
-        if self.reconnect.made_progress() {
+        if self.reconnects.made_progress() {
             if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
                 let e = match conn.send(&cmd).await {
                     Ok(()) => match conn.recv().await {
@@ -182,7 +178,7 @@ impl AsyncProducer {
             Err(e) => Err(Error::from_conn(e)),
         };
         match &r {
-            Ok(_) | Err(Error::Rejected(_)) => self.reconnect.progress(),
+            Ok(_) | Err(Error::Rejected(_)) => self.reconnects.progress(),
             Err(_) => self.drop_if_broken(),
         }
         r
@@ -250,7 +246,7 @@ impl AsyncProducer {
                 return Err(broke(i, e));
             }
         }
-        self.reconnect.progress();
+        self.reconnects.progress();
         Ok(end)
     }
 
@@ -261,7 +257,7 @@ impl AsyncProducer {
 
     /// Connections opened so far (1 after `connect`, more after reconnects).
     pub fn connects(&self) -> u64 {
-        self.connects
+        self.reconnects.count()
     }
 
     /// System calls on the current connection, for tests and benchmarks:
@@ -283,7 +279,7 @@ impl AsyncProducer {
     /// Opens a connection (waiting out the backoff) and restores the tube.
     async fn reconnect(&mut self) -> Result<&mut AsyncConn, Error> {
         self.conn = None;
-        if let Some(left) = self.reconnect.wait_left(std::time::Instant::now()) {
+        if let Some(left) = self.reconnects.wait_left() {
             tokio::time::sleep(left).await;
         }
         let opened = match AsyncConn::connect(&self.addrs, &self.cfg).await {
@@ -296,21 +292,7 @@ impl AsyncProducer {
             },
             Err(e) => Err(Error::from_conn(e)),
         };
-        match opened {
-            Ok(c) => {
-                self.connects += 1;
-                self.reconnect.opened();
-                Ok(self.conn.insert(c))
-            }
-            Err(e) => {
-                self.reconnect.connect_failed(
-                    &self.backoff,
-                    std::time::Instant::now(),
-                    fastrand::u64(..),
-                );
-                Err(e)
-            }
-        }
+        self.reconnects.opened(&mut self.conn, opened)
     }
 
     /// Forgets a connection that broke so the next call opens a new one.
@@ -321,9 +303,8 @@ impl AsyncProducer {
     }
 
     fn broke(&mut self) {
-        self.conn = None;
-        self.reconnect
-            .broke(&self.backoff, std::time::Instant::now(), fastrand::u64(..));
+        // The first reconnect after a healthy spell is immediate; repeated breaks back off.
+        self.reconnects.broke(&mut self.conn);
     }
 }
 
