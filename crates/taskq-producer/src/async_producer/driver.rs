@@ -233,19 +233,15 @@ impl AsyncConn {
     /// Sends everything queued with one write; on a broken connection drops
     /// the queue and sends nothing.
     pub(crate) async fn flush(&mut self) -> Result<(), ConnectionError> {
-        if self.session.is_broken() {
-            self.session.clear_queue();
-            return Err(ConnectionError::Broken);
-        }
-        if self.session.queued().is_empty() {
+        let Some(queued) = self.session.to_flush()? else {
             return Ok(());
-        }
+        };
         let r = write_all(
             &self.stream,
             &mut self.counts,
             &mut self.deadline,
             self.io_timeout,
-            &mut [IoSlice::new(self.session.queued())],
+            &mut [IoSlice::new(queued)],
         )
         .await;
         self.session.queue_sent();
@@ -255,16 +251,7 @@ impl AsyncConn {
     /// Reads the next owed reply, against one deadline for the whole of it.
     #[inline]
     pub(crate) async fn recv(&mut self) -> Result<Reply<'_>, ConnectionError> {
-        let Some(kind) = self.session.next_owed() else {
-            return Err(if self.session.is_broken() {
-                ConnectionError::Broken
-            } else {
-                ConnectionError::NothingOwed
-            });
-        };
-        let wait = self
-            .io_timeout
-            .saturating_add(Duration::from_secs(u64::from(kind.server_wait_secs())));
+        let wait = self.session.reply_wait(self.io_timeout)?;
         let mut started = None;
         // The enqueue hot path: a lone put's reply is almost always one whole
         // `INSERTED <id>\r\n` from one read straight into the empty buffer.

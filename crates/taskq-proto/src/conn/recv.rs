@@ -58,18 +58,8 @@ impl Connection {
     /// [`recv`](Self::recv) for any reply. `started` is when the wait for this
     /// reply began, when a read for it was already made.
     fn recv_any(&mut self, started: Option<Instant>) -> Result<Reply<'_>, ConnectionError> {
-        let Some(kind) = self.session.next_owed() else {
-            return Err(if self.session.is_broken() {
-                ConnectionError::Broken
-            } else {
-                ConnectionError::NothingOwed
-            });
-        };
         // The whole wait: the I/O timeout plus what the server may take by design.
-        let wait = self
-            .cfg
-            .io_timeout
-            .saturating_add(Duration::from_secs(u64::from(kind.server_wait_secs())));
+        let wait = self.session.reply_wait(self.cfg.io_timeout)?;
         // The clock is read only before the first read that may wait: a reply
         // already in the buffer (the rest of a pipeline) costs no clock at all.
         let mut first_read = started.is_none();

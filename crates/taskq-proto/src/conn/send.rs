@@ -97,18 +97,10 @@ impl Connection {
     /// answer is [`ConnectionError::Broken`]: requests queued before it broke must not reach
     /// a server that is out of step with this client.
     pub fn flush(&mut self) -> Result<(), ConnectionError> {
-        if self.session.is_broken() {
-            self.session.clear_queue();
-            return Err(ConnectionError::Broken);
-        }
-        if self.session.queued().is_empty() {
+        let Some(queued) = self.session.to_flush()? else {
             return Ok(());
-        }
-        let r = write_all(
-            &self.sock,
-            &mut self.counts,
-            &mut [IoSlice::new(self.session.queued())],
-        );
+        };
+        let r = write_all(&self.sock, &mut self.counts, &mut [IoSlice::new(queued)]);
         self.session.queue_sent();
         if r.is_err() {
             self.session.mark_broken();

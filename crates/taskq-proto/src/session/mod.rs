@@ -29,6 +29,7 @@
 //! ```
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use crate::command::{Command, CommandKind};
 use crate::error::{ConnectionError, ReplyError};
@@ -203,6 +204,35 @@ impl Session {
             self.flags &= !LONE_PUT;
             self.owed.push_front(CommandKind::Put);
         }
+    }
+
+    /// How long a driver may wait for the whole of the next owed reply: the
+    /// I/O timeout plus what the server may take by design (the seconds of a
+    /// `reserve-with-timeout`). [`ConnectionError::Broken`] or
+    /// [`ConnectionError::NothingOwed`] when there is no reply to wait for.
+    #[inline]
+    pub fn reply_wait(&self, io_timeout: Duration) -> Result<Duration, ConnectionError> {
+        match self.next_owed() {
+            Some(kind) => {
+                Ok(io_timeout
+                    .saturating_add(Duration::from_secs(u64::from(kind.server_wait_secs()))))
+            }
+            None if self.is_broken() => Err(ConnectionError::Broken),
+            None => Err(ConnectionError::NothingOwed),
+        }
+    }
+
+    /// The queued requests' bytes for one write, or `None` when nothing is
+    /// queued. On a broken session the queue is dropped and the answer is
+    /// [`ConnectionError::Broken`]: requests queued before it broke must not
+    /// reach a server that is out of step. After the write, call
+    /// [`queue_sent`](Self::queue_sent).
+    pub fn to_flush(&mut self) -> Result<Option<&[u8]>, ConnectionError> {
+        if self.is_broken() {
+            self.clear_queue();
+            return Err(ConnectionError::Broken);
+        }
+        Ok(Some(self.pipe.as_slice()).filter(|q| !q.is_empty()))
     }
 
     /// Encodes one request for one write and records the reply it is owed.
@@ -509,6 +539,29 @@ mod tests {
         );
         assert_eq!(s.poll_reply().unwrap(), Some(Reply::TimedOut));
         assert!(matches!(s.poll_reply(), Err(ConnectionError::NothingOwed)));
+    }
+
+    #[test]
+    fn the_reply_wait_adds_the_servers_wait_and_a_broken_queue_is_dropped() {
+        let io = Duration::from_millis(500);
+        let mut s = Session::new(Limits::default());
+        assert!(matches!(
+            s.reply_wait(io),
+            Err(ConnectionError::NothingOwed)
+        ));
+        assert_eq!(s.to_flush().unwrap(), None);
+        s.queue(&Command::ReserveWithTimeout { timeout: 3 })
+            .unwrap();
+        assert_eq!(s.reply_wait(io).unwrap(), Duration::from_millis(3500));
+        assert_eq!(
+            s.to_flush().unwrap(),
+            Some(&b"reserve-with-timeout 3\r\n"[..])
+        );
+        s.mark_broken();
+        assert!(matches!(s.to_flush(), Err(ConnectionError::Broken)));
+        assert!(s.queued().is_empty());
+        assert_eq!(s.owed(), 0);
+        assert!(matches!(s.reply_wait(io), Err(ConnectionError::Broken)));
     }
 
     #[test]
