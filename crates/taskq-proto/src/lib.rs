@@ -27,6 +27,7 @@ mod command;
 mod conn;
 mod error;
 mod job_id;
+pub mod nats;
 mod reply;
 #[cfg(feature = "server")]
 pub mod server;
