@@ -5,6 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+mod common;
 use taskq_proto::server::{encode_reply, parse_command, skip_line, CommandError, Skip};
 use taskq_proto::{parse_reply, Command, CommandKind, Limits, Reply, Status};
 
@@ -71,14 +73,7 @@ fuzz_target!(|data: &[u8]| {
     let [ncuts, rest @ ..] = data else {
         return;
     };
-    let ncuts = usize::from(*ncuts % 16).min(rest.len());
-    let (cuts, input) = rest.split_at(ncuts);
-    let mut ends: Vec<usize> = cuts
-        .iter()
-        .map(|&c| usize::from(c) * input.len() / 255)
-        .collect();
-    ends.push(input.len());
-    ends.sort_unstable();
+    let (input, ends) = common::pieces(*ncuts, rest);
     let whole = read_stream(input, &[input.len()]);
     let chunked = read_stream(input, &ends);
     assert_eq!(whole, chunked);
@@ -86,7 +81,9 @@ fuzz_target!(|data: &[u8]| {
     let mut buf = vec![0u8; 1024];
     for cmd in whole.iter().filter_map(|r| r.as_ref().ok()) {
         // Round trip: the client's encoding of what the server parsed parses the same.
-        let n = cmd.encode(&mut buf, MAX_JOB).expect("a parsed command encodes");
+        let n = cmd
+            .encode(&mut buf, MAX_JOB)
+            .expect("a parsed command encodes");
         assert_eq!(
             parse_command(&buf[..n], MAX_JOB),
             Ok(Status::Complete(*cmd, n))

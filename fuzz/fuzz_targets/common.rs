@@ -1,4 +1,6 @@
-//! Shared by the reply targets: which command a reply answers, and the limits.
+//! Shared by the targets: which command a reply answers, the limits, and
+//! feeding a stream in fuzzer-chosen pieces. Not every target uses every item.
+#![allow(dead_code)]
 
 use taskq_proto::{CommandKind as K, Limits};
 
@@ -14,4 +16,48 @@ pub const LIMITS: Limits = Limits {
 /// The command kind for a selector byte.
 pub fn kind(b: u8) -> K {
     KINDS[usize::from(b) % KINDS.len()]
+}
+
+/// Splits a fuzz input into the stream and where its pieces end: the first
+/// byte says how many cut bytes follow (at most 15), each cut byte places one
+/// end proportionally in the stream; the last end is the stream's end.
+pub fn pieces(ncuts: u8, rest: &[u8]) -> (&[u8], Vec<usize>) {
+    let ncuts = usize::from(ncuts % 16).min(rest.len());
+    let (cuts, input) = rest.split_at(ncuts);
+    let mut ends: Vec<usize> = cuts
+        .iter()
+        .map(|&c| usize::from(c) * input.len() / 255)
+        .collect();
+    ends.push(input.len());
+    ends.sort_unstable();
+    (input, ends)
+}
+
+/// Feeds `input` to `parse` as a reader receiving it up to each of `ends` in
+/// turn: every value parsed and its length, and the error that ends the
+/// stream, if any.
+pub fn read_pieces<'a, T, E>(
+    input: &'a [u8],
+    ends: &[usize],
+    parse: impl Fn(&'a [u8]) -> Result<taskq_proto::Status<T>, E>,
+) -> Vec<Result<(T, usize), E>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for &end in ends {
+        loop {
+            match parse(&input[start..end]) {
+                Ok(taskq_proto::Status::Complete(v, n)) => {
+                    assert!(n > 0 && start + n <= end);
+                    out.push(Ok((v, n)));
+                    start += n;
+                }
+                Ok(taskq_proto::Status::Partial) => break,
+                Err(e) => {
+                    out.push(Err(e));
+                    return out;
+                }
+            }
+        }
+    }
+    out
 }

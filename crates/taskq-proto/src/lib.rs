@@ -29,6 +29,7 @@ mod conn;
 mod error;
 mod job_id;
 pub mod layout;
+pub mod nats;
 mod reply;
 #[cfg(feature = "server")]
 pub mod server;

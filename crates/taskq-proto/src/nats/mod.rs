@@ -1,0 +1,81 @@
+//! The NATS client protocol and the parts of JetStream that taskq's hot path
+//! needs, sans-I/O: no sockets, no clocks, no allocation sized by the peer.
+//!
+//! - [`parse_op`] decodes one server operation (`INFO`, `MSG`, `HMSG`, `PING`,
+//!   `PONG`, `+OK`, `-ERR`) in place, borrowing the input buffer.
+//! - [`HeaderBlock`] reads a `NATS/1.0` header block (status, description,
+//!   case-insensitive lookup) without allocating.
+//! - The `encode_*` functions append client operations to a caller-owned
+//!   `Vec<u8>`; [`PutEncoder`] is the put hot path, which rewrites only what
+//!   changes from one publish to the next.
+//! - [`parse_js_reply`] reads a JetStream PubAck (or its error object) and
+//!   [`AckInfo::parse`] an ack subject, both by hand and without allocation.
+//!
+//! ```
+//! use taskq_proto::nats::{parse_op, NatsLimits, ServerOp};
+//! use taskq_proto::Status;
+//!
+//! let wire = b"MSG _INBOX.x.7 1  27\r\n{\"stream\":\"TASKQ\", \"seq\":1}\r\n";
+//! let Status::Complete(ServerOp::Msg(m), n) = parse_op(wire, &NatsLimits::default()).unwrap() else {
+//!     panic!("a whole MSG");
+//! };
+//! assert_eq!((m.subject, m.sid, m.reply, n), (&b"_INBOX.x.7"[..], 1, None, wire.len()));
+//! let ack = taskq_proto::nats::parse_js_reply(m.payload).unwrap();
+//! assert_eq!(ack.ok().map(|a| a.seq), Some(1));
+//! ```
+
+mod ack;
+mod encode;
+mod error;
+mod headers;
+mod json;
+mod op;
+
+pub use ack::{AckInfo, AckKind};
+pub use encode::{
+    encode_connect, encode_hpub, encode_ping, encode_pong, encode_pub, encode_sub, encode_unsub,
+    validate_subject, ConnectOptions, Headers, PutEncoder,
+};
+pub use error::{NatsEncodeError, NatsProtoError};
+pub use headers::HeaderBlock;
+pub use json::{parse_js_reply, ApiErrorRef, JsReply, PubAckRef};
+pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp, Span};
+
+/// The NATS server's default `max_payload`: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+/// Default limit on a control line other than `INFO` (`MSG`, `HMSG`, `-ERR`, ...), CRLF included.
+pub const DEFAULT_MAX_LINE: usize = 4096;
+/// Default limit on an `INFO` line, which lists a cluster's `connect_urls`.
+pub const DEFAULT_MAX_INFO: usize = 64 * 1024;
+
+/// What a parser accepts from a NATS server before it calls the peer wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NatsLimits {
+    /// Largest `MSG`/`HMSG` payload (headers included) accepted, and sent.
+    pub max_payload: usize,
+    /// Longest control line other than `INFO`, CRLF included.
+    pub max_line: usize,
+    /// Longest `INFO` line, CRLF included.
+    pub max_info: usize,
+}
+
+impl Default for NatsLimits {
+    fn default() -> Self {
+        NatsLimits {
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            max_line: DEFAULT_MAX_LINE,
+            max_info: DEFAULT_MAX_INFO,
+        }
+    }
+}
+
+impl NatsLimits {
+    /// The most a receive buffer must hold for one operation: the longest
+    /// line and the largest payload with its CRLF.
+    pub fn recv_capacity(&self) -> usize {
+        self.max_line
+            .max(self.max_info)
+            .saturating_add(self.max_payload)
+            .saturating_add(2)
+    }
+}
