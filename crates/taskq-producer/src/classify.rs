@@ -10,9 +10,15 @@ use crate::error::{Error, Invalid, Rejection};
 use crate::producer::{BatchError, BatchReport, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
 use crate::JobId;
 
-/// Refuses a tube name the server would reject or misread, before sending.
-pub(crate) fn check_tube(tube: &str) -> Result<(), Error> {
-    validate_tube(tube).map_err(|e| Error::from(EncodeError::BadTubeName(e)))
+/// Refuses a tube name the server would reject or misread, before sending:
+/// beanstalkd's rule, or on JetStream a single subject token.
+pub(crate) fn check_tube(tube: &str, jetstream: bool) -> Result<(), Error> {
+    let check = if jetstream {
+        taskq_proto::validate_subject_tube
+    } else {
+        validate_tube
+    };
+    check(tube).map_err(|e| Error::from(EncodeError::BadTubeName(e)))
 }
 
 /// A body over the producer's maximum, refused before sending.

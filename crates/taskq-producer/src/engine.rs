@@ -13,6 +13,7 @@ use taskq_proto::{Command, Connection, ConnectionConfig, IoCounts, Reply, TubeSt
 
 use crate::classify::{not_inserted, record, use_failed_on_reconnect, using};
 use crate::error::Error;
+use crate::nats::{NatsLink, NatsSetup};
 use crate::producer::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
 
@@ -21,6 +22,8 @@ use crate::{JobId, PutOptions};
 pub(crate) enum Link {
     /// beanstalkd: each put is `put` answered `INSERTED <id>`.
     Beanstalkd(Connection),
+    /// JetStream: each put is a publish answered by the stream's PubAck.
+    Nats(NatsLink),
 }
 
 impl Link {
@@ -31,7 +34,17 @@ impl Link {
         addrs: &[SocketAddr],
         cfg: ConnectionConfig,
         tube: Option<&str>,
+        nats: Option<&NatsSetup>,
     ) -> Result<Link, Error> {
+        if let Some(setup) = nats {
+            let ncfg = taskq_proto::nats::NatsConfig {
+                connect_timeout: cfg.connect_timeout,
+                io_timeout: cfg.io_timeout,
+                keepalive: cfg.keepalive,
+                ..taskq_proto::nats::NatsConfig::default()
+            };
+            return NatsLink::open(addrs, ncfg, setup, tube.unwrap_or("default")).map(Link::Nats);
+        }
         let mut link = Connection::connect(addrs, cfg)
             .map(Link::Beanstalkd)
             .map_err(Error::from_conn)?;
@@ -47,6 +60,7 @@ impl Link {
     pub(crate) fn is_broken(&self) -> bool {
         match self {
             Link::Beanstalkd(c) => c.is_broken(),
+            Link::Nats(n) => n.is_broken(),
         }
     }
 
@@ -54,6 +68,7 @@ impl Link {
     pub(crate) fn io_counts(&self) -> IoCounts {
         match self {
             Link::Beanstalkd(c) => c.io_counts(),
+            Link::Nats(n) => n.io_counts(),
         }
     }
 
@@ -61,6 +76,7 @@ impl Link {
     pub(crate) fn quit(self) {
         match self {
             Link::Beanstalkd(c) => c.quit(),
+            Link::Nats(n) => n.quit(),
         }
     }
 
@@ -71,6 +87,10 @@ impl Link {
                 let r = using(c.request(&Command::Use { tube }), tube);
                 mark_if_out_of_step(c, &r);
                 r
+            }
+            Link::Nats(n) => {
+                n.use_tube(tube);
+                Ok(())
             }
         }
     }
@@ -93,16 +113,20 @@ impl Link {
                     }
                 }
             }
+            Link::Nats(n) => n.put(body, opts),
         }
     }
 
     /// Sends `bodies[from..end]` in one write and reads their replies in order
     /// into `out[from..end]`. On a break, every job from the break on is
     /// `Unknown` (or `NotSent` when the write sent nothing) in `out`.
+    /// On JetStream job `i` carries the message id of counter `first + i`, so
+    /// that a re-sent chunk is stored once.
     pub(crate) fn put_chunk<B: AsRef<[u8]>>(
         &mut self,
         bodies: &[B],
         (from, end): (usize, usize),
+        first: u64,
         opts: PutOptions,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
@@ -131,6 +155,7 @@ impl Link {
                 }
                 Ok(())
             }
+            Link::Nats(n) => n.put_chunk(bodies, (from, end), first, opts, out, report),
         }
     }
 
@@ -168,6 +193,9 @@ impl Link {
                 };
                 (id, ready)
             }
+            // A stream keeps no per-tube ready count a put could ask for in
+            // the same write: the id alone.
+            Link::Nats(n) => (n.put(body, opts), None),
         }
     }
 }

@@ -46,6 +46,13 @@ pub enum NotSent {
     },
     /// The connection was already broken; the next call opens a new one.
     Broken,
+    /// JetStream answered `503 no responders`: it has no leader for the
+    /// stream right now (an election) or no stream captures the subject.
+    /// Nothing was stored.
+    Unavailable,
+    /// The JetStream stream could not be set up, or an existing one does not
+    /// fit taskq's layout (it was left unchanged): what is wrong.
+    Layout(String),
     /// A fresh connection could not `use` the tube, so the job was not sent on it.
     UseFailed {
         /// The tube.
@@ -64,6 +71,10 @@ impl fmt::Display for NotSent {
                 write!(f, "server down; next connect attempt in {left:?}")
             }
             NotSent::Broken => f.write_str("connection was broken"),
+            NotSent::Unavailable => {
+                f.write_str("JetStream has no responder for the stream (503); nothing stored")
+            }
+            NotSent::Layout(what) => write!(f, "JetStream stream not usable: {what}"),
             NotSent::UseFailed { tube, cause } => {
                 write!(f, "reconnected, but `use {tube}` failed: {cause}")
             }
@@ -89,6 +100,14 @@ pub enum Invalid {
     },
     /// A multi-server producer was given no server.
     NoServers,
+    /// A JetStream publish that cannot be encoded (a payload over the
+    /// server's `max_payload`, a bad header).
+    Nats(taskq_proto::nats::NatsEncodeError),
+    /// What this build cannot do yet.
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+    },
 }
 
 /// The server's answer to a put (or a `use`) when it was not `INSERTED`.
@@ -115,6 +134,13 @@ pub enum Rejection {
     BadFormat,
     /// `UNKNOWN_COMMAND`. Nothing queued.
     UnknownCommand,
+    /// JetStream refused the publish (its API error); nothing stored.
+    JetStream {
+        /// The HTTP-like status (`503`, ...).
+        code: u16,
+        /// JetStream's own error number (`10077`, ...).
+        err_code: u32,
+    },
 }
 
 impl Rejection {
@@ -144,6 +170,7 @@ impl Rejection {
             Rejection::InternalError => "INTERNAL_ERROR",
             Rejection::BadFormat => "BAD_FORMAT",
             Rejection::UnknownCommand => "UNKNOWN_COMMAND",
+            Rejection::JetStream { .. } => "JETSTREAM_ERROR",
         }
     }
 
@@ -207,6 +234,8 @@ impl fmt::Display for Invalid {
                 "outcome slice has {slots} slots for a batch of {jobs} jobs"
             ),
             Invalid::NoServers => f.write_str("no server address given"),
+            Invalid::Nats(e) => e.fmt(f),
+            Invalid::Unsupported { what } => write!(f, "not supported: {what}"),
         }
     }
 }
@@ -222,6 +251,9 @@ impl fmt::Display for Rejection {
             }
             Rejection::JobTooBig => f.write_str("JOB_TOO_BIG: body exceeds the server's maximum"),
             Rejection::Draining => f.write_str("DRAINING: server takes no new jobs"),
+            Rejection::JetStream { code, err_code } => {
+                write!(f, "JetStream error {code} (err_code {err_code})")
+            }
             other => f.write_str(other.word()),
         }
     }

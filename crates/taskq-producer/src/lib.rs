@@ -54,6 +54,7 @@ mod classify;
 mod engine;
 mod error;
 mod multi;
+mod nats;
 mod producer;
 mod reconnects;
 mod target;
@@ -62,9 +63,10 @@ mod target;
 pub use async_producer::AsyncProducer;
 pub use error::{Error, Invalid, NotSent, Rejection};
 pub use multi::{MultiProducer, Placed};
+pub use nats::READY_AT_HEADER;
 pub use producer::{
-    BatchError, BatchReport, Builder, Position, Producer, PutOutcome, MAX_PIPELINE_BYTES,
-    MAX_PIPELINE_JOBS,
+    BatchError, BatchReport, Builder, Position, Producer, PutOutcome, DEFAULT_RESOLVE_FOR,
+    MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS,
 };
 
 pub use target::{IntoTarget, Target};

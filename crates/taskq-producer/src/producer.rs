@@ -2,10 +2,11 @@
 //! reconnection after a broken connection.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use taskq_proto::{Backoff, ConnectionConfig, IoCounts};
 
+use crate::nats::NatsSetup;
 use crate::reconnects::Reconnects;
 use crate::target::IntoTarget;
 
@@ -14,6 +15,9 @@ use crate::engine::Link;
 use crate::error::{Error, Rejection};
 use crate::NotSent;
 use crate::{JobId, PutOptions};
+
+/// The pause before re-sending a put JetStream answered `503`.
+const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
 
 /// Most jobs sent in one write by [`Producer::put_batch`]; a longer batch goes
 /// out in several writes. Bounds the replies waiting in the socket while the
@@ -106,6 +110,11 @@ impl Position {
     }
 }
 
+/// How long a JetStream put whose outcome is unknown is re-sent with its
+/// message id before the producer gives up (well inside the stream's default
+/// 2-minute duplicate window, and past a leader election's 4 to 9 seconds).
+pub const DEFAULT_RESOLVE_FOR: Duration = Duration::from_secs(30);
+
 /// Settings for a [`Producer`]; `Producer::builder()` starts one.
 #[derive(Debug, Clone, Default)]
 pub struct Builder {
@@ -113,6 +122,9 @@ pub struct Builder {
     pub(crate) backoff: Backoff,
     pub(crate) retries: u32,
     pub(crate) tube: Option<String>,
+    pub(crate) stream: Option<String>,
+    pub(crate) replicas: Option<usize>,
+    pub(crate) resolve_for: Option<Duration>,
 }
 
 impl Builder {
@@ -161,6 +173,29 @@ impl Builder {
         self
     }
 
+    /// JetStream: the stream (default `TASKQ`, capturing `taskq.>`; another
+    /// name captures its lower-case self followed by `.>`).
+    pub fn stream(mut self, name: &str) -> Self {
+        self.stream = Some(name.to_owned());
+        self
+    }
+
+    /// JetStream: replicas of the stream when the producer creates it
+    /// (default: 3 on a cluster of 3 or more nodes, else 1). An existing
+    /// stream is used as it is.
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = Some(n);
+        self
+    }
+
+    /// JetStream: how long a put whose PubAck did not come is re-sent, with
+    /// the same message id, on fresh connections (default 30 s). The stream
+    /// stores it once; past this time the put fails as unknown.
+    pub fn resolve_for(mut self, d: Duration) -> Self {
+        self.resolve_for = Some(d);
+        self
+    }
+
     /// Connects now; fails with [`Error::NotSent`] when the server cannot be reached.
     ///
     /// `addr` is an address string (`nats://HOST:PORT[,HOST:PORT...]` selects
@@ -177,14 +212,17 @@ impl Builder {
         let target = addr
             .into_target()
             .map_err(|e| Error::NotSent(NotSent::Io(e)))?;
-        if target.engine() != taskq_proto::Engine::Beanstalkd {
-            return Err(Error::NotSent(NotSent::Io(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "the JetStream engine is not in this build yet",
-            ))));
-        }
+        let nats = match target.engine() {
+            taskq_proto::Engine::Beanstalkd => None,
+            taskq_proto::Engine::Nats => {
+                let stream = self.stream.as_deref().unwrap_or(taskq_proto::DEFAULT_STREAM);
+                let layout = taskq_proto::Layout::new(stream)
+                    .map_err(|e| Error::from(taskq_proto::EncodeError::BadTubeName(e)))?;
+                Some(NatsSetup::new(layout, self.replicas))
+            }
+        };
         let addrs = target.addrs().to_vec();
-        let tube = self.checked_tube(&addrs)?;
+        let tube = self.checked_tube(&addrs, nats.is_some())?;
         Ok(Producer {
             addrs,
             cfg: self.cfg,
@@ -192,6 +230,8 @@ impl Builder {
             retries: self.retries,
             tube,
             conn: None,
+            nats,
+            resolve_for: self.resolve_for.unwrap_or(DEFAULT_RESOLVE_FOR),
         })
     }
 }
@@ -199,12 +239,16 @@ impl Builder {
 impl Builder {
     /// Refuses an empty address list or a bad tube name; the tube to restore
     /// on each connection (`None` for `default`, which a connection starts with).
-    pub(crate) fn checked_tube(&self, addrs: &[SocketAddr]) -> Result<Option<String>, Error> {
+    pub(crate) fn checked_tube(
+        &self,
+        addrs: &[SocketAddr],
+        jetstream: bool,
+    ) -> Result<Option<String>, Error> {
         if addrs.is_empty() {
             return Err(Error::NotSent(NotSent::NoAddress));
         }
         if let Some(t) = &self.tube {
-            check_tube(t)?;
+            check_tube(t, jetstream)?;
         }
         Ok(self.tube.clone().filter(|t| t != "default"))
     }
@@ -225,6 +269,9 @@ pub struct Producer {
     /// The tube in use; `None` is `default`, which a new connection starts with.
     tube: Option<String>,
     conn: Option<Link>,
+    /// JetStream's layout and message ids; `None` on beanstalkd.
+    nats: Option<NatsSetup>,
+    resolve_for: Duration,
 }
 
 impl Producer {
@@ -241,7 +288,7 @@ impl Producer {
 
     /// Puts later jobs into `tube`. Refused before sending when the name is invalid.
     pub fn use_tube(&mut self, tube: &str) -> Result<(), Error> {
-        check_tube(tube)?;
+        check_tube(tube, self.nats.is_some())?;
         let wanted = (tube != "default").then_some(tube);
         if self.tube.as_deref() == wanted && self.conn.is_some() {
             return Ok(());
@@ -320,8 +367,43 @@ impl Producer {
         if !matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
             return r;
         }
+        if let Some(Link::Nats(n)) = &self.conn {
+            let k = n.last();
+            self.drop_if_broken();
+            return self.resolve(k, body, opts, r);
+        }
         self.drop_if_broken();
         self.put_again(body, opts, r)
+    }
+
+    /// JetStream: sends the put of counter `k` again, with the same message
+    /// id, until the stream answers or `resolve_for` runs out. The stream
+    /// stores it once however many copies reach it.
+    #[cold]
+    fn resolve(
+        &mut self,
+        k: u64,
+        body: &[u8],
+        opts: PutOptions,
+        mut r: Result<JobId, Error>,
+    ) -> Result<JobId, Error> {
+        let until = Instant::now() + self.resolve_for;
+        while matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) && Instant::now() < until {
+            if matches!(r, Err(Error::NotSent(NotSent::Unavailable))) {
+                // Answered at once while a leader is elected: not a tight loop.
+                std::thread::sleep(RESOLVE_PAUSE);
+            }
+            r = match self.connected(true) {
+                Ok(Link::Nats(n)) => n.put_as(k, body, opts),
+                Ok(Link::Beanstalkd(_)) => unreachable!("a JetStream producer opens JetStream links"),
+                Err(e) => Err(e),
+            };
+            match &r {
+                Ok(_) | Err(Error::Rejected(_)) => self.reconnects.progress(),
+                Err(_) => self.drop_if_broken(),
+            }
+        }
+        r
     }
 
     /// A put that needs a connection first (or a body refused before that).
@@ -330,6 +412,10 @@ impl Producer {
         let max = self.cfg.limits.max_job_size;
         if body.len() > max {
             return Err(too_big(body.len(), max));
+        }
+        if let Some(setup) = &self.nats {
+            let k = setup.ids.take(1);
+            return self.resolve(k, body, opts, Err(Error::NotSent(NotSent::Broken)));
         }
         let r = self.put_once(body, opts, true);
         self.put_again(body, opts, r)
@@ -383,12 +469,28 @@ impl Producer {
         let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
         let mut report = BatchReport::default();
         let mut from = 0;
+        // JetStream: the batch's message ids, fixed before the first send so
+        // that a chunk sent again is stored once; and the re-sends are the
+        // engine's own (within `resolve_for`), not only at-least-once mode's.
+        let first = self.nats.as_ref().map_or(0, |n| n.ids.take(bodies.len() as u64));
+        let until = Instant::now() + self.resolve_for;
         let mut retries = self.retries;
         while from < bodies.len() {
-            match self.batch_chunk(bodies, from, opts, out, &mut report) {
+            match self.batch_chunk(bodies, from, first, opts, out, &mut report) {
                 Ok(next) => from = next,
                 Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
                     retries -= 1;
+                    from = e.replied;
+                    out[from..].fill(PutOutcome::NotSent);
+                }
+                Err(e)
+                    if self.nats.is_some()
+                        && matches!(e.error, Error::Unknown(_) | Error::NotSent(_))
+                        && Instant::now() < until =>
+                {
+                    if matches!(e.error, Error::NotSent(NotSent::Unavailable)) {
+                        std::thread::sleep(RESOLVE_PAUSE);
+                    }
                     from = e.replied;
                     out[from..].fill(PutOutcome::NotSent);
                 }
@@ -404,6 +506,7 @@ impl Producer {
         &mut self,
         bodies: &[B],
         from: usize,
+        first: u64,
         opts: PutOptions,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
@@ -413,7 +516,7 @@ impl Producer {
             error,
         })?;
         let end = chunk_end(bodies, from);
-        if let Err(e) = link.put_chunk(bodies, (from, end), opts, out, report) {
+        if let Err(e) = link.put_chunk(bodies, (from, end), first, opts, out, report) {
             self.drop_if_broken();
             return Err(e);
         }
@@ -488,7 +591,12 @@ impl Producer {
             }
             std::thread::sleep(left);
         }
-        let opened = Link::open(&self.addrs, self.cfg, self.tube.as_deref());
+        let opened = Link::open(
+            &self.addrs,
+            self.cfg,
+            self.tube.as_deref(),
+            self.nats.as_ref(),
+        );
         self.reconnects.opened(&mut self.conn, opened)
     }
 

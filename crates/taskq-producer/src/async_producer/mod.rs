@@ -23,11 +23,16 @@ impl Builder {
     /// without blocking the runtime); fails with [`Error::NotSent`] when the
     /// server cannot be reached.
     pub async fn connect_async(self, addr: &str) -> Result<AsyncProducer, Error> {
+        if taskq_proto::Address::parse(addr).is_ok_and(|a| a.is_nats()) {
+            return Err(Error::Invalid(crate::Invalid::Unsupported {
+                what: "JetStream (nats://) in the async producer; use the blocking Producer",
+            }));
+        }
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
             .await
             .map_err(|e| Error::NotSent(NotSent::Io(e)))?
             .collect();
-        let tube = self.checked_tube(&addrs)?;
+        let tube = self.checked_tube(&addrs, false)?;
         let mut p = AsyncProducer {
             addrs,
             cfg: self.cfg,
@@ -78,7 +83,7 @@ impl AsyncProducer {
 
     /// Puts later jobs into `tube`. Refused before sending when the name is invalid.
     pub async fn use_tube(&mut self, tube: &str) -> Result<(), Error> {
-        check_tube(tube)?;
+        check_tube(tube, false)?;
         let wanted = (tube != "default").then_some(tube);
         if self.tube.as_deref() == wanted && self.is_connected() {
             return Ok(());

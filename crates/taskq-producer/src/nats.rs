@@ -1,0 +1,336 @@
+//! The JetStream side of the producer's engine seam: a put is a publish to
+//! the tube's subject (`taskq.T`) with a `Nats-Msg-Id`, answered by the
+//! stream's PubAck; the job id is the stream sequence.
+//!
+//! Every put carries a message id unique to this producer (a random prefix
+//! and a counter that survives reconnects). A put whose PubAck never came is
+//! sent again with the same id on a fresh connection; the stream keeps ids
+//! for its duplicate window (2 minutes by default) and stores the job once,
+//! answering the re-send with the original sequence. So on this engine the
+//! producer itself resolves an unknown outcome, within
+//! [`Builder::resolve_for`](crate::Builder::resolve_for).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use taskq_proto::nats::{NatsConfig, NatsConnection, NatsError, StreamSpec};
+use taskq_proto::{ConnectionError, Layout};
+
+use crate::error::{Error, Invalid, NotSent, Rejection};
+use crate::producer::{BatchError, BatchReport, PutOutcome};
+use crate::{JobId, PutOptions};
+
+/// The header that carries a delayed job's ready time (Unix milliseconds):
+/// JetStream 2.9 has no scheduled publish, so the worker holds the job back.
+pub const READY_AT_HEADER: &[u8] = b"Taskq-Ready-At";
+
+/// What a producer needs to set JetStream up and name its messages.
+#[derive(Debug, Clone)]
+pub(crate) struct NatsSetup {
+    /// The stream and its subjects.
+    pub(crate) layout: Layout,
+    /// Replicas when the stream is created; `None`: 3 on a cluster of 3 or
+    /// more nodes, else 1.
+    pub(crate) replicas: Option<usize>,
+    /// The producer's message ids, shared by its successive connections.
+    pub(crate) ids: MsgIds,
+}
+
+impl NatsSetup {
+    pub(crate) fn new(layout: Layout, replicas: Option<usize>) -> NatsSetup {
+        NatsSetup {
+            layout,
+            replicas,
+            ids: MsgIds::new(),
+        }
+    }
+}
+
+/// A producer's message ids: `<16 random base-36 digits>-<counter>`. The
+/// counter is shared by the producer's connections, so a reconnect never
+/// reuses an id (which the stream would take for a duplicate).
+#[derive(Debug, Clone)]
+pub(crate) struct MsgIds {
+    prefix: [u8; 17],
+    next: Arc<AtomicU64>,
+}
+
+impl MsgIds {
+    fn new() -> MsgIds {
+        let mut prefix = [b'-'; 17];
+        for b in &mut prefix[..16] {
+            *b = b"0123456789abcdefghijklmnopqrstuvwxyz"[fastrand::usize(..36)];
+        }
+        MsgIds {
+            prefix,
+            next: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Takes `n` consecutive counters; returns the first.
+    #[inline]
+    pub(crate) fn take(&self, n: u64) -> u64 {
+        self.next.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// The id of counter `k`, written into `buf`.
+    #[inline]
+    pub(crate) fn id<'b>(&self, k: u64, buf: &'b mut IdBuf) -> &'b [u8] {
+        buf.0[..17].copy_from_slice(&self.prefix);
+        let mut digits = itoa::Buffer::new();
+        let d = digits.format(k).as_bytes();
+        buf.0[17..17 + d.len()].copy_from_slice(d);
+        &buf.0[..17 + d.len()]
+    }
+}
+
+/// Room for one message id on the stack.
+pub(crate) struct IdBuf([u8; 40]);
+
+impl IdBuf {
+    pub(crate) fn new() -> IdBuf {
+        IdBuf([0; 40])
+    }
+}
+
+/// A producer's connection to a JetStream cluster.
+#[derive(Debug)]
+pub(crate) struct NatsLink {
+    conn: NatsConnection,
+    layout: Layout,
+    ids: MsgIds,
+    /// The subject of the tube in use.
+    subject: String,
+    /// The counter of the last put, for a re-send with the same id.
+    last: u64,
+}
+
+impl NatsLink {
+    /// Connects to the first seed that answers, makes sure the stream exists
+    /// (creating it when missing; one that does not fit is an error), and
+    /// puts into `tube`.
+    pub(crate) fn open(
+        seeds: &[SocketAddr],
+        cfg: NatsConfig,
+        setup: &NatsSetup,
+        tube: &str,
+    ) -> Result<NatsLink, Error> {
+        let mut conn = NatsConnection::connect(seeds, cfg).map_err(from_nats)?;
+        let replicas = setup
+            .replicas
+            .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
+        let spec = StreamSpec {
+            name: setup.layout.stream().to_owned(),
+            subjects: vec![setup.layout.capture()],
+            replicas,
+        };
+        conn.ensure_stream(&spec).map_err(setup_failed)?;
+        Ok(NatsLink {
+            conn,
+            layout: setup.layout.clone(),
+            ids: setup.ids.clone(),
+            subject: setup.layout.subject(tube),
+            last: 0,
+        })
+    }
+
+    pub(crate) fn is_broken(&self) -> bool {
+        self.conn.is_broken()
+    }
+
+    pub(crate) fn io_counts(&self) -> taskq_proto::IoCounts {
+        self.conn.io_counts()
+    }
+
+    /// Puts later jobs into `tube` (checked by the caller): only the subject changes.
+    pub(crate) fn use_tube(&mut self, tube: &str) {
+        self.subject = self.layout.subject(tube);
+    }
+
+    /// One put with a fresh id: one write, one PubAck.
+    #[inline]
+    pub(crate) fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
+        let k = self.ids.take(1);
+        self.put_as(k, body, opts)
+    }
+
+    /// The counter of the last put (whose outcome a re-send resolves).
+    pub(crate) fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// One put with the id of counter `k` (a fresh one, or a re-send).
+    #[inline]
+    pub(crate) fn put_as(&mut self, k: u64, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
+        self.last = k;
+        let mut buf = IdBuf::new();
+        let id = self.ids.id(k, &mut buf);
+        let r = if opts.delay == 0 {
+            self.conn.publish(&self.subject, id, body)
+        } else {
+            let mut at = itoa::Buffer::new();
+            let at = at.format(ready_at_ms(opts.delay)).as_bytes();
+            self.conn
+                .publish_with(&self.subject, id, &[(READY_AT_HEADER, at)], body)
+        };
+        match r {
+            Ok(ack) => Ok(JobId::new(ack.stream_seq)),
+            Err(e) => Err(from_nats(e)),
+        }
+    }
+
+    /// Sends `bodies[from..end]` in one write, with the ids of counters
+    /// `first + from ..`, and reads their PubAcks in order into `out`.
+    pub(crate) fn put_chunk<B: AsRef<[u8]>>(
+        &mut self,
+        bodies: &[B],
+        (from, end): (usize, usize),
+        first: u64,
+        opts: PutOptions,
+        out: &mut [PutOutcome],
+        report: &mut BatchReport,
+    ) -> Result<(), BatchError> {
+        let broke = |replied: usize, error: Error| BatchError { replied, error };
+        let mut buf = IdBuf::new();
+        let mut at = itoa::Buffer::new();
+        let at = at.format(ready_at_ms(opts.delay)).as_bytes();
+        let extra: &[(&[u8], &[u8])] = if opts.delay == 0 {
+            &[]
+        } else {
+            &[(READY_AT_HEADER, at)]
+        };
+        for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
+            let id = self.ids.id(first + i as u64, &mut buf);
+            if let Err(e) = self
+                .conn
+                .queue_publish(&self.subject, id, extra, body.as_ref())
+            {
+                // Nothing of the chunk was written yet: drop what was queued.
+                self.conn.mark_broken();
+                return Err(broke(from, from_nats(e)));
+            }
+        }
+        if let Err(e) = self.conn.flush() {
+            let e = from_nats(e);
+            if e.outcome_unknown() {
+                out[from..end].fill(PutOutcome::Unknown);
+            }
+            return Err(broke(from, e));
+        }
+        for i in from..end {
+            let r = self
+                .conn
+                .recv_puback()
+                .map(|a| JobId::new(a.stream_seq))
+                .map_err(from_nats);
+            if let Err(e) = crate::classify::record(r, &mut out[i], report) {
+                out[i..end].fill(PutOutcome::Unknown);
+                if !self.conn.is_broken() {
+                    // PubAcks still owed would be read as this chunk's.
+                    self.conn.mark_broken();
+                }
+                return Err(broke(i, e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the connection.
+    pub(crate) fn quit(self) {
+        drop(self.conn);
+    }
+}
+
+/// When a job put now with `delay` seconds becomes ready, in Unix milliseconds.
+fn ready_at_ms(delay: u32) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    u64::try_from((now + Duration::from_secs(u64::from(delay))).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A failure setting the stream up: nothing of the caller's put was sent.
+fn setup_failed(e: NatsError) -> Error {
+    match e {
+        NatsError::Mismatch(what) => Error::NotSent(NotSent::Layout(what)),
+        NatsError::Unsupported(what) => Error::NotSent(NotSent::Layout(what.to_owned())),
+        NatsError::Api(a) => Error::NotSent(NotSent::Layout(a.to_string())),
+        e => match from_nats(e) {
+            Error::Unknown(c) => Error::NotSent(NotSent::Io(std::io::Error::other(c.to_string()))),
+            other => other,
+        },
+    }
+}
+
+/// Sorts a NATS error into the producer's outcomes: not sent, rejected (a
+/// JetStream API error: nothing stored), or unknown.
+pub(crate) fn from_nats(e: NatsError) -> Error {
+    match e {
+        NatsError::Invalid(e) => Error::Invalid(Invalid::Nats(e)),
+        NatsError::NotSent(io) => Error::NotSent(NotSent::Io(io)),
+        NatsError::NoResponders => Error::NotSent(NotSent::Unavailable),
+        NatsError::Api(a) => Error::Rejected(Rejection::JetStream {
+            code: u16::try_from(a.code).unwrap_or(u16::MAX),
+            err_code: u32::try_from(a.err_code).unwrap_or(u32::MAX),
+        }),
+        NatsError::Timeout { waited } => Error::Unknown(ConnectionError::Timeout { waited }),
+        NatsError::Closed => Error::Unknown(ConnectionError::Closed),
+        NatsError::Io(io) => Error::Unknown(ConnectionError::Io(io)),
+        NatsError::Mismatch(what) => Error::NotSent(NotSent::Layout(what)),
+        NatsError::Unsupported(what) => Error::NotSent(NotSent::Layout(what.to_owned())),
+        e if e.outcome_unknown() => {
+            Error::Unknown(ConnectionError::Io(std::io::Error::other(e.to_string())))
+        }
+        _ => Error::NotSent(NotSent::Broken),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_are_unique_per_producer_and_counter() {
+        let a = MsgIds::new();
+        let b = MsgIds::new();
+        let (mut x, mut y) = (IdBuf::new(), IdBuf::new());
+        assert_ne!(a.id(1, &mut x), b.id(1, &mut y), "random prefixes differ");
+        let k = a.take(2);
+        assert_eq!(a.take(1), k + 2);
+        let id = a.id(u64::MAX, &mut x).to_vec();
+        assert_eq!(id.len(), 17 + 20);
+        assert_eq!(id[16], b'-');
+        assert!(id[..16].iter().all(u8::is_ascii_alphanumeric));
+        // A clone (a reconnect's link) continues the same counter.
+        let c = a.clone();
+        assert_eq!(c.take(1), k + 3);
+    }
+
+    #[test]
+    fn nats_errors_sort_into_put_outcomes() {
+        assert!(matches!(
+            from_nats(NatsError::NoResponders),
+            Error::NotSent(NotSent::Unavailable)
+        ));
+        assert!(from_nats(NatsError::Timeout {
+            waited: Duration::from_secs(1)
+        })
+        .outcome_unknown());
+        assert!(from_nats(NatsError::Closed).outcome_unknown());
+        assert!(from_nats(NatsError::Broken).not_sent());
+        let api = taskq_proto::nats::ApiError {
+            code: 503,
+            err_code: 10077,
+            description: "maximum messages exceeded".into(),
+        };
+        assert!(matches!(
+            from_nats(NatsError::Api(api)),
+            Error::Rejected(Rejection::JetStream {
+                code: 503,
+                err_code: 10077
+            })
+        ));
+    }
+}
