@@ -56,6 +56,7 @@ mod error;
 mod multi;
 mod producer;
 mod reconnects;
+mod target;
 
 #[cfg(feature = "tokio")]
 pub use async_producer::AsyncProducer;
@@ -66,7 +67,8 @@ pub use producer::{
     MAX_PIPELINE_JOBS,
 };
 
-pub use taskq_proto::{Backoff, Jitter, JobId};
+pub use target::{IntoTarget, Target};
+pub use taskq_proto::{Backoff, Engine, Jitter, JobId};
 
 use taskq_proto::Command;
 

@@ -51,7 +51,12 @@ impl MultiProducer {
         }
         let mut servers = Vec::with_capacity(addrs.len());
         for a in addrs {
-            servers.push(builder.clone().build(a)?);
+            // Each server is one beanstalkd, resolved as given.
+            let resolved = a
+                .to_socket_addrs()
+                .map_err(|e| Error::NotSent(crate::NotSent::Io(e)))?
+                .collect::<Vec<_>>();
+            servers.push(builder.clone().build(resolved)?);
         }
         let mut last = None;
         let mut up = 0;

@@ -1,12 +1,13 @@
 //! One producer on one server: put, put_batch, put with queue position, and
 //! reconnection after a broken connection.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use taskq_proto::{Backoff, ConnectionConfig, IoCounts};
 
 use crate::reconnects::Reconnects;
+use crate::target::IntoTarget;
 
 use crate::classify::{check_tube, chunk_end, in_backoff, start_batch, too_big};
 use crate::engine::Link;
@@ -161,18 +162,28 @@ impl Builder {
     }
 
     /// Connects now; fails with [`Error::NotSent`] when the server cannot be reached.
-    pub fn connect(self, addr: impl ToSocketAddrs) -> Result<Producer, Error> {
+    ///
+    /// `addr` is an address string (`nats://HOST:PORT[,HOST:PORT...]` selects
+    /// JetStream; `HOST:PORT` or `beanstalk://HOST:PORT` beanstalkd) or socket
+    /// addresses (beanstalkd).
+    pub fn connect(self, addr: impl IntoTarget) -> Result<Producer, Error> {
         let mut p = self.build(addr)?;
         p.connected(true)?;
         Ok(p)
     }
 
     /// Resolves the address but connects on the first call.
-    pub fn build(self, addr: impl ToSocketAddrs) -> Result<Producer, Error> {
-        let addrs: Vec<SocketAddr> = addr
-            .to_socket_addrs()
-            .map_err(|e| Error::NotSent(NotSent::Io(e)))?
-            .collect();
+    pub fn build(self, addr: impl IntoTarget) -> Result<Producer, Error> {
+        let target = addr
+            .into_target()
+            .map_err(|e| Error::NotSent(NotSent::Io(e)))?;
+        if target.engine() != taskq_proto::Engine::Beanstalkd {
+            return Err(Error::NotSent(NotSent::Io(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "the JetStream engine is not in this build yet",
+            ))));
+        }
+        let addrs = target.addrs().to_vec();
         let tube = self.checked_tube(&addrs)?;
         Ok(Producer {
             addrs,
@@ -217,8 +228,9 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// Connects with the default settings.
-    pub fn connect(addr: impl ToSocketAddrs) -> Result<Producer, Error> {
+    /// Connects with the default settings (see [`Builder::connect`] for the
+    /// addresses taken).
+    pub fn connect(addr: impl IntoTarget) -> Result<Producer, Error> {
         Builder::default().connect(addr)
     }
 

@@ -59,6 +59,14 @@ pub enum TubeNameError {
         /// Where it is.
         at: usize,
     },
+    /// On JetStream, where a tube is a subject token and a consumer's name:
+    /// the name holds a byte outside `A-Z a-z 0-9 - _`.
+    BadSubjectByte {
+        /// The offending byte.
+        byte: u8,
+        /// Where it is.
+        at: usize,
+    },
 }
 
 /// Why a reply could not be decoded. The connection that received it is out of step.
@@ -222,6 +230,10 @@ impl fmt::Display for TubeNameError {
             TubeNameError::BadByte { byte, at } => write!(
                 f,
                 "tube name has byte 0x{byte:02x} at {at}; allowed: A-Z a-z 0-9 - + / ; . $ _ ( )"
+            ),
+            TubeNameError::BadSubjectByte { byte, at } => write!(
+                f,
+                "tube name has byte 0x{byte:02x} at {at}; on JetStream allowed: A-Z a-z 0-9 - _"
             ),
         }
     }

@@ -21,12 +21,14 @@
 //! assert!(parse_reply(put.kind(), b"BURIED\r\n", &Limits::default()).is_err());
 //! ```
 
+mod address;
 mod backoff;
 mod command;
 #[cfg(feature = "blocking")]
 mod conn;
 mod error;
 mod job_id;
+pub mod layout;
 pub mod nats;
 mod reply;
 #[cfg(feature = "server")]
@@ -34,6 +36,7 @@ pub mod server;
 pub mod session;
 pub mod yaml;
 
+pub use address::{Address, AddressError, Engine, NATS_DEFAULT_PORT};
 pub use backoff::{Backoff, Jitter, Reconnect};
 pub use command::{
     is_tube_byte, secs_ceil, validate_tube, Command, CommandKind, MAX_RESERVE_TIMEOUT,
@@ -42,6 +45,7 @@ pub use command::{
 pub use conn::{Connection, ConnectionConfig, Interrupter, IoCounts};
 pub use error::{ConnectionError, EncodeError, ReplyError, TubeNameError, YamlError};
 pub use job_id::JobId;
+pub use layout::{validate_subject_tube, Layout, DEFAULT_STREAM};
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
 pub use session::{Framed, RecvBuf, Request, Session, INLINE_REQUEST};
 pub use yaml::{JobStats, ServerStats, TubeStats};

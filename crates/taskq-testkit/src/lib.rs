@@ -2,6 +2,8 @@
 //! reference server with a ledger and fault plans, and a fault-injecting proxy.
 //!
 //! - [`Beanstalkd`]: the real server as a child process on a free loopback port.
+//! - [`NatsCluster`]: real `nats-server` nodes with JetStream, one or a cluster,
+//!   with kill -9, SIGSTOP/SIGCONT and restart of a node.
 //! - [`TestServer`]: the reference server in this process, with a [`Ledger`] of
 //!   every job and connection and [`FaultPlan`]s that make it misbehave on demand.
 //! - [`alloc::CountingAllocator`]: counts allocations, for the zero-allocation tests.
@@ -14,10 +16,14 @@
 #[allow(unsafe_code)]
 pub mod alloc;
 pub mod beanstalkd;
+// Sends SIGSTOP/SIGCONT to its nodes with kill(2).
+#[allow(unsafe_code)]
+pub mod nats;
 pub mod proxy;
 pub mod server;
 
 pub use beanstalkd::Beanstalkd;
+pub use nats::NatsCluster;
 pub use proxy::{ChaosProxy, Direction, Toxic};
 pub use server::{
     ConnCounts, Defects, Fault, FaultPlan, JobHistory, Ledger, LedgerReport, ServerConfig, Target,

@@ -3,7 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use taskq_proto::{validate_tube, Limits, TubeNameError};
+use taskq_proto::{
+    validate_subject_tube, validate_tube, Address, AddressError, Engine, Limits, TubeNameError,
+    DEFAULT_STREAM,
+};
 
 use taskq_proto::{Backoff, Jitter};
 
@@ -12,7 +15,9 @@ use taskq_proto::{Backoff, Jitter};
 /// Build one with struct update syntax from [`Config::default`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Servers as `HOST:PORT`; every thread connects to each.
+    /// Servers as `HOST:PORT` (beanstalkd; every thread connects to each), or
+    /// one `nats://HOST:PORT[,HOST:PORT...]` cluster (JetStream; the nodes
+    /// listed are seeds). One engine per worker.
     pub servers: Vec<String>,
     /// Tubes to watch; `default` is ignored unless listed.
     pub tubes: Vec<String>,
@@ -47,6 +52,31 @@ pub struct Config {
     pub max_jobs: Option<u64>,
     /// Size limits of replies.
     pub limits: Limits,
+    /// The JetStream layout and the settings of what the worker creates there.
+    pub jetstream: JetStreamConfig,
+}
+
+/// Settings that only the JetStream engine reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JetStreamConfig {
+    /// The stream (default `TASKQ`, capturing `taskq.>`).
+    pub stream: String,
+    /// Replicas of the stream when the worker creates it; `None`: 3 when the
+    /// cluster has 3 or more nodes, else 1.
+    pub replicas: Option<usize>,
+    /// The ack wait (every job's lease, the engine's TTR) of a tube's consumer
+    /// when the worker creates it. An existing consumer keeps its own.
+    pub ack_wait: Duration,
+}
+
+impl Default for JetStreamConfig {
+    fn default() -> Self {
+        JetStreamConfig {
+            stream: DEFAULT_STREAM.to_owned(),
+            replicas: None,
+            ack_wait: Duration::from_secs(60),
+        }
+    }
 }
 
 impl Default for Config {
@@ -74,6 +104,7 @@ impl Default for Config {
             exit_when_idle: None,
             max_jobs: None,
             limits: Limits::default(),
+            jetstream: JetStreamConfig::default(),
         }
     }
 }
@@ -114,6 +145,23 @@ pub enum ConfigError {
         /// The name.
         name: String,
     },
+    /// A server address that cannot be read.
+    BadAddress {
+        /// The address given.
+        addr: String,
+        /// What is wrong with it.
+        error: AddressError,
+    },
+    /// beanstalkd and JetStream addresses together, or more than one JetStream
+    /// cluster: a worker runs on one engine.
+    MixedEngines,
+    /// A JetStream stream name that is not one subject token.
+    BadStream {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        error: TubeNameError,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -137,6 +185,11 @@ impl fmt::Display for ConfigError {
                 )
             }
             ConfigError::DuplicateTube { name } => write!(f, "tube {name:?} given twice"),
+            ConfigError::BadAddress { addr, error } => write!(f, "server {addr:?}: {error}"),
+            ConfigError::MixedEngines => f.write_str(
+                "one engine per worker: either beanstalkd addresses or one nats:// cluster",
+            ),
+            ConfigError::BadStream { name, error } => write!(f, "stream {name:?}: {error}"),
         }
     }
 }
@@ -152,10 +205,23 @@ impl Config {
         if self.tubes.is_empty() {
             return Err(ConfigError::NoTubes);
         }
+        let engine = self.engine()?;
+        let check = match engine {
+            Engine::Beanstalkd => validate_tube,
+            Engine::Nats => validate_subject_tube,
+        };
         for t in &self.tubes {
-            validate_tube(t).map_err(|error| ConfigError::BadTube {
+            check(t).map_err(|error| ConfigError::BadTube {
                 name: t.clone(),
                 error,
+            })?;
+        }
+        if engine == Engine::Nats {
+            taskq_proto::Layout::new(&self.jetstream.stream).map_err(|error| {
+                ConfigError::BadStream {
+                    name: self.jetstream.stream.clone(),
+                    error,
+                }
             })?;
         }
         if let Some(name) = self
@@ -224,6 +290,24 @@ impl Config {
         self.validate()
     }
 
+    /// The engine the servers select: every address must select the same
+    /// one, and JetStream takes one cluster address.
+    pub fn engine(&self) -> Result<Engine, ConfigError> {
+        let mut engine = None;
+        for addr in &self.servers {
+            let a = Address::parse(addr).map_err(|error| ConfigError::BadAddress {
+                addr: addr.clone(),
+                error,
+            })?;
+            match engine {
+                None => engine = Some(a.engine()),
+                Some(Engine::Beanstalkd) if a.engine() == Engine::Beanstalkd => {}
+                Some(_) => return Err(ConfigError::MixedEngines),
+            }
+        }
+        engine.ok_or(ConfigError::NoServers)
+    }
+
     /// True when tubes are weighted (more than one tube, with weights).
     pub fn is_weighted(&self) -> bool {
         !self.weights.is_empty() && self.tubes.len() > 1
@@ -233,5 +317,63 @@ impl Config {
     pub(crate) fn reserve_secs(&self) -> u32 {
         // At most what the server reads as meant (a signed 32-bit count).
         taskq_proto::secs_ceil(self.reserve_timeout).clamp(1, taskq_proto::MAX_RESERVE_TIMEOUT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(servers: &[&str], tubes: &[&str]) -> Result<Engine, ConfigError> {
+        let cfg = Config {
+            servers: servers.iter().map(|s| s.to_string()).collect(),
+            tubes: tubes.iter().map(|s| s.to_string()).collect(),
+            ..Config::default()
+        };
+        cfg.validate().and_then(|()| cfg.engine())
+    }
+
+    #[test]
+    fn servers_select_one_engine() {
+        assert_eq!(with(&["127.0.0.1:11300"], &["a"]), Ok(Engine::Beanstalkd));
+        assert_eq!(
+            with(&["a:1", "beanstalk://b:2"], &["a"]),
+            Ok(Engine::Beanstalkd)
+        );
+        assert_eq!(with(&["nats://a:1,b:2"], &["a"]), Ok(Engine::Nats));
+        assert_eq!(
+            with(&["a:1", "nats://b:2"], &["a"]),
+            Err(ConfigError::MixedEngines)
+        );
+        assert_eq!(
+            with(&["nats://a:1", "nats://b:2"], &["a"]),
+            Err(ConfigError::MixedEngines)
+        );
+        assert!(matches!(
+            with(&["redis://a:1"], &["a"]),
+            Err(ConfigError::BadAddress { .. })
+        ));
+    }
+
+    #[test]
+    fn jetstream_tube_names_are_subject_tokens() {
+        // Fine for beanstalkd, not a single subject token on JetStream.
+        assert_eq!(with(&["a:1"], &["a.b"]), Ok(Engine::Beanstalkd));
+        assert_eq!(
+            with(&["nats://a:1"], &["a.b"]),
+            Err(ConfigError::BadTube {
+                name: "a.b".into(),
+                error: TubeNameError::BadSubjectByte { byte: b'.', at: 1 },
+            })
+        );
+        let cfg = Config {
+            servers: vec!["nats://a:1".into()],
+            jetstream: JetStreamConfig {
+                stream: "A.B".into(),
+                ..JetStreamConfig::default()
+            },
+            ..Config::default()
+        };
+        assert!(matches!(cfg.validate(), Err(ConfigError::BadStream { .. })));
     }
 }

@@ -67,7 +67,7 @@ pub mod metrics;
 pub mod table;
 mod worker;
 
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, JetStreamConfig};
 pub use counters::{Counters, Snapshot, COUNTER_HELP};
 pub use job::{Job, JobError, JobInfo};
 pub use taskq_proto::{Backoff, Jitter, JobId};

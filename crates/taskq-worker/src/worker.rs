@@ -38,8 +38,11 @@ pub(crate) struct Shared {
     /// One per (thread, server), thread-major.
     lanes: Vec<LaneShared>,
     started: Instant,
-    /// Milliseconds after `started` of the last reserved job.
-    last_reserved_ms: AtomicU64,
+    /// Milliseconds after `started` of the last moment the worker was busy: a
+    /// job reserved, or a reserve or a connect the server did not answer. A
+    /// server that cannot be asked (down, or electing a leader) is not an empty
+    /// queue, so that time is not idle time for `exit_when_idle`.
+    last_busy_ms: AtomicU64,
     /// Reservations still allowed under `max_jobs`.
     tickets: AtomicU64,
     /// Releases this process made for `TempFail`/`Retry`, by (server, job id):
@@ -86,6 +89,11 @@ impl Shared {
 
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// Marks now as busy: `exit_when_idle` counts from here.
+    pub(crate) fn busy(&self) {
+        self.last_busy_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
     fn holding_any(&self) -> bool {
@@ -173,7 +181,7 @@ impl Worker {
                 abort: AtomicBool::new(false),
                 lanes,
                 started: Instant::now(),
-                last_reserved_ms: AtomicU64::new(0),
+                last_busy_ms: AtomicU64::new(0),
                 tickets,
                 tempfails: Mutex::new(HashMap::new()),
                 tempfails_any: AtomicBool::new(false),
@@ -228,7 +236,7 @@ impl Running {
             if let Some(idle) = shared.cfg.exit_when_idle {
                 let quiet = shared
                     .now_ms()
-                    .saturating_sub(shared.last_reserved_ms.load(Ordering::Relaxed));
+                    .saturating_sub(shared.last_busy_ms.load(Ordering::Relaxed));
                 if !shared.stop.load(Ordering::Relaxed)
                     && quiet >= idle.as_millis() as u64
                     && !shared.holding_any()

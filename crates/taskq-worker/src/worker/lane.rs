@@ -160,6 +160,8 @@ impl<L: Link> Lanes<L> {
             }
             Err(e) => {
                 Counters::add(&sh.counters.connect_failures);
+                // A server that cannot be reached is not an empty queue.
+                sh.busy();
                 if e.is_timeout() {
                     Counters::add(&sh.counters.io_timeouts);
                 }

@@ -121,6 +121,8 @@ impl Turn<'_> {
                 Err(Fault::Conn(e)) => {
                     ls.state.store(IDLE, Ordering::SeqCst);
                     sh.give_ticket();
+                    // Unanswered: not idle time.
+                    sh.busy();
                     if sh.stop.load(Ordering::SeqCst) {
                         return ControlFlow::Break(After::Stop);
                     }
@@ -133,7 +135,7 @@ impl Turn<'_> {
                 s.taken();
             }
             Counters::add(&sh.counters.reserved);
-            sh.last_reserved_ms.store(sh.now_ms(), Ordering::Relaxed);
+            sh.busy();
             return ControlFlow::Continue(id);
         }
     }

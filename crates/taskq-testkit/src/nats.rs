@@ -1,0 +1,473 @@
+//! Real `nats-server` processes with JetStream on free loopback ports, started
+//! and stopped by a test: one node, or a cluster whose nodes route to each other.
+//!
+//! Each node gets its own client, route and monitoring port and its own store
+//! directory under one temporary directory, removed on drop. The monitoring
+//! port answers `/healthz`, `/varz` and `/jsz`, which is how the harness tells
+//! that a node is up, that the cluster has a meta leader, and which node leads
+//! a stream or a consumer.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::beanstalkd::free_port;
+
+/// How long a node may take to answer its health check after a start.
+const START_WAIT: Duration = Duration::from_secs(15);
+
+/// One node's ports, directory and process.
+#[derive(Debug)]
+struct Node {
+    name: String,
+    port: u16,
+    route_port: u16,
+    monitor_port: u16,
+    store: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn monitor(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.monitor_port))
+    }
+}
+
+/// A cluster of `nats-server` nodes with JetStream (or a single node), all on
+/// 127.0.0.1. Every process is killed and every directory removed on drop.
+#[derive(Debug)]
+pub struct NatsCluster {
+    dir: PathBuf,
+    cluster: String,
+    nodes: Vec<Node>,
+}
+
+impl NatsCluster {
+    /// Starts `n` nodes (1 for a single server without clustering) and waits
+    /// until every node is healthy and, for a cluster, agrees on a meta leader.
+    pub fn start(n: usize) -> io::Result<NatsCluster> {
+        assert!(n >= 1, "a cluster has at least one node");
+        let mut last = None;
+        // A port found free can be taken before the server binds it: retry
+        // the whole cluster with fresh ports.
+        for _ in 0..3 {
+            match NatsCluster::try_start(n) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("nats-server did not start")))
+    }
+
+    fn try_start(n: usize) -> io::Result<NatsCluster> {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let tag = format!(
+            "{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(format!("taskq-nats-{tag}"));
+        std::fs::create_dir_all(&dir)?;
+        let mut c = NatsCluster {
+            dir,
+            cluster: format!("taskq-{tag}"),
+            nodes: Vec::with_capacity(n),
+        };
+        for i in 0..n {
+            let store = c.dir.join(format!("n{}", i + 1));
+            std::fs::create_dir_all(&store)?;
+            c.nodes.push(Node {
+                name: format!("n{}", i + 1),
+                port: free_port()?,
+                route_port: free_port()?,
+                monitor_port: free_port()?,
+                log: c.dir.join(format!("n{}.log", i + 1)),
+                store,
+                child: None,
+            });
+        }
+        for i in 0..n {
+            c.spawn(i)?;
+        }
+        for i in 0..n {
+            c.wait_healthy(i, START_WAIT)?;
+        }
+        if n > 1 {
+            c.wait_meta_leader(START_WAIT)?;
+        }
+        Ok(c)
+    }
+
+    fn spawn(&mut self, i: usize) -> io::Result<()> {
+        let routes = self
+            .nodes
+            .iter()
+            .map(|n| format!("nats://127.0.0.1:{}", n.route_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let clustered = self.nodes.len() > 1;
+        let node = &self.nodes[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)?;
+        let mut cmd = Command::new(server_binary());
+        cmd.args(["-js", "-a", "127.0.0.1"])
+            .args(["-p", &node.port.to_string()])
+            .args(["-m", &node.monitor_port.to_string()])
+            .args(["--name", &node.name])
+            .arg("--store_dir")
+            .arg(&node.store);
+        if clustered {
+            cmd.args([
+                "--cluster",
+                &format!("nats://127.0.0.1:{}", node.route_port),
+                "--cluster_name",
+                &self.cluster,
+                "--routes",
+                &routes,
+            ]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot run nats-server ({e}); install it: apt-get install -y nats-server"
+                    ),
+                )
+            })?;
+        self.nodes[i].child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until node `i` answers its health check as itself.
+    fn wait_healthy(&mut self, i: usize, wait: Duration) -> io::Result<()> {
+        let until = Instant::now() + wait;
+        loop {
+            if let Some(child) = self.nodes[i].child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    self.nodes[i].child = None;
+                    return Err(io::Error::other(format!(
+                        "nats-server {} exited at start: {status}; log: {}",
+                        self.nodes[i].name,
+                        tail(&self.nodes[i].log)
+                    )));
+                }
+            }
+            let ours = http_json(self.nodes[i].monitor(), "/varz")
+                .ok()
+                .and_then(|v| v["server_name"].as_str().map(|s| s == self.nodes[i].name));
+            match ours {
+                Some(false) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("port {} is another server's", self.nodes[i].monitor_port),
+                    ))
+                }
+                Some(true) => {
+                    if let Ok(h) = http_json(self.nodes[i].monitor(), "/healthz") {
+                        if h["status"].as_str() == Some("ok") {
+                            return Ok(());
+                        }
+                    }
+                }
+                None => {}
+            }
+            if Instant::now() > until {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "nats-server {} not healthy within {wait:?}; log: {}",
+                        self.nodes[i].name,
+                        tail(&self.nodes[i].log)
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Always false: a cluster has a node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Node `i`'s client address.
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        self.nodes[i].addr()
+    }
+
+    /// Node `i`'s server name (`n1`, `n2`, ...).
+    pub fn name(&self, i: usize) -> &str {
+        &self.nodes[i].name
+    }
+
+    /// Node `i`'s process id, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().map(Child::id)
+    }
+
+    /// Every node's client address as `HOST:PORT`, comma-separated.
+    pub fn seeds(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The address taskq takes for this cluster: `nats://` and the seeds.
+    pub fn url(&self) -> String {
+        format!("nats://{}", self.seeds())
+    }
+
+    /// The address of node `i` alone, as `nats://HOST:PORT`.
+    pub fn node_url(&self, i: usize) -> String {
+        format!("nats://{}", self.nodes[i].addr())
+    }
+
+    /// Kills node `i` at once (SIGKILL) and reaps it. Its store stays for a restart.
+    pub fn kill(&mut self, i: usize) -> io::Result<()> {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            // A stopped process still dies of SIGKILL.
+            let _ = child.kill();
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Freezes node `i` (SIGSTOP): its sockets stay open, it answers nothing.
+    pub fn stop(&self, i: usize) -> io::Result<()> {
+        self.signal(i, libc::SIGSTOP)
+    }
+
+    /// Thaws node `i` (SIGCONT).
+    pub fn cont(&self, i: usize) -> io::Result<()> {
+        self.signal(i, libc::SIGCONT)
+    }
+
+    fn signal(&self, i: usize, sig: libc::c_int) -> io::Result<()> {
+        let pid = self
+            .pid(i)
+            .ok_or_else(|| io::Error::other("node not running"))?;
+        let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+        // SAFETY: kill(2) on our own child's pid, with a valid signal number.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::kill(pid, sig) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Starts node `i` again on its ports with its store (after [`kill`](Self::kill)),
+    /// and waits until it is healthy.
+    pub fn restart(&mut self, i: usize) -> io::Result<()> {
+        self.kill(i)?;
+        self.spawn(i)?;
+        self.wait_healthy(i, START_WAIT)
+    }
+
+    /// Node `i`'s `/jsz` with `query` (for example `streams=true&consumers=true`).
+    pub fn jsz(&self, i: usize, query: &str) -> io::Result<Value> {
+        http_json(self.nodes[i].monitor(), &format!("/jsz?{query}"))
+    }
+
+    /// The index of the meta leader as a running node sees it, if one is elected.
+    pub fn meta_leader(&self) -> Option<usize> {
+        if self.nodes.len() == 1 {
+            return self.nodes[0].child.as_ref().map(|_| 0);
+        }
+        self.running().find_map(|i| {
+            let v = self.jsz(i, "").ok()?;
+            let l = self.index_of(v["meta_cluster"]["leader"].as_str()?)?;
+            self.nodes[l].child.as_ref().map(|_| l)
+        })
+    }
+
+    /// Waits until every running node names the same running node as meta
+    /// leader; returns it. (Right after a kill the others still name the dead
+    /// leader for a while: that is not an answer.)
+    pub fn wait_meta_leader(&self, wait: Duration) -> io::Result<usize> {
+        let until = Instant::now() + wait;
+        loop {
+            let seen: Vec<Option<usize>> = self
+                .running()
+                .map(|i| {
+                    let v = self.jsz(i, "").ok()?;
+                    self.index_of(v["meta_cluster"]["leader"].as_str()?)
+                })
+                .collect();
+            if let Some(Some(first)) = seen.first() {
+                if self.nodes[*first].child.is_some() && seen.iter().all(|s| *s == Some(*first)) {
+                    return Ok(*first);
+                }
+            }
+            if Instant::now() > until {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no agreed meta leader within {wait:?}: {seen:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The index of the node leading stream `stream`, if a running node knows one.
+    pub fn stream_leader(&self, stream: &str) -> Option<usize> {
+        self.asset_leader(stream, None)
+    }
+
+    /// The index of the node leading consumer `consumer` of `stream`.
+    pub fn consumer_leader(&self, stream: &str, consumer: &str) -> Option<usize> {
+        self.asset_leader(stream, Some(consumer))
+    }
+
+    fn asset_leader(&self, stream: &str, consumer: Option<&str>) -> Option<usize> {
+        if self.nodes.len() == 1 {
+            return self.nodes[0].child.as_ref().map(|_| 0);
+        }
+        self.running().find_map(|i| {
+            let v = self
+                .jsz(i, "accounts=true&streams=true&consumers=true")
+                .ok()?;
+            for acc in v["account_details"].as_array()? {
+                for s in acc["stream_detail"].as_array().into_iter().flatten() {
+                    if s["name"].as_str() != Some(stream) {
+                        continue;
+                    }
+                    let leader = match consumer {
+                        None => s["cluster"]["leader"].as_str(),
+                        Some(c) => s["consumer_detail"]
+                            .as_array()?
+                            .iter()
+                            .find(|d| d["name"].as_str() == Some(c))
+                            .and_then(|d| d["cluster"]["leader"].as_str()),
+                    };
+                    if let Some(l) = leader.and_then(|l| self.index_of(l)) {
+                        return Some(l);
+                    }
+                }
+            }
+            None
+        })
+    }
+
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    fn running(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.nodes.len()).filter(|&i| self.nodes[i].child.is_some())
+    }
+
+    /// The last lines of node `i`'s log, for a failing test's message.
+    pub fn log_tail(&self, i: usize) -> String {
+        tail(&self.nodes[i].log)
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            // Thaw first so a frozen node does not linger as a stopped zombie.
+            let _ = self.cont(i);
+            let _ = self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `nats-server` from `PATH`, or where Debian's package puts it (`/usr/sbin`,
+/// which an unprivileged user's `PATH` often lacks).
+fn server_binary() -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("nats-server").is_file()))
+        .unwrap_or(false);
+    let debian = Path::new("/usr/sbin/nats-server");
+    if !on_path && debian.is_file() {
+        debian.to_path_buf()
+    } else {
+        PathBuf::from("nats-server")
+    }
+}
+
+/// A GET on the monitoring port, parsed as JSON. Bounded by one second.
+fn http_json(addr: SocketAddr, path: &str) -> io::Result<Value> {
+    let limit = Duration::from_secs(1);
+    let mut s = TcpStream::connect_timeout(&addr, limit)?;
+    s.set_read_timeout(Some(limit))?;
+    s.set_write_timeout(Some(limit))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.take(16 << 20).read_to_end(&mut raw)?;
+    let start = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| io::Error::other("no end of HTTP headers"))?;
+    // /healthz answers 503 with a JSON body while JetStream is not current.
+    serde_json::from_slice(&raw[start + 4..]).map_err(io::Error::other)
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_node_is_healthy_and_leads() {
+        let c = NatsCluster::start(1).unwrap();
+        assert_eq!(c.meta_leader(), Some(0));
+        assert!(TcpStream::connect(c.addr(0)).is_ok());
+        assert_eq!(c.url(), format!("nats://{}", c.addr(0)));
+    }
+
+    #[test]
+    fn three_nodes_agree_on_a_meta_leader_and_survive_a_kill() {
+        let mut c = NatsCluster::start(3).unwrap();
+        let leader = c.wait_meta_leader(Duration::from_secs(10)).unwrap();
+        let v = c.jsz(leader, "").unwrap();
+        assert_eq!(v["meta_cluster"]["replicas"].as_array().unwrap().len(), 2);
+        let dir = c.dir.clone();
+        c.kill(leader).unwrap();
+        assert!(c.pid(leader).is_none());
+        // Two of three still elect a leader among themselves.
+        let next = c.wait_meta_leader(Duration::from_secs(20)).unwrap();
+        assert_ne!(next, leader);
+        c.restart(leader).unwrap();
+        c.wait_meta_leader(Duration::from_secs(20)).unwrap();
+        c.stop(next).unwrap();
+        c.cont(next).unwrap();
+        drop(c);
+        assert!(!dir.exists(), "the cluster's directory is removed on drop");
+    }
+}
