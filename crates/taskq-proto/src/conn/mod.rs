@@ -8,7 +8,7 @@ use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
+use socket2::Socket;
 
 use crate::command::Command;
 use crate::error::ConnectionError;
@@ -17,6 +17,9 @@ use crate::session::Session;
 
 mod recv;
 mod send;
+pub(crate) mod sock;
+
+use self::sock::SockIo;
 
 /// Settings of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,15 +61,10 @@ pub struct IoCounts {
 /// the whole reply. After a timeout, an I/O error or a reply it cannot decode the
 /// connection is broken for good and refuses further requests with [`ConnectionError::Broken`].
 pub struct Connection {
-    sock: Socket,
+    io: SockIo,
     peer: SocketAddr,
     cfg: ConnectionConfig,
     session: Session,
-    rcv_timeout: Duration,
-    /// True while a deadline has the socket timeout below the I/O timeout; the
-    /// next reply's first read restores it.
-    rcv_lowered: bool,
-    counts: IoCounts,
 }
 
 impl std::fmt::Debug for Connection {
@@ -104,33 +102,13 @@ impl Connection {
         addr: SocketAddr,
         cfg: ConnectionConfig,
     ) -> Result<Connection, ConnectionError> {
-        let setup = || -> io::Result<Socket> {
-            let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-            sock.set_tcp_nodelay(true)?;
-            if let Some(idle) = cfg.keepalive {
-                sock.set_keepalive(true)?;
-                sock.set_tcp_keepalive(
-                    &TcpKeepalive::new()
-                        .with_time(idle)
-                        .with_interval(Duration::from_secs(5)),
-                )?;
-            }
-            #[cfg(any(target_os = "macos", target_os = "ios"))]
-            sock.set_nosigpipe(true)?;
-            sock.connect_timeout(&addr.into(), positive(cfg.connect_timeout))?;
-            sock.set_read_timeout(Some(positive(cfg.io_timeout)))?;
-            sock.set_write_timeout(Some(positive(cfg.io_timeout)))?;
-            Ok(sock)
-        };
-        let sock = setup().map_err(ConnectionError::NotSent)?;
+        let io = SockIo::open(addr, cfg.connect_timeout, cfg.io_timeout, cfg.keepalive)
+            .map_err(ConnectionError::NotSent)?;
         Ok(Connection {
-            sock,
+            io,
             peer: addr,
             cfg,
             session: Session::new(cfg.limits),
-            rcv_timeout: positive(cfg.io_timeout),
-            rcv_lowered: false,
-            counts: IoCounts::default(),
         })
     }
 
@@ -170,12 +148,12 @@ impl Connection {
     /// end a blocking `reserve` at shutdown. The blocked read then fails with
     /// [`ConnectionError::Closed`] and the server returns any job the connection held.
     pub fn interrupter(&self) -> io::Result<Interrupter> {
-        Ok(Interrupter(self.sock.try_clone()?))
+        Interrupter::new(&self.io.sock)
     }
 
     /// System calls made so far.
     pub fn io_counts(&self) -> IoCounts {
-        self.counts
+        self.io.counts
     }
 
     /// Sends a request and reads its reply.
@@ -197,13 +175,13 @@ impl Connection {
 pub struct Interrupter(Socket);
 
 impl Interrupter {
+    /// A handle on a clone of `sock`.
+    pub(crate) fn new(sock: &Socket) -> io::Result<Interrupter> {
+        Ok(Interrupter(sock.try_clone()?))
+    }
+
     /// Shuts the socket down in both directions; errors (already closed) are ignored.
     pub fn interrupt(&self) {
         let _ = self.0.shutdown(std::net::Shutdown::Both);
     }
-}
-
-/// Socket timeouts of zero mean "forever"; never let a short wait become that.
-fn positive(d: Duration) -> Duration {
-    d.max(Duration::from_millis(1))
 }

@@ -1,16 +1,13 @@
 //! The read side of a [`Connection`]: each owed reply read against one
 //! deadline for the whole of it, with a fast path for `INSERTED` after a put.
 
-use std::io::{self, Read};
-use std::time::{Duration, Instant};
+use std::io;
+use std::time::Instant;
 
-use super::{positive, Connection};
+use super::sock::took;
+use super::Connection;
 use crate::error::ConnectionError;
 use crate::reply::Reply;
-
-/// How far a lowered socket timeout may run past the deadline before it is
-/// worth a `setsockopt` to shorten it.
-const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
 impl Connection {
     /// Reads the next owed reply (the one to the oldest request whose reply was
@@ -22,12 +19,11 @@ impl Connection {
     pub fn recv(&mut self) -> Result<Reply<'_>, ConnectionError> {
         // The enqueue hot path: the reply to a lone put on an empty buffer is
         // almost always one whole `INSERTED <id>\r\n` from one read.
-        if self.session.awaits_lone_put() && !self.rcv_lowered {
+        if self.session.awaits_lone_put() && !self.io.rcv_lowered() {
             // The one clock read of a put: should this read bring only part of
             // the reply, the deadline for the rest counts from here.
             let started = Instant::now();
-            let r = (&self.sock).read(self.session.put_read_room());
-            self.counts.reads += 1;
+            let r = self.io.read_once(self.session.put_read_room());
             if let Ok(n) = r {
                 if let Some(id) = self.session.take_inserted(n) {
                     return Ok(Reply::Inserted { id });
@@ -50,7 +46,10 @@ impl Connection {
         // Bytes that arrived are in the buffer already; an end of stream or
         // an error is accounted for here.
         if !matches!(r, Ok(n) if n > 0) {
-            self.took(r)?;
+            if let Err(e) = took(r) {
+                self.session.mark_broken();
+                return Err(e);
+            }
         }
         self.recv_any(Some(started))
     }
@@ -69,95 +68,15 @@ impl Connection {
                 return Ok(self.session.take_reply(f));
             }
             let t0 = *started.get_or_insert_with(Instant::now);
-            self.fill(t0, wait, &mut first_read)?;
-        }
-    }
-
-    fn fill(
-        &mut self,
-        started: Instant,
-        wait: Duration,
-        first_read: &mut bool,
-    ) -> Result<(), ConnectionError> {
-        // Make room first: a buffer full at its cap breaks the session.
-        self.session.recv_room()?;
-        if self.rcv_lowered && *first_read {
-            self.set_rcv_timeout(positive(self.cfg.io_timeout))?;
-        }
-        loop {
-            if !*first_read {
-                // The socket timeout never exceeds the whole wait, so the first read
-                // needs no clock; later ones check what is left of the deadline.
-                let now = Instant::now();
-                // Checked: a caller may configure a huge I/O timeout to mean "wait forever".
-                let deadline = started
-                    .checked_add(wait)
-                    .unwrap_or_else(|| far_future(started));
-                if now + DEADLINE_SLACK >= deadline {
+            // Make room first: a buffer full at its cap breaks the session.
+            let room = self.session.recv_room()?;
+            match self.io.fill(room, t0, wait, &mut first_read) {
+                Ok(n) => self.session.received(n),
+                Err(e) => {
                     self.session.mark_broken();
-                    return Err(ConnectionError::Timeout {
-                        waited: now - started,
-                    });
-                }
-                let left = deadline - now;
-                if self.rcv_timeout > left + DEADLINE_SLACK {
-                    self.set_rcv_timeout(left)?;
+                    return Err(e);
                 }
             }
-            *first_read = false;
-            let r = (&self.sock).read(self.session.recv_room()?);
-            self.counts.reads += 1;
-            if self.took(r)? {
-                return Ok(());
-            }
         }
     }
-
-    /// Accounts for one read into the session's room: true when bytes arrived,
-    /// false when the read timed out or was interrupted (the caller checks the
-    /// deadline and reads again); an end of stream or another error breaks the
-    /// connection.
-    fn took(&mut self, r: io::Result<usize>) -> Result<bool, ConnectionError> {
-        match r {
-            Ok(0) => {
-                self.session.mark_broken();
-                Err(ConnectionError::Closed)
-            }
-            Ok(n) => {
-                self.session.received(n);
-                Ok(true)
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => {
-                self.session.mark_broken();
-                Err(ConnectionError::Io(e))
-            }
-        }
-    }
-
-    fn set_rcv_timeout(&mut self, t: Duration) -> Result<(), ConnectionError> {
-        let t = positive(t);
-        if let Err(e) = self.sock.set_read_timeout(Some(t)) {
-            self.session.mark_broken();
-            return Err(ConnectionError::Io(e));
-        }
-        self.rcv_timeout = t;
-        self.rcv_lowered = t != positive(self.cfg.io_timeout);
-        Ok(())
-    }
-}
-
-/// A deadline so far away that it stands for "no deadline".
-fn far_future(from: Instant) -> Instant {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    from.checked_add(CENTURY).unwrap_or(from)
 }

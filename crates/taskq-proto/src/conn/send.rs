@@ -1,19 +1,12 @@
 //! The write side of a [`Connection`]: each request the session encodes goes
 //! out in one send call; queued requests go out together in one.
 
-use std::io::{self, IoSlice};
+use std::io::IoSlice;
 
-use socket2::Socket;
-
-use super::{Connection, IoCounts};
+use super::Connection;
 use crate::command::Command;
 use crate::error::ConnectionError;
 use crate::session::Request;
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const SEND_FLAGS: i32 = 0x4000; // MSG_NOSIGNAL: a reset peer gives EPIPE, not SIGPIPE.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-const SEND_FLAGS: i32 = 0;
 
 impl Connection {
     /// Sends one request with a single write call (looping only on a partial write).
@@ -32,14 +25,7 @@ impl Connection {
         } = *cmd
         {
             if let Some(bytes) = self.session.repeated_put(pri, delay, ttr, body) {
-                let r = self.sock.send_with_flags(bytes, SEND_FLAGS);
-                self.counts.writes += 1;
-                if let Ok(n) = r {
-                    if n == bytes.len() {
-                        return Ok(());
-                    }
-                }
-                let r = send_rest(&self.sock, &mut self.counts, bytes, r);
+                let r = self.io.send(bytes);
                 if r.is_err() {
                     self.session.mark_broken();
                 }
@@ -52,23 +38,12 @@ impl Connection {
     /// [`send`](Self::send) for any request.
     fn send_any(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         let r = match self.session.encode(cmd)? {
-            Request::Whole(bytes) => {
-                let r = self.sock.send_with_flags(bytes, SEND_FLAGS);
-                self.counts.writes += 1;
-                match r {
-                    Ok(n) if n == bytes.len() => return Ok(()),
-                    first => send_rest(&self.sock, &mut self.counts, bytes, first),
-                }
-            }
-            Request::Parts { line, body } => write_all(
-                &self.sock,
-                &mut self.counts,
-                &mut [
-                    IoSlice::new(line),
-                    IoSlice::new(body),
-                    IoSlice::new(b"\r\n"),
-                ],
-            ),
+            Request::Whole(bytes) => self.io.send(bytes),
+            Request::Parts { line, body } => self.io.write_all(&mut [
+                IoSlice::new(line),
+                IoSlice::new(body),
+                IoSlice::new(b"\r\n"),
+            ]),
         };
         if r.is_err() {
             self.session.mark_broken();
@@ -100,7 +75,7 @@ impl Connection {
         let Some(queued) = self.session.to_flush()? else {
             return Ok(());
         };
-        let r = write_all(&self.sock, &mut self.counts, &mut [IoSlice::new(queued)]);
+        let r = self.io.write_all(&mut [IoSlice::new(queued)]);
         self.session.queue_sent();
         if r.is_err() {
             self.session.mark_broken();
@@ -119,75 +94,11 @@ impl Connection {
         if self.session.is_broken() {
             return Err(ConnectionError::Broken);
         }
-        let r = write_all(&self.sock, &mut self.counts, &mut [IoSlice::new(bytes)]);
+        let r = self.io.write_all(&mut [IoSlice::new(bytes)]);
         self.session.expect_reply(kind);
         if r.is_err() {
             self.session.mark_broken();
         }
         r
     }
-}
-
-/// A partial or failed first send of `bytes`: goes on as [`write_all`] would.
-#[cold]
-fn send_rest(
-    sock: &Socket,
-    counts: &mut IoCounts,
-    bytes: &[u8],
-    first: io::Result<usize>,
-) -> Result<(), ConnectionError> {
-    match first {
-        Ok(n) if n > 0 => write_rest(sock, counts, &mut [IoSlice::new(&bytes[n..])], n),
-        Ok(_) => Err(ConnectionError::NotSent(write_zero())),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-            write_all(sock, counts, &mut [IoSlice::new(bytes)])
-        }
-        Err(e) => Err(ConnectionError::NotSent(e)),
-    }
-}
-
-/// Writes every byte, one send call per attempt; a partial write continues where it stopped.
-fn write_all(
-    sock: &Socket,
-    counts: &mut IoCounts,
-    bufs: &mut [IoSlice<'_>],
-) -> Result<(), ConnectionError> {
-    write_rest(sock, counts, bufs, 0)
-}
-
-/// [`write_all`] for a request of which `sent` bytes already left.
-fn write_rest(
-    sock: &Socket,
-    counts: &mut IoCounts,
-    mut bufs: &mut [IoSlice<'_>],
-    mut sent: usize,
-) -> Result<(), ConnectionError> {
-    while !bufs.is_empty() {
-        let r = if bufs.len() == 1 {
-            sock.send_with_flags(&bufs[0], SEND_FLAGS)
-        } else {
-            sock.send_vectored_with_flags(bufs, SEND_FLAGS)
-        };
-        counts.writes += 1;
-        let err = match r {
-            Ok(0) => write_zero(),
-            Ok(n) => {
-                sent += n;
-                IoSlice::advance_slices(&mut bufs, n);
-                continue;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => e,
-        };
-        return Err(if sent == 0 {
-            ConnectionError::NotSent(err)
-        } else {
-            ConnectionError::Io(err)
-        });
-    }
-    Ok(())
-}
-
-fn write_zero() -> io::Error {
-    io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes")
 }

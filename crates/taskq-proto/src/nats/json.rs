@@ -258,3 +258,67 @@ pub fn parse_js_reply(json: &[u8]) -> Result<JsReply<'_>, NatsProtoError> {
         duplicate,
     }))
 }
+
+/// What taskq reads from a server's `INFO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InfoRef<'a> {
+    /// `server_id`.
+    pub server_id: &'a [u8],
+    /// `server_name`.
+    pub server_name: &'a [u8],
+    /// `max_payload`; 0 when absent.
+    pub max_payload: u64,
+    /// `headers`: whether the server takes `HPUB`.
+    pub headers: bool,
+    /// `jetstream`: whether JetStream is on.
+    pub jetstream: bool,
+}
+
+/// Reads an `INFO` object, handing each of its `connect_urls` to `url`.
+///
+/// ```
+/// let mut urls = Vec::new();
+/// let i = taskq_proto::nats::parse_info(
+///     br#"{"server_id":"N1","max_payload":1048576,"headers":true,"connect_urls":["127.0.0.1:4223"]}"#,
+///     |u| urls.push(u.to_vec()),
+/// ).unwrap();
+/// assert_eq!((i.server_id, i.max_payload, i.headers), (&b"N1"[..], 1 << 20, true));
+/// assert_eq!(urls, [b"127.0.0.1:4223".to_vec()]);
+/// ```
+pub fn parse_info<'a>(
+    json: &'a [u8],
+    mut url: impl FnMut(&'a [u8]),
+) -> Result<InfoRef<'a>, NatsProtoError> {
+    let mut s = Scan { s: json, i: 0 };
+    let mut info = InfoRef::default();
+    s.object(|s, key| {
+        match key {
+            b"server_id" => info.server_id = s.string()?,
+            b"server_name" => info.server_name = s.string()?,
+            b"max_payload" => info.max_payload = s.u64()?,
+            b"headers" => info.headers = s.bool()?,
+            b"jetstream" => info.jetstream = s.bool()?,
+            b"connect_urls" => {
+                s.eat(b'[')?;
+                if s.peek() == Some(b']') {
+                    s.i += 1;
+                    return Ok(());
+                }
+                loop {
+                    url(s.string()?);
+                    match s.peek() {
+                        Some(b',') => s.i += 1,
+                        Some(b']') => {
+                            s.i += 1;
+                            return Ok(());
+                        }
+                        _ => return Err(s.bad()),
+                    }
+                }
+            }
+            _ => s.skip(1)?,
+        }
+        Ok(())
+    })?;
+    Ok(info)
+}

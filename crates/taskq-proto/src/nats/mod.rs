@@ -25,20 +25,26 @@
 //! ```
 
 mod ack;
+#[cfg(feature = "blocking")]
+mod client;
 mod encode;
 mod error;
 mod headers;
-mod json;
-mod op;
+pub(crate) mod json;
+pub(crate) mod op;
 
 pub use ack::{AckInfo, AckKind};
+#[cfg(feature = "blocking")]
+pub use client::{ApiError, Delivery, NatsConfig, NatsConnection, NatsError, PubAck};
+#[cfg(feature = "jetstream")]
+pub use client::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
 pub use encode::{
     encode_connect, encode_hpub, encode_ping, encode_pong, encode_pub, encode_sub, encode_unsub,
     validate_subject, ConnectOptions, Headers, PutEncoder,
 };
 pub use error::{NatsEncodeError, NatsProtoError};
 pub use headers::HeaderBlock;
-pub use json::{parse_js_reply, ApiErrorRef, JsReply, PubAckRef};
+pub use json::{parse_info, parse_js_reply, ApiErrorRef, InfoRef, JsReply, PubAckRef};
 pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp, Span};
 
 /// The NATS server's default `max_payload`: 1 MiB.

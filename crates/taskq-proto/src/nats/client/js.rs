@@ -1,0 +1,523 @@
+//! The JetStream management API (cold path): requests with JSON bodies and
+//! JSON replies read with serde_json. Streams and consumers are looked up
+//! before anything is created, and an existing one is never changed.
+
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{ApiError, NatsConnection, NatsError};
+
+/// The work-queue stream taskq needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    /// The stream's name.
+    pub name: String,
+    /// Subjects it must capture (it may capture more, through wildcards).
+    pub subjects: Vec<String>,
+    /// Copies kept in a cluster.
+    pub replicas: usize,
+    /// The dedup window for `Nats-Msg-Id`; `None` takes the server's (2 minutes).
+    pub duplicate_window: Option<Duration>,
+}
+
+/// The durable pull consumer taskq needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerSpec {
+    /// Only messages on this subject (empty: all of the stream).
+    pub filter_subject: String,
+    /// How long a delivery is leased before the server redelivers it.
+    pub ack_wait: Duration,
+    /// Deliveries before the server gives up on a message (-1: no limit).
+    pub max_deliver: i64,
+    /// Deliveries outstanding at once.
+    pub max_ack_pending: i64,
+    /// Pull requests waiting at once.
+    pub max_waiting: i64,
+}
+
+/// A stream as the server describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// The stream's name.
+    pub name: String,
+    /// Its subjects.
+    pub subjects: Vec<String>,
+    /// `limits`, `interest` or `workqueue`.
+    pub retention: String,
+    /// Copies kept.
+    pub replicas: usize,
+    /// Messages stored.
+    pub messages: u64,
+    /// First and last sequence numbers stored.
+    pub first_seq: u64,
+    /// Last sequence number stored.
+    pub last_seq: u64,
+    /// Consumers.
+    pub consumer_count: u64,
+    /// The cluster leader's name, in a cluster.
+    pub leader: Option<String>,
+}
+
+/// A consumer as the server describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerInfo {
+    /// Its stream.
+    pub stream: String,
+    /// Its (durable) name.
+    pub name: String,
+    /// Messages not yet delivered.
+    pub num_pending: u64,
+    /// Deliveries not yet acked.
+    pub num_ack_pending: u64,
+    /// Messages delivered more than once.
+    pub num_redelivered: u64,
+    /// Pull requests waiting.
+    pub num_waiting: u64,
+    /// The ack wait in force.
+    pub ack_wait: Duration,
+    /// Its `max_deliver`.
+    pub max_deliver: i64,
+    /// Its `max_ack_pending`.
+    pub max_ack_pending: i64,
+    /// Its `filter_subject` (empty for none).
+    pub filter_subject: String,
+    /// The cluster leader's name, in a cluster.
+    pub leader: Option<String>,
+}
+
+/// Which stored message [`NatsConnection::msg_get`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MsgSelect<'a> {
+    /// The message with this sequence number.
+    Seq(u64),
+    /// The first message on `subject` at or after `seq`.
+    NextBySubject {
+        /// The subject.
+        subject: &'a str,
+        /// Where to start.
+        seq: u64,
+    },
+}
+
+/// A message read from a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMsg {
+    /// Its subject.
+    pub subject: String,
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its header block, as stored (empty when none).
+    pub headers: Vec<u8>,
+    /// Its body.
+    pub data: Vec<u8>,
+    /// When it was stored (RFC 3339).
+    pub time: String,
+}
+
+#[derive(Deserialize)]
+struct RawStream {
+    config: RawStreamConfig,
+    #[serde(default)]
+    state: RawState,
+    #[serde(default)]
+    cluster: Option<RawCluster>,
+}
+
+#[derive(Deserialize)]
+struct RawStreamConfig {
+    name: String,
+    #[serde(default)]
+    subjects: Vec<String>,
+    #[serde(default)]
+    retention: String,
+    #[serde(default)]
+    num_replicas: usize,
+}
+
+#[derive(Deserialize, Default)]
+struct RawState {
+    #[serde(default)]
+    messages: u64,
+    #[serde(default)]
+    first_seq: u64,
+    #[serde(default)]
+    last_seq: u64,
+    #[serde(default)]
+    consumer_count: u64,
+}
+
+#[derive(Deserialize)]
+struct RawCluster {
+    #[serde(default)]
+    leader: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawConsumer {
+    stream_name: String,
+    name: String,
+    config: RawConsumerConfig,
+    #[serde(default)]
+    num_pending: u64,
+    #[serde(default)]
+    num_ack_pending: u64,
+    #[serde(default)]
+    num_redelivered: u64,
+    #[serde(default)]
+    num_waiting: u64,
+    #[serde(default)]
+    cluster: Option<RawCluster>,
+}
+
+#[derive(Deserialize)]
+struct RawConsumerConfig {
+    #[serde(default)]
+    ack_wait: u64,
+    #[serde(default)]
+    max_deliver: i64,
+    #[serde(default)]
+    max_ack_pending: i64,
+    #[serde(default)]
+    filter_subject: String,
+}
+
+#[derive(Deserialize)]
+struct RawMsg {
+    message: RawStored,
+}
+
+#[derive(Deserialize)]
+struct RawStored {
+    subject: String,
+    seq: u64,
+    #[serde(default)]
+    hdrs: String,
+    #[serde(default)]
+    data: String,
+    #[serde(default)]
+    time: String,
+}
+
+impl From<RawStream> for StreamInfo {
+    fn from(r: RawStream) -> Self {
+        StreamInfo {
+            name: r.config.name,
+            subjects: r.config.subjects,
+            retention: r.config.retention,
+            replicas: r.config.num_replicas,
+            messages: r.state.messages,
+            first_seq: r.state.first_seq,
+            last_seq: r.state.last_seq,
+            consumer_count: r.state.consumer_count,
+            leader: r.cluster.and_then(|c| c.leader),
+        }
+    }
+}
+
+impl From<RawConsumer> for ConsumerInfo {
+    fn from(r: RawConsumer) -> Self {
+        ConsumerInfo {
+            stream: r.stream_name,
+            name: r.name,
+            num_pending: r.num_pending,
+            num_ack_pending: r.num_ack_pending,
+            num_redelivered: r.num_redelivered,
+            num_waiting: r.num_waiting,
+            ack_wait: Duration::from_nanos(r.config.ack_wait),
+            max_deliver: r.config.max_deliver,
+            max_ack_pending: r.config.max_ack_pending,
+            filter_subject: r.config.filter_subject,
+            leader: r.cluster.and_then(|c| c.leader),
+        }
+    }
+}
+
+/// True when subject pattern `pattern` (with `*` and `>`) matches every
+/// subject `subject` matches (for a literal `subject`: matches it).
+pub(crate) fn covers(pattern: &str, subject: &str) -> bool {
+    let mut p = pattern.split('.');
+    let mut s = subject.split('.');
+    loop {
+        match (p.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(t)) if t != ">" => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Standard base64 (with padding), as the server encodes stored messages.
+fn base64(s: &str) -> Result<Vec<u8>, NatsError> {
+    let bad = || NatsError::Mismatch("stored message is not base64".into());
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let b = s.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(b.len() * 3 / 4);
+    for chunk in b.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= val(c).ok_or_else(bad)? << (18 - 6 * i);
+        }
+        let bytes = n.to_be_bytes();
+        match chunk.len() {
+            4 => out.extend_from_slice(&bytes[1..4]),
+            3 => out.extend_from_slice(&bytes[1..3]),
+            2 => out.push(bytes[1]),
+            _ => return Err(bad()),
+        }
+    }
+    Ok(out)
+}
+
+fn is_not_found(e: &NatsError) -> bool {
+    matches!(e, NatsError::Api(a) if a.code == 404)
+}
+
+/// A cluster without a leader (or a server still starting JetStream): try again.
+fn is_transient(e: &NatsError) -> bool {
+    matches!(e, NatsError::NoResponders)
+        || matches!(e, NatsError::Api(a) if a.code == 503 || a.err_code == 10008)
+}
+
+impl NatsConnection {
+    /// Sends `payload` to `subject` with a reply token and returns the
+    /// reply's payload, waiting at most `timeout`. A `503` status is
+    /// [`NatsError::NoResponders`].
+    pub fn request(
+        &mut self,
+        subject: &str,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, NatsError> {
+        self.idle()?;
+        let token = self.next_token;
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&self.inbox);
+        self.scratch
+            .extend_from_slice(itoa::Buffer::new().format(token).as_bytes());
+        let max = self.cfg.limits.max_payload;
+        crate::nats::encode_pub(
+            &mut self.tx,
+            subject.as_bytes(),
+            Some(&self.scratch),
+            payload,
+            max,
+        )?;
+        self.next_token += 1;
+        let started = Instant::now();
+        self.flush_tx()?;
+        let (m, base) = self.wait_reply(token, started, timeout)?;
+        if self.no_responders(&m) {
+            return Err(NatsError::NoResponders);
+        }
+        Ok(m.payload.of(self.rx.from(base)).to_vec())
+    }
+
+    /// A JetStream API call: the reply's `error` object becomes [`NatsError::Api`].
+    fn api<T: serde::de::DeserializeOwned>(
+        &mut self,
+        subject: &str,
+        body: &Value,
+    ) -> Result<T, NatsError> {
+        let payload = if body.is_null() {
+            Vec::new()
+        } else {
+            body.to_string().into_bytes()
+        };
+        let reply = self.request(subject, &payload, self.cfg.io_timeout)?;
+        let v: Value = serde_json::from_slice(&reply)
+            .map_err(|e| NatsError::Mismatch(format!("unreadable JetStream reply: {e}")))?;
+        if let Some(e) = v.get("error") {
+            return Err(NatsError::Api(ApiError {
+                code: e.get("code").and_then(Value::as_u64).unwrap_or(0),
+                err_code: e.get("err_code").and_then(Value::as_u64).unwrap_or(0),
+                description: e
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            }));
+        }
+        serde_json::from_value(v)
+            .map_err(|e| NatsError::Mismatch(format!("unexpected JetStream reply: {e}")))
+    }
+
+    /// Runs `f` again while the cluster answers "no responders" or 503,
+    /// until the API patience runs out.
+    fn patiently<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Self) -> Result<T, NatsError>,
+    ) -> Result<T, NatsError> {
+        let until = Instant::now() + self.cfg.api_patience;
+        loop {
+            match f(self) {
+                Err(e) if is_transient(&e) && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The stream `name`.
+    pub fn stream_info(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
+        let raw: RawStream = self.api(&format!("$JS.API.STREAM.INFO.{name}"), &Value::Null)?;
+        Ok(raw.into())
+    }
+
+    /// Makes sure the work-queue stream of `spec` exists: looks it up first,
+    /// creates it when missing, and retries while the cluster has no leader.
+    /// An existing stream that is not a work queue, or does not capture all
+    /// of `spec.subjects`, is [`NatsError::Mismatch`] and is left unchanged.
+    pub fn ensure_stream(&mut self, spec: &StreamSpec) -> Result<StreamInfo, NatsError> {
+        self.patiently(|c| {
+            let info = match c.stream_info(&spec.name) {
+                Ok(info) => info,
+                Err(e) if is_not_found(&e) => {
+                    let mut cfg = json!({
+                        "name": spec.name,
+                        "subjects": spec.subjects,
+                        "retention": "workqueue",
+                        "storage": "file",
+                        "num_replicas": spec.replicas,
+                    });
+                    if let Some(w) = spec.duplicate_window {
+                        cfg["duplicate_window"] = json!(w.as_nanos() as u64);
+                    }
+                    let created: Result<RawStream, _> =
+                        c.api(&format!("$JS.API.STREAM.CREATE.{}", spec.name), &cfg);
+                    match created {
+                        Ok(raw) => raw.into(),
+                        // Created meanwhile by someone else: look again.
+                        Err(NatsError::Api(a)) if a.err_code == 10058 => {
+                            c.stream_info(&spec.name)?
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            if info.retention != "workqueue" {
+                return Err(NatsError::Mismatch(format!(
+                    "stream {} has retention {:?}, not workqueue",
+                    info.name, info.retention
+                )));
+            }
+            if let Some(s) = spec
+                .subjects
+                .iter()
+                .find(|s| !info.subjects.iter().any(|p| covers(p, s)))
+            {
+                return Err(NatsError::Mismatch(format!(
+                    "stream {} does not capture {s} (its subjects: {:?})",
+                    info.name, info.subjects
+                )));
+            }
+            Ok(info)
+        })
+    }
+
+    /// The consumer `durable` of `stream`.
+    pub fn consumer_info(
+        &mut self,
+        stream: &str,
+        durable: &str,
+    ) -> Result<ConsumerInfo, NatsError> {
+        let raw: RawConsumer = self.api(
+            &format!("$JS.API.CONSUMER.INFO.{stream}.{durable}"),
+            &Value::Null,
+        )?;
+        Ok(raw.into())
+    }
+
+    /// Makes sure the durable pull consumer exists: looks it up first and
+    /// creates it only when missing. An existing consumer is never changed
+    /// (creating it again with another ack wait would silently update it), so
+    /// the answer is its actual configuration: read the real ack wait there.
+    pub fn ensure_consumer(
+        &mut self,
+        stream: &str,
+        durable: &str,
+        spec: &ConsumerSpec,
+    ) -> Result<ConsumerInfo, NatsError> {
+        self.patiently(|c| match c.consumer_info(stream, durable) {
+            Err(e) if is_not_found(&e) => {
+                let mut cfg = json!({
+                    "durable_name": durable,
+                    "ack_policy": "explicit",
+                    "deliver_policy": "all",
+                    "ack_wait": spec.ack_wait.as_nanos() as u64,
+                    "max_deliver": spec.max_deliver,
+                    "max_ack_pending": spec.max_ack_pending,
+                    "max_waiting": spec.max_waiting,
+                });
+                if !spec.filter_subject.is_empty() {
+                    cfg["filter_subject"] = json!(spec.filter_subject);
+                }
+                let body = json!({ "stream_name": stream, "config": cfg });
+                let raw: RawConsumer = c.api(
+                    &format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}"),
+                    &body,
+                )?;
+                Ok(raw.into())
+            }
+            r => r,
+        })
+    }
+
+    /// Reads a stored message.
+    pub fn msg_get(&mut self, stream: &str, which: MsgSelect<'_>) -> Result<StoredMsg, NatsError> {
+        let body = match which {
+            MsgSelect::Seq(seq) => json!({ "seq": seq }),
+            MsgSelect::NextBySubject { subject, seq } => {
+                json!({ "next_by_subj": subject, "seq": seq })
+            }
+        };
+        let raw: RawMsg = self.api(&format!("$JS.API.STREAM.MSG.GET.{stream}"), &body)?;
+        let m = raw.message;
+        Ok(StoredMsg {
+            subject: m.subject,
+            seq: m.seq,
+            headers: base64(&m.hdrs)?,
+            data: base64(&m.data)?,
+            time: m.time,
+        })
+    }
+
+    /// Deletes a stored message; true when it was there.
+    pub fn msg_delete(&mut self, stream: &str, seq: u64) -> Result<bool, NatsError> {
+        #[derive(Deserialize)]
+        struct Done {
+            #[serde(default)]
+            success: bool,
+        }
+        let d: Done = self.api(
+            &format!("$JS.API.STREAM.MSG.DELETE.{stream}"),
+            &json!({ "seq": seq }),
+        )?;
+        Ok(d.success)
+    }
+
+    /// Deletes a stream; true when it was there.
+    pub fn stream_delete(&mut self, stream: &str) -> Result<bool, NatsError> {
+        #[derive(Deserialize)]
+        struct Done {
+            #[serde(default)]
+            success: bool,
+        }
+        let d: Done = self.api(&format!("$JS.API.STREAM.DELETE.{stream}"), &Value::Null)?;
+        Ok(d.success)
+    }
+}
