@@ -19,6 +19,10 @@ use crate::{JobId, PutOptions};
 
 /// A producer's connection to one server, by engine.
 #[derive(Debug)]
+// One link per producer: its size does not matter, and boxing the
+// beanstalkd connection (its inline send buffer) would put a pointer chase
+// on every put.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Link {
     /// beanstalkd: each put is `put` answered `INSERTED <id>`.
     Beanstalkd(Connection),
@@ -34,7 +38,7 @@ impl Link {
         addrs: &[SocketAddr],
         cfg: ConnectionConfig,
         tube: Option<&str>,
-        nats: Option<&NatsSetup>,
+        nats: Option<&mut NatsSetup>,
     ) -> Result<Link, Error> {
         if let Some(setup) = nats {
             let ncfg = taskq_proto::nats::NatsConfig {

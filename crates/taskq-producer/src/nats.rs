@@ -36,6 +36,9 @@ pub(crate) struct NatsSetup {
     pub(crate) replicas: Option<usize>,
     /// The producer's message ids, shared by its successive connections.
     pub(crate) ids: MsgIds,
+    /// The cluster's nodes as the last connection learned them (`INFO`),
+    /// tried after the seeds on the next connect.
+    pub(crate) known: Vec<String>,
 }
 
 impl NatsSetup {
@@ -44,6 +47,7 @@ impl NatsSetup {
             layout,
             replicas,
             ids: MsgIds::new(),
+            known: Vec::new(),
         }
     }
 }
@@ -114,10 +118,18 @@ impl NatsLink {
     pub(crate) fn open(
         seeds: &[SocketAddr],
         cfg: NatsConfig,
-        setup: &NatsSetup,
+        setup: &mut NatsSetup,
         tube: &str,
     ) -> Result<NatsLink, Error> {
-        let mut conn = NatsConnection::connect(seeds, cfg).map_err(from_nats)?;
+        let mut nodes: Vec<String> = seeds.iter().map(SocketAddr::to_string).collect();
+        for k in &setup.known {
+            if !nodes.contains(k) {
+                nodes.push(k.clone());
+            }
+        }
+        let mut conn = NatsConnection::connect(&nodes, cfg).map_err(from_nats)?;
+        setup.known.clear();
+        setup.known.extend(conn.servers().iter().cloned());
         let replicas = setup
             .replicas
             .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
@@ -125,6 +137,7 @@ impl NatsLink {
             name: setup.layout.stream().to_owned(),
             subjects: vec![setup.layout.capture()],
             replicas,
+            duplicate_window: None,
         };
         conn.ensure_stream(&spec).map_err(setup_failed)?;
         Ok(NatsLink {

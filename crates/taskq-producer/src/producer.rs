@@ -215,7 +215,10 @@ impl Builder {
         let nats = match target.engine() {
             taskq_proto::Engine::Beanstalkd => None,
             taskq_proto::Engine::Nats => {
-                let stream = self.stream.as_deref().unwrap_or(taskq_proto::DEFAULT_STREAM);
+                let stream = self
+                    .stream
+                    .as_deref()
+                    .unwrap_or(taskq_proto::DEFAULT_STREAM);
                 let layout = taskq_proto::Layout::new(stream)
                     .map_err(|e| Error::from(taskq_proto::EncodeError::BadTubeName(e)))?;
                 Some(NatsSetup::new(layout, self.replicas))
@@ -395,7 +398,9 @@ impl Producer {
             }
             r = match self.connected(true) {
                 Ok(Link::Nats(n)) => n.put_as(k, body, opts),
-                Ok(Link::Beanstalkd(_)) => unreachable!("a JetStream producer opens JetStream links"),
+                Ok(Link::Beanstalkd(_)) => {
+                    unreachable!("a JetStream producer opens JetStream links")
+                }
                 Err(e) => Err(e),
             };
             match &r {
@@ -472,7 +477,10 @@ impl Producer {
         // JetStream: the batch's message ids, fixed before the first send so
         // that a chunk sent again is stored once; and the re-sends are the
         // engine's own (within `resolve_for`), not only at-least-once mode's.
-        let first = self.nats.as_ref().map_or(0, |n| n.ids.take(bodies.len() as u64));
+        let first = self
+            .nats
+            .as_ref()
+            .map_or(0, |n| n.ids.take(bodies.len() as u64));
         let until = Instant::now() + self.resolve_for;
         let mut retries = self.retries;
         while from < bodies.len() {
@@ -595,7 +603,7 @@ impl Producer {
             &self.addrs,
             self.cfg,
             self.tube.as_deref(),
-            self.nats.as_ref(),
+            self.nats.as_mut(),
         );
         self.reconnects.opened(&mut self.conn, opened)
     }
