@@ -1,7 +1,13 @@
 //! Worker drain throughput: the taskq-worker library (no-op handler, one thread,
-//! delete pipelined with the next reserve) beside a raw reserve/delete loop on a
-//! plain TcpStream (one write and one read per command), against the same local
-//! beanstalkd in the same run. Prints jobs/s of each and the ratio.
+//! delete pipelined with the next reserve), and the same with a window of 64
+//! prefetched jobs, beside two raw loops on a plain TcpStream against the same
+//! local beanstalkd in the same run: reserve/delete one command per write and
+//! read, and 64 `reserve-with-timeout 0` in one write then 64 deletes in one
+//! write. Prints jobs/s of each and the ratios, with their medians.
+//!
+//! beanstalkd runs on core 0 and this process on core 1 (`taskset`, when there
+//! are two cores or more): on a 2-core machine a raw sync loop sharing cores
+//! with the server swings between two speeds.
 //!
 //! `cargo bench --bench worker` (env `TASKQ_BENCH_JOBS`, default 20000; `TASKQ_BENCH_ROUNDS`, default 3).
 //!
@@ -78,13 +84,14 @@ fn measure(server_pid: u32, n: usize, f: impl FnOnce() -> (u64, u64)) -> Drain {
     }
 }
 
-fn drain_worker(addr: SocketAddr, n: usize) -> (u64, u64) {
+fn drain_worker(addr: SocketAddr, n: usize, prefetch: usize) -> (u64, u64) {
     let worker = Worker::new(
         Config {
             servers: vec![addr.to_string()],
             concurrency: 1,
             max_jobs: Some(n as u64),
             io_timeout: Duration::from_secs(2),
+            prefetch,
             ..Config::default()
         },
         |_: &mut Job<'_>| Outcome::Done,
@@ -95,31 +102,79 @@ fn drain_worker(addr: SocketAddr, n: usize) -> (u64, u64) {
     (counts.writes, counts.reads)
 }
 
-/// Reads one reply: the line, and the body a RESERVED line announces.
+/// Reads one reply: the line, and the body a RESERVED line announces. The
+/// bytes of later replies stay in `buf`, for the next call.
 fn read_reply(s: &mut TcpStream, buf: &mut Vec<u8>, reads: &mut u64) -> (u64, bool) {
-    buf.clear();
     let mut chunk = [0u8; 4096];
     loop {
+        if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+            let line = std::str::from_utf8(&buf[..end]).unwrap();
+            let mut parts = line.split(' ');
+            let whole = match parts.next() {
+                Some("RESERVED") => {
+                    let id: u64 = parts.next().unwrap().parse().unwrap();
+                    let len: usize = parts.next().unwrap().parse().unwrap();
+                    (buf.len() >= end + 2 + len + 2).then_some((id, end + 2 + len + 2))
+                }
+                Some("DELETED") => Some((0, end + 2)),
+                _ => panic!("reply {line}"),
+            };
+            if let Some((id, used)) = whole {
+                buf.drain(..used);
+                return (id, true);
+            }
+        }
         let n = s.read(&mut chunk).unwrap();
         *reads += 1;
         assert!(n > 0, "server closed");
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
-            let line = std::str::from_utf8(&buf[..end]).unwrap();
-            let mut parts = line.split(' ');
-            match parts.next() {
-                Some("RESERVED") => {
-                    let id: u64 = parts.next().unwrap().parse().unwrap();
-                    let len: usize = parts.next().unwrap().parse().unwrap();
-                    if buf.len() >= end + 2 + len + 2 {
-                        return (id, true);
-                    }
-                }
-                Some("DELETED") => return (0, true),
-                _ => panic!("reply {line}"),
-            }
-        }
     }
+}
+
+/// The raw pipelined loop: 64 `reserve-with-timeout 0` in one write, their
+/// replies, then the 64 deletes in one write and theirs.
+fn drain_raw_pipelined(addr: SocketAddr, n: usize) -> (u64, u64) {
+    const K: usize = 64;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut buf = Vec::with_capacity(1 << 16);
+    let mut out = Vec::with_capacity(K * 32);
+    let mut ids = Vec::with_capacity(K);
+    let (mut writes, mut reads) = (0, 0);
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(K);
+        out.clear();
+        for _ in 0..k {
+            out.extend_from_slice(b"reserve-with-timeout 0\r\n");
+        }
+        s.write_all(&out).unwrap();
+        writes += 1;
+        ids.clear();
+        for _ in 0..k {
+            ids.push(read_reply(&mut s, &mut buf, &mut reads).0);
+        }
+        out.clear();
+        for id in &ids {
+            write!(out, "delete {id}\r\n").unwrap();
+        }
+        s.write_all(&out).unwrap();
+        writes += 1;
+        for _ in 0..k {
+            read_reply(&mut s, &mut buf, &mut reads);
+        }
+        left -= k;
+    }
+    (writes, reads)
+}
+
+/// Runs `pid` (all its threads) on CPU `cpu` only; false when that failed.
+fn pin(pid: u32, cpu: usize) -> bool {
+    std::process::Command::new("taskset")
+        .args(["-a", "-pc", &cpu.to_string(), &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn drain_raw(addr: SocketAddr, n: usize) -> (u64, u64) {
@@ -162,21 +217,49 @@ fn main() {
     };
     let server = Beanstalkd::start().expect("beanstalkd");
     let addr = server.addr();
-    let mut ratios = Vec::new();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pinned = cores >= 2 && pin(server.pid(), 0) && pin(std::process::id(), 1);
+    println!(
+        "beanstalkd pid {}, {cores} cores; {}",
+        server.pid(),
+        if pinned {
+            "beanstalkd pinned to core 0, the client to core 1"
+        } else {
+            "not pinned"
+        }
+    );
+    let mut ratios: [Vec<f64>; 3] = Default::default();
     for round in 1..=rounds {
-        fill(addr, n);
-        let raw = measure(server.pid(), n, || drain_raw(addr, n));
-        fill(addr, n);
-        let lib = measure(server.pid(), n, || drain_worker(addr, n));
-        let ratio = lib.jobs_per_sec / raw.jobs_per_sec;
+        let run = |f: &dyn Fn() -> (u64, u64)| {
+            fill(addr, n);
+            measure(server.pid(), n, f)
+        };
+        let raw = run(&|| drain_raw(addr, n));
+        let piped = run(&|| drain_raw_pipelined(addr, n));
+        let lib = run(&|| drain_worker(addr, n, 1));
+        let pre = run(&|| drain_worker(addr, n, 64));
+        let r = [
+            lib.jobs_per_sec / raw.jobs_per_sec,
+            pre.jobs_per_sec / raw.jobs_per_sec,
+            pre.jobs_per_sec / piped.jobs_per_sec,
+        ];
         println!(
-            "round {round}: {n} jobs  raw reserve/delete loop {:>9.0} jobs/s  taskq-worker {:>9.0} jobs/s  ratio {ratio:.2}x",
-            raw.jobs_per_sec, lib.jobs_per_sec
+            "round {round}: {n} jobs  raw sync {:>7.0}/s  raw pipelined K=64 {:>7.0}/s  worker {:>7.0}/s  worker --prefetch 64 {:>7.0}/s",
+            raw.jobs_per_sec, piped.jobs_per_sec, lib.jobs_per_sec, pre.jobs_per_sec
         );
-        for (name, d) in [("raw", &raw), ("worker", &lib)] {
+        println!(
+            "    worker/raw sync {:.2}x  prefetch 64/raw sync {:.2}x  prefetch 64/raw pipelined {:.2}",
+            r[0], r[1], r[2]
+        );
+        for (name, d) in [
+            ("raw sync", &raw),
+            ("raw pipelined", &piped),
+            ("worker", &lib),
+            ("prefetch 64", &pre),
+        ] {
             let per = |x: u64| x as f64 / n as f64;
             println!(
-                "    {name:<6} per job: writes {:.3} reads {:.3}  client CPU {:.1} us  beanstalkd CPU {:.1} us  wall {:.1} us",
+                "    {name:<13} per job: writes {:.3} reads {:.3}  client CPU {:.1} us  beanstalkd CPU {:.1} us  wall {:.1} us",
                 per(d.writes),
                 per(d.reads),
                 per(d.client_cpu_us),
@@ -184,8 +267,22 @@ fn main() {
                 1e6 / d.jobs_per_sec
             );
         }
-        ratios.push(ratio);
+        for (v, x) in ratios.iter_mut().zip(r) {
+            v.push(x);
+        }
     }
-    ratios.sort_by(f64::total_cmp);
-    println!("worker/raw median ratio: {:.2}x", ratios[ratios.len() / 2]);
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [a, b, c] = &mut ratios;
+    println!("worker/raw sync median ratio: {:.2}x", median(a));
+    println!(
+        "worker --prefetch 64/raw sync median ratio: {:.2}x",
+        median(b)
+    );
+    println!(
+        "worker --prefetch 64/raw pipelined K=64 median ratio: {:.2}",
+        median(c)
+    );
 }

@@ -52,6 +52,13 @@ pub struct Config {
     pub max_jobs: Option<u64>,
     /// Size limits of replies.
     pub limits: Limits,
+    /// Jobs each connection holds at once, the running one included: 1 takes
+    /// one job at a time; more reserves the rest ahead of the handler (a
+    /// window), so that short jobs drain near the server's pipelined rate.
+    /// Engine-neutral: the number of jobs asked for in one go (beanstalkd:
+    /// reserves in one write; a pulling engine: its batch size). Prefetched
+    /// jobs wait on their lease: see docs/reliability.md.
+    pub prefetch: usize,
     /// The JetStream layout and the settings of what the worker creates there.
     pub jetstream: JetStreamConfig,
 }
@@ -104,6 +111,7 @@ impl Default for Config {
             exit_when_idle: None,
             max_jobs: None,
             limits: Limits::default(),
+            prefetch: 1,
             jetstream: JetStreamConfig::default(),
         }
     }
@@ -128,6 +136,8 @@ pub enum ConfigError {
     ZeroConcurrency,
     /// `max_attempts` of zero.
     ZeroAttempts,
+    /// `prefetch` of zero: a connection must hold at least the running job.
+    ZeroPrefetch,
     /// Weights given, but not one per tube.
     WeightCount {
         /// Tubes.
@@ -172,6 +182,7 @@ impl fmt::Display for ConfigError {
             ConfigError::BadTube { name, error } => write!(f, "tube {name:?}: {error}"),
             ConfigError::ZeroConcurrency => f.write_str("concurrency must be at least 1"),
             ConfigError::ZeroAttempts => f.write_str("max attempts must be at least 1"),
+            ConfigError::ZeroPrefetch => f.write_str("prefetch must be at least 1"),
             ConfigError::WeightCount { tubes, weights } => {
                 write!(
                     f,
@@ -256,6 +267,9 @@ impl Config {
         }
         if self.max_attempts == 0 {
             return Err(ConfigError::ZeroAttempts);
+        }
+        if self.prefetch == 0 {
+            return Err(ConfigError::ZeroPrefetch);
         }
         Ok(())
     }

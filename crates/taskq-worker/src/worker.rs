@@ -16,6 +16,7 @@ use crate::counters::{Counters, Snapshot};
 use crate::Handler;
 
 mod lane;
+mod prefetch;
 pub(crate) mod settle;
 mod turn;
 
@@ -55,6 +56,9 @@ pub(crate) struct Shared {
 struct LaneShared {
     state: AtomicU8,
     cut: Mutex<Option<Interrupter>>,
+    /// With prefetch: the lane's window, for a stop to give its jobs that have
+    /// not started back at once, while the thread runs a job.
+    keeper: Mutex<Option<Arc<dyn prefetch::Keep>>>,
 }
 
 impl Shared {
@@ -68,6 +72,22 @@ impl Shared {
                 if let Some(cut) = lane.cut.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                     cut.interrupt();
                 }
+            }
+        }
+    }
+
+    /// Gives every prefetched job that has not started back to its server
+    /// (a stop asked from outside the lanes: a lane's own thread does it for
+    /// its window when it sees the stop).
+    fn release_unstarted(&self) {
+        for lane in &self.lanes {
+            let keeper = lane
+                .keeper
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(k) = keeper {
+                k.release_unstarted(self);
             }
         }
     }
@@ -132,9 +152,11 @@ impl std::fmt::Debug for Control {
 }
 
 impl Control {
-    /// Stop taking jobs; running jobs finish and are settled, then the threads end.
+    /// Stop taking jobs; running jobs finish and are settled, then the threads
+    /// end. Prefetched jobs that have not started are given back at once.
     pub fn shutdown(&self) {
         self.shared.shutdown();
+        self.shared.release_unstarted();
     }
 
     /// Stop at once: handlers see [`Job::aborting`](crate::Job::aborting), and every running job that
@@ -142,6 +164,7 @@ impl Control {
     pub fn abort(&self) {
         self.shared.abort.store(true, Ordering::SeqCst);
         self.shared.shutdown();
+        self.shared.release_unstarted();
     }
 
     /// True once a shutdown was asked for (or `max_jobs` / idle exit reached).
@@ -170,6 +193,7 @@ impl Worker {
             .map(|_| LaneShared {
                 state: AtomicU8::new(IDLE),
                 cut: Mutex::new(None),
+                keeper: Mutex::new(None),
             })
             .collect();
         let tickets = AtomicU64::new(cfg.max_jobs.unwrap_or(0));

@@ -13,8 +13,9 @@ use taskq_worker::{Config, Job, Outcome, Worker};
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
-/// Allocations made while a worker drains `n` jobs already queued.
-fn allocations_for(n: usize) -> u64 {
+/// Allocations made while a worker whose connections hold up to `prefetch`
+/// jobs drains `n` jobs already queued.
+fn allocations_for(n: usize, prefetch: usize) -> u64 {
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..n).map(|i| vec![b'j'; 1 + i % 700]).collect();
     put_all(server.addr(), "default", 60, &bodies);
@@ -25,6 +26,7 @@ fn allocations_for(n: usize) -> u64 {
             concurrency: 2,
             max_jobs: Some(n as u64),
             io_timeout: Duration::from_secs(2),
+            prefetch,
             ..Config::default()
         },
         |job: &mut Job<'_>| {
@@ -42,15 +44,33 @@ fn allocations_for(n: usize) -> u64 {
 
 #[test]
 fn no_allocation_per_job() {
-    let small = allocations_for(500);
-    let large = allocations_for(5_000);
-    eprintln!("allocations: 500 jobs {small}, 5000 jobs {large}");
+    no_allocation_per_job_with(1, 500);
+}
+
+#[test]
+fn no_allocation_per_job_with_a_window_of_32() {
+    // Each of the window's 33 body buffers grows until it has held a body of
+    // every size (up to 700 bytes): that is setup too, done within 2,000 jobs.
+    no_allocation_per_job_with(32, 2_000);
+}
+
+/// The count is global: one measurement at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `small` jobs and ten times as many cost the same allocations.
+fn no_allocation_per_job_with(prefetch: usize, small_n: usize) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let large_n = 10 * small_n;
+    let small = allocations_for(small_n, prefetch);
+    let large = allocations_for(large_n, prefetch);
+    eprintln!("prefetch {prefetch}: allocations: {small_n} jobs {small}, {large_n} jobs {large}");
     // The counter works: starting threads and connections allocates.
     assert!(small > 0, "the counting allocator saw nothing at all");
-    // Setup (threads, connections, buffers) costs the same either way; 4,500
-    // more jobs may add no more than a few stray allocations, far below one each.
+    // Setup (threads, connections, buffers) costs the same either way; nine
+    // times as many more jobs may add no more than a few stray allocations,
+    // far below one each.
     assert!(
         large <= small + 20,
-        "500 jobs: {small} allocations; 5000 jobs: {large}"
+        "{small_n} jobs: {small} allocations; {large_n} jobs: {large}"
     );
 }

@@ -27,6 +27,17 @@ fn cfg(addr: String) -> Config {
 
 #[test]
 fn random_resets_lose_nothing_and_counts_bracket_the_servers() {
+    random_resets(1);
+}
+
+#[test]
+fn random_resets_with_a_window_of_16_lose_nothing_and_counts_bracket_the_servers() {
+    random_resets(16);
+}
+
+/// Random resets in both directions while four threads, each connection
+/// holding up to `prefetch` jobs, drain 4,000 jobs through the chaos proxy.
+fn random_resets(prefetch: usize) {
     let server = Beanstalkd::start().unwrap();
     let seed = std::env::var("TASKQ_SEED")
         .ok()
@@ -46,6 +57,7 @@ fn random_resets_lose_nothing_and_counts_bracket_the_servers() {
     let worker = Worker::new(
         Config {
             concurrency: 4,
+            prefetch,
             ..cfg(proxy.addr().to_string())
         },
         move |job: &mut Job<'_>| {
@@ -100,7 +112,7 @@ fn random_resets_lose_nothing_and_counts_bracket_the_servers() {
     let duplicates: u64 = runs.values().map(|&k| u64::from(k - 1)).sum();
     let cmd_delete = after.cmd_delete - before.cmd_delete;
     eprintln!(
-        "seed {seed}: {rounds} fault rounds, {} reconnects; lost {lost}, unexpected {unexpected}, duplicates {duplicates}; {counts}; server cmd-delete {cmd_delete}",
+        "prefetch {prefetch}, seed {seed}: {rounds} fault rounds, {} reconnects; lost {lost}, unexpected {unexpected}, duplicates {duplicates}; {counts}; server cmd-delete {cmd_delete}",
         counts.reconnects
     );
     assert_eq!(lost, 0, "seed {seed}");

@@ -67,6 +67,17 @@ struct Run {
 
 /// Drains both tubes with a worker on `tubes` (NAME or NAME:WEIGHT specs).
 fn drain(server: &Beanstalkd, specs: &[&str], concurrency: usize, jobs: usize) -> Run {
+    drain_window(server, specs, concurrency, jobs, 1)
+}
+
+/// [`drain`] with each connection holding up to `prefetch` jobs.
+fn drain_window(
+    server: &Beanstalkd,
+    specs: &[&str],
+    concurrency: usize,
+    jobs: usize,
+    prefetch: usize,
+) -> Run {
     let order: Arc<Mutex<Vec<u8>>> = Arc::default();
     let order2 = order.clone();
     let mut cfg = Config {
@@ -74,6 +85,7 @@ fn drain(server: &Beanstalkd, specs: &[&str], concurrency: usize, jobs: usize) -
         concurrency,
         max_jobs: Some(jobs as u64),
         io_timeout: Duration::from_secs(2),
+        prefetch,
         ..Config::default()
     };
     cfg.set_tubes(specs).unwrap();
@@ -187,14 +199,26 @@ fn four_to_one_holds_with_urgent_vip_jobs() {
 
 #[test]
 fn several_threads_share_by_weight() {
+    share_by_weight(3, 1);
+}
+
+#[test]
+fn four_to_one_holds_with_a_window_of_16() {
+    share_by_weight(1, 16);
+    share_by_weight(3, 16);
+}
+
+/// Urgent vip jobs and standard ones, drained 4:1 by `threads` threads whose
+/// connections each hold up to `prefetch` jobs: standard gets 15-25%.
+fn share_by_weight(threads: usize, prefetch: usize) {
     let server = Beanstalkd::start().unwrap();
     let n = 600;
     put_tagged(server.addr(), "standard", STANDARD, n, 100);
     put_tagged(server.addr(), "vip", VIP, n, 0);
-    let run = drain(&server, &["vip:4", "standard:1"], 3, 2 * n);
+    let run = drain_window(&server, &["vip:4", "standard:1"], threads, 2 * n, prefetch);
     let (share, prefix) = standard_share(&run.order, n, n);
     eprintln!(
-        "3 threads: standard share {:.1}% over {prefix} jobs",
+        "{threads} threads, prefetch {prefetch}: standard share {:.1}% over {prefix} jobs",
         share * 100.0
     );
     assert!((0.15..=0.25).contains(&share), "{:.1}%", share * 100.0);

@@ -4,9 +4,8 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -23,59 +22,7 @@ fn cfg(server: &TestServer) -> Config {
 
 #[test]
 fn ten_thousand_jobs_four_threads_counts_equal_the_ledger_and_stats() {
-    let server = TestServer::start().unwrap();
-    let n = 10_000usize;
-    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("job-{i}").into_bytes()).collect();
-    put_all(server.addr(), "default", 60, &bodies);
-    let before = record(server.addr());
-    let seen: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
-    let seen2 = seen.clone();
-    let worker = Worker::new(
-        Config {
-            concurrency: 4,
-            max_jobs: Some(n as u64),
-            ..cfg(&server)
-        },
-        move |job: &mut Job<'_>| {
-            *seen2.lock().unwrap().entry(job.id().get()).or_default() += 1;
-            Outcome::Done
-        },
-    )
-    .unwrap();
-    let counts = worker.run();
-    let after = record(server.addr());
-    let report = server.ledger().check();
-    eprintln!("{report}; worker {counts}");
-
-    assert!(report.is_clean(), "{report}");
-    assert!(report.lost.is_empty() && report.double_held.is_empty());
-    assert_eq!(report.done, n as u64);
-    assert_eq!(report.handed_out_again, 0);
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), n);
-    assert!(seen.values().all(|&k| k == 1));
-
-    assert_eq!(counts.deleted, n as u64);
-    assert_eq!(counts.reserved, n as u64);
-    assert_eq!(
-        counts.lost_lease + counts.ack_unknown + counts.lease_dropped,
-        0
-    );
-    // The server's `stats` and its ledger agree with the worker.
-    assert_eq!(after.cmd_delete - before.cmd_delete, counts.deleted);
-    let workers: Vec<_> = report
-        .connections
-        .values()
-        .filter(|c| c.reserved > 0 || c.cmd_delete > 0)
-        .collect();
-    assert_eq!(workers.len(), 4, "one connection per thread");
-    let sum = |f: fn(&taskq_testkit::ConnCounts) -> u64| workers.iter().map(|c| f(c)).sum::<u64>();
-    assert_eq!(sum(|c| c.reserved), counts.reserved);
-    assert_eq!(sum(|c| c.cmd_delete), counts.deleted);
-    assert_eq!(sum(|c| c.deleted), counts.deleted);
-    assert_eq!(sum(|c| c.delete_not_found), counts.lost_lease);
-    assert_eq!(sum(|c| c.released + c.buried), 0);
-    assert_eq!(server.job_count(), 0);
+    ten_thousand_jobs_four_threads(1);
 }
 
 #[test]

@@ -27,6 +27,12 @@ struct Args {
     /// Jobs run at once (threads).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     concurrency: u32,
+    /// Jobs each connection holds at once, the running one included: more than
+    /// 1 reserves jobs ahead of the command (fast for short jobs; a crash
+    /// leaves up to K jobs invisible for their TTR, so keep it small for long
+    /// or uneven jobs).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    prefetch: u32,
     /// Server-side wait of each reserve, seconds.
     #[arg(long, value_name = "SECS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     reserve_timeout: u32,
@@ -119,6 +125,7 @@ fn run(args: Args) -> Result<(), String> {
         max_attempts: args.max_attempts,
         exit_when_idle: seconds("--exit-when-idle", args.exit_when_idle)?,
         max_jobs: args.max_jobs,
+        prefetch: args.prefetch as usize,
         // Any job the server accepts must be readable, or it would come back
         // forever: allow beanstalkd's own ceiling. The buffer grows only when a
         // job that large arrives.

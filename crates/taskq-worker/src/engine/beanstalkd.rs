@@ -7,7 +7,7 @@ use taskq_proto::{
     Command, CommandKind, Connection, ConnectionError, Interrupter, IoCounts, JobStats, Reply,
 };
 
-use super::{Ask, Fault, JobLink, Link, Settle, SettleReply, Took};
+use super::{Ask, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
 use crate::config::Config;
 use crate::fair::Want;
 use crate::job::JobInfo;
@@ -32,12 +32,7 @@ impl JobLink for Beanstalkd {
     }
 
     fn touch(&mut self, id: u64) -> Result<bool, Fault> {
-        match self.conn.request(&Command::Touch { id }) {
-            Ok(Reply::Touched) => Ok(true),
-            Ok(Reply::NotFound) => Ok(false),
-            Ok(r) => Err(Fault::Unexpected(r.word())),
-            Err(e) => Err(Fault::Conn(e)),
-        }
+        touch_reply(self.conn.request(&Command::Touch { id }))
     }
 
     fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
@@ -86,30 +81,25 @@ impl Link for Beanstalkd {
         self.conn.interrupter().ok()
     }
 
-    fn send(
-        &mut self,
-        settle: Option<(u64, Settle)>,
-        ask: Option<Ask<'_>>,
-    ) -> Result<(), ConnectionError> {
+    fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError> {
         let conn = &mut self.conn;
-        let queued = (|| {
-            if let Some((id, s)) = settle {
-                conn.queue(&match s {
-                    Settle::Delete => Command::Delete { id },
-                    Settle::Release { pri, delay } => Command::Release { id, pri, delay },
-                    Settle::Bury { pri } => Command::Bury { id, pri },
-                })?;
-            }
-            if let Some(ask) = ask {
-                queue_reserve(conn, ask)?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = queued {
-            conn.clear_queue();
-            return Err(e);
+        match req {
+            Req::Settle(id, s) => conn.queue(&match s {
+                Settle::Delete => Command::Delete { id },
+                Settle::Release { pri, delay } => Command::Release { id, pri, delay },
+                Settle::Bury { pri } => Command::Bury { id, pri },
+            }),
+            Req::Touch(id) => conn.queue(&Command::Touch { id }),
+            Req::Ask(ask) => queue_reserve(conn, ask),
         }
-        conn.flush()
+    }
+
+    fn flush(&mut self) -> Result<(), ConnectionError> {
+        self.conn.flush()
+    }
+
+    fn discard(&mut self) {
+        self.conn.clear_queue();
     }
 
     fn settled(&mut self) -> Result<SettleReply, Fault> {
@@ -142,8 +132,22 @@ impl Link for Beanstalkd {
         }
     }
 
+    fn touched(&mut self) -> Result<bool, Fault> {
+        touch_reply(self.conn.recv())
+    }
+
     fn quit(self) {
         self.conn.quit();
+    }
+}
+
+/// What a touch's reply says: `false` when the job is no longer ours.
+fn touch_reply(reply: Result<Reply<'_>, ConnectionError>) -> Result<bool, Fault> {
+    match reply {
+        Ok(Reply::Touched) => Ok(true),
+        Ok(Reply::NotFound) => Ok(false),
+        Ok(r) => Err(Fault::Unexpected(r.word())),
+        Err(e) => Err(Fault::Conn(e)),
     }
 }
 

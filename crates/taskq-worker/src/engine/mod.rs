@@ -123,6 +123,20 @@ pub(crate) struct Ask<'a> {
     pub(crate) slice: u32,
 }
 
+/// A request a link queues for its next write. A window of prefetched jobs
+/// is asked for with several [`Req::Ask`] in one write (on beanstalkd, as many
+/// `reserve-with-timeout`; an engine that pulls in batches may read them as
+/// one pull of that many).
+pub(crate) enum Req<'a> {
+    /// Settle job `id`.
+    Settle(u64, Settle),
+    /// Restart job `id`'s lease.
+    Touch(u64),
+    /// One more job. An ask whose `slice` is 0 does not wait: it comes back
+    /// [`Took::TurnEmpty`] when nothing is ready.
+    Ask(Ask<'a>),
+}
+
 /// The part of a link a running job's handler may use, through
 /// [`Job`](crate::Job): touch the job, look it up.
 pub(crate) trait JobLink {
@@ -148,17 +162,36 @@ pub(crate) trait Link: JobLink + Sized {
     fn io_counts(&self) -> IoCounts;
     /// A handle that cuts the connection from another thread.
     fn interrupter(&self) -> Option<Interrupter>;
+    /// Queues a request for the next [`flush`](Self::flush), which sends
+    /// everything queued in one write. Replies come back in the order queued.
+    fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError>;
+    /// Sends what was queued, in one write.
+    fn flush(&mut self) -> Result<(), ConnectionError>;
+    /// Drops what was queued and not sent, and the replies it was owed.
+    fn discard(&mut self);
     /// Sends, in one write, the settle of job `id` (if any) and then the next
     /// reserve (if any).
     fn send(
         &mut self,
         settle: Option<(u64, Settle)>,
         ask: Option<Ask<'_>>,
-    ) -> Result<(), ConnectionError>;
+    ) -> Result<(), ConnectionError> {
+        let queued = settle
+            .map_or(Ok(()), |(id, s)| self.queue(Req::Settle(id, s)))
+            .and_then(|()| ask.map_or(Ok(()), |a| self.queue(Req::Ask(a))));
+        if let Err(e) = queued {
+            self.discard();
+            return Err(e);
+        }
+        self.flush()
+    }
     /// Reads the answer to the settle sent last.
     fn settled(&mut self) -> Result<SettleReply, Fault>;
     /// Reads what the reserve in flight came to.
     fn reserved(&mut self) -> Result<Took<'_>, Fault>;
+    /// Reads the answer to a queued touch: `Ok(false)` when the lease was
+    /// already lost.
+    fn touched(&mut self) -> Result<bool, Fault>;
     /// Closes the connection politely.
     fn quit(self);
 }

@@ -3,11 +3,12 @@
 
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use taskq_proto::{IoCounts, Reconnect};
 
+use super::prefetch::{Keep, Pipe};
 use super::turn::{failed, Turn};
 use super::{LaneShared, Shared, IDLE};
 use crate::counters::Counters;
@@ -30,6 +31,9 @@ struct Lane<L> {
     sched: Option<Schedule>,
     /// The connection's system calls already added to the counters.
     io_seen: IoCounts,
+    /// With prefetch: the window, made on the first turn and kept (with its
+    /// buffers) across connections.
+    pipe: Option<Arc<Mutex<Pipe<L>>>>,
 }
 
 /// How a lane's turn ended.
@@ -53,7 +57,7 @@ pub(super) struct Lanes<L> {
     body: Vec<u8>,
 }
 
-impl<L: Link> Lanes<L> {
+impl<L: Link + Send + 'static> Lanes<L> {
     pub(super) fn new(shared: Arc<Shared>, handler: Arc<dyn Handler>, thread: usize) -> Lanes<L> {
         let lanes = (0..shared.cfg.servers.len())
             .map(|server| Lane {
@@ -66,6 +70,7 @@ impl<L: Link> Lanes<L> {
                     .is_weighted()
                     .then(|| Schedule::new(&shared.cfg.weights, shared.cfg.run_scale, thread)),
                 io_seen: IoCounts::default(),
+                pipe: None,
             })
             .collect();
         Lanes {
@@ -201,24 +206,35 @@ impl<L: Link> Lanes<L> {
     fn serve(&mut self, i: usize) -> After {
         let sh = &*self.shared;
         let ls = &sh.lanes[self.thread * self.lanes.len() + i];
-        let lane = &mut self.lanes[i];
-        let server = sh.cfg.servers[lane.server].as_str();
-        let Some(conn) = lane.conn.as_mut() else {
-            sh.give_ticket();
-            return After::Broken;
-        };
+        let Lane {
+            server: index,
+            conn: slot,
+            reconnect,
+            sched,
+            io_seen,
+            pipe,
+            ..
+        } = &mut self.lanes[i];
+        let server = sh.cfg.servers[*index].as_str();
         let mut turn = Turn {
             sh,
             ls,
             server,
-            index: lane.server,
-            reconnect: &mut lane.reconnect,
-            sched: &mut lane.sched,
-            io_seen: &mut lane.io_seen,
+            index: *index,
+            reconnect,
+            sched,
+            io_seen,
             slice: sh.cfg.reserve_secs(),
             tubes: &sh.cfg.tubes,
             handler: &*self.handler,
             body: &mut self.body,
+        };
+        if sh.cfg.prefetch > 1 {
+            return serve_window(&mut turn, slot, pipe);
+        }
+        let Some(conn) = slot.as_mut() else {
+            sh.give_ticket();
+            return After::Broken;
         };
         if let Err(e) = turn.send_reserve(conn) {
             sh.give_ticket();
@@ -230,7 +246,7 @@ impl<L: Link> Lanes<L> {
                 ControlFlow::Break(after) => {
                     if matches!(after, After::Stop) {
                         // Closing returns any job the server hands out meanwhile.
-                        lane.conn = None;
+                        *slot = None;
                     }
                     return after;
                 }
@@ -244,6 +260,34 @@ impl<L: Link> Lanes<L> {
             }
         }
     }
+}
+
+/// [`Lanes::serve`] with prefetch: the lane's link moves into its window
+/// (made on the first turn, and registered for a stop to empty) for the
+/// turn, and back after.
+fn serve_window<L: Link + Send + 'static>(
+    turn: &mut Turn<'_>,
+    slot: &mut Option<L>,
+    pipe: &mut Option<Arc<Mutex<Pipe<L>>>>,
+) -> After {
+    let (sh, ls) = (turn.sh, turn.ls);
+    // Each reserve of the window takes its own ticket.
+    sh.give_ticket();
+    let Some(conn) = slot.take() else {
+        return After::Broken;
+    };
+    let pipe = pipe
+        .get_or_insert_with(|| {
+            let p = Arc::new(Mutex::new(Pipe::new(turn.index, sh.cfg.prefetch)));
+            let keep: Arc<dyn Keep> = p.clone();
+            *ls.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keep);
+            p
+        })
+        .clone();
+    pipe.lock().unwrap_or_else(|e| e.into_inner()).link = Some(conn);
+    let after = turn.window(&pipe);
+    *slot = pipe.lock().unwrap_or_else(|e| e.into_inner()).link.take();
+    after
 }
 
 /// Adds the system calls a link made since the last call to the counters.

@@ -13,7 +13,7 @@ use super::lane::{account_io, After};
 use super::settle::{decide, Settled};
 use super::{LaneShared, Shared, HOLDING, IDLE, RESERVING};
 use crate::counters::Counters;
-use crate::engine::{Ask, Fault, Link, Settle, Took};
+use crate::engine::{Ask, Fault, JobLink, Link, Settle, SettleReply, Took};
 use crate::fair::Schedule;
 use crate::job::{Job, JobError};
 use crate::{Handler, Outcome};
@@ -143,7 +143,11 @@ impl Turn<'_> {
     /// Runs the handler on the job just reserved, or gives the job back
     /// untouched when the worker is stopping. Breaks if the link broke while
     /// the handler ran.
-    pub(super) fn work<L: Link>(&mut self, link: &mut L, id: u64) -> ControlFlow<After, Outcome> {
+    pub(super) fn work<J: JobLink>(
+        &mut self,
+        link: &mut J,
+        id: u64,
+    ) -> ControlFlow<After, Outcome> {
         let (sh, server) = (self.sh, self.server);
         let outcome = if sh.stop.load(Ordering::SeqCst) {
             // Reserved after the stop: give it back untouched.
@@ -228,37 +232,11 @@ impl Turn<'_> {
         }
         let reply = link.settled();
         ls.state.store(IDLE, Ordering::SeqCst);
-        let settled = Settled::of(is_delete, &reply);
-        Counters::add(settled.counter(&sh.counters));
-        match settled {
-            Settled::Deleted => {
-                let done = sh.counters.deleted.load(Ordering::Relaxed);
-                if sh.cfg.max_jobs.is_some_and(|max| done >= max) {
-                    sh.shutdown();
-                }
-            }
-            Settled::Released | Settled::Buried => sh.give_ticket(),
-            Settled::LostLease | Settled::LostLeaseOnRelease => {
+        if let Err(after) = count_settled(sh, link, server, id, settle, reply) {
+            if next {
                 sh.give_ticket();
-                tracing::warn!(
-                    job = id,
-                    server,
-                    command = settle.name(),
-                    "lease lost: NOT_FOUND"
-                );
             }
-            Settled::AckUnknown | Settled::LeaseDropped => {
-                sh.give_ticket();
-                if next {
-                    sh.give_ticket();
-                }
-                return ControlFlow::Break(match reply {
-                    Err(Fault::Unexpected(word)) => unexpected(sh, link, server, Some(id), word),
-                    Err(Fault::Conn(e)) => failed(sh, server, Some(id), &e),
-                    // An answer that fits another kind of settle.
-                    Ok(r) => unexpected(sh, link, server, Some(id), r.word()),
-                });
-            }
+            return ControlFlow::Break(after);
         }
         if !next {
             return ControlFlow::Break(if sh.stop.load(Ordering::SeqCst) {
@@ -269,6 +247,49 @@ impl Turn<'_> {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// Counts the reply to the settle of job `id`, and gives its `max_jobs`
+/// ticket back unless it was deleted. `Err`: no answer that fits, and the
+/// link is given up.
+pub(super) fn count_settled<L: JobLink + ?Sized>(
+    sh: &Shared,
+    link: &mut L,
+    server: &str,
+    id: u64,
+    settle: Settle,
+    reply: Result<SettleReply, Fault>,
+) -> Result<(), After> {
+    let settled = Settled::of(settle == Settle::Delete, &reply);
+    Counters::add(settled.counter(&sh.counters));
+    match settled {
+        Settled::Deleted => {
+            let done = sh.counters.deleted.load(Ordering::Relaxed);
+            if sh.cfg.max_jobs.is_some_and(|max| done >= max) {
+                sh.shutdown();
+            }
+        }
+        Settled::Released | Settled::Buried => sh.give_ticket(),
+        Settled::LostLease | Settled::LostLeaseOnRelease => {
+            sh.give_ticket();
+            tracing::warn!(
+                job = id,
+                server,
+                command = settle.name(),
+                "lease lost: NOT_FOUND"
+            );
+        }
+        Settled::AckUnknown | Settled::LeaseDropped => {
+            sh.give_ticket();
+            return Err(match reply {
+                Err(Fault::Unexpected(word)) => unexpected(sh, link, server, Some(id), word),
+                Err(Fault::Conn(e)) => failed(sh, server, Some(id), &e),
+                // An answer that fits another kind of settle.
+                Ok(r) => unexpected(sh, link, server, Some(id), r.word()),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A request failed: count a timeout or an undecodable reply, log, and give up the link.
@@ -288,7 +309,7 @@ pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &Connection
 }
 
 /// A reply that cannot answer the request: the stream is out of step.
-fn unexpected<L: Link>(
+pub(super) fn unexpected<L: JobLink + ?Sized>(
     sh: &Shared,
     link: &mut L,
     server: &str,

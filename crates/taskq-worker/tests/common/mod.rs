@@ -244,3 +244,74 @@ pub fn taskq_cli() -> std::path::PathBuf {
     }
     taskq
 }
+
+/// 10,000 jobs drained by four threads, each connection holding up to
+/// `prefetch` jobs, against the reference server: counts equal its ledger and
+/// its `stats`, nothing lost, nothing held twice. Returns the worker's counts.
+pub fn ten_thousand_jobs_four_threads(prefetch: usize) -> taskq_worker::Snapshot {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use taskq_worker::{Config, Job, Outcome, Worker};
+
+    let server = taskq_testkit::TestServer::start().unwrap();
+    let n = 10_000usize;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("job-{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let before = record(server.addr());
+    let seen: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let seen2 = seen.clone();
+    let worker = Worker::new(
+        Config {
+            servers: vec![server.addr().to_string()],
+            io_timeout: Duration::from_secs(2),
+            concurrency: 4,
+            max_jobs: Some(n as u64),
+            prefetch,
+            ..Config::default()
+        },
+        move |job: &mut Job<'_>| {
+            *seen2.lock().unwrap().entry(job.id().get()).or_default() += 1;
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let counts = worker.run();
+    let after = record(server.addr());
+    let report = server.ledger().check();
+    eprintln!("prefetch {prefetch}: {report}; worker {counts}");
+
+    assert!(report.is_clean(), "{report}");
+    assert!(report.lost.is_empty() && report.double_held.is_empty());
+    assert_eq!(report.done, n as u64);
+    assert_eq!(report.handed_out_again, 0);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), n);
+    assert!(seen.values().all(|&k| k == 1));
+
+    assert_eq!(counts.deleted, n as u64);
+    assert_eq!(counts.reserved, n as u64);
+    assert_eq!(
+        counts.lost_lease
+            + counts.lost_lease_on_release
+            + counts.ack_unknown
+            + counts.lease_dropped,
+        0,
+        "{counts}"
+    );
+    // The server's `stats` and its ledger agree with the worker.
+    assert_eq!(after.cmd_delete - before.cmd_delete, counts.deleted);
+    let workers: Vec<_> = report
+        .connections
+        .values()
+        .filter(|c| c.reserved > 0 || c.cmd_delete > 0)
+        .collect();
+    assert_eq!(workers.len(), 4, "one connection per thread");
+    let sum = |f: fn(&taskq_testkit::ConnCounts) -> u64| workers.iter().map(|c| f(c)).sum::<u64>();
+    assert_eq!(sum(|c| c.reserved), counts.reserved);
+    assert_eq!(sum(|c| c.cmd_delete), counts.deleted);
+    assert_eq!(sum(|c| c.deleted), counts.deleted);
+    assert_eq!(sum(|c| c.delete_not_found), counts.lost_lease);
+    assert_eq!(sum(|c| c.released + c.buried + c.expired), 0);
+    assert_eq!(server.job_count(), 0);
+    counts
+}

@@ -1,0 +1,742 @@
+//! Prefetch: a window of up to `prefetch` jobs per connection, the running one
+//! included, the rest reserved ahead of the handler.
+//!
+//! After each job, the settle, the touches that keep the waiting jobs' leases
+//! and the no-wait reserves that refill the window go out in one write. Their
+//! replies are read later, in one go, when the window runs empty (or before
+//! the handler uses the link, or when too many are owed): so a short job costs
+//! one write and a fraction of a read. When the window is empty and the server
+//! had nothing ready, one blocking reserve waits, as without prefetch.
+//!
+//! The window lives behind a mutex that the lane's thread holds only between
+//! jobs, so that a stop from another thread can give the jobs that have not
+//! started back at once while a job runs. Whenever the mutex is free, every
+//! queued request has been sent.
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use taskq_proto::ConnectionError;
+
+use super::lane::{account_io, After};
+use super::settle::decide;
+use super::turn::{count_settled, failed, unexpected, Turn};
+use super::{Shared, HOLDING, IDLE};
+use crate::counters::Counters;
+use crate::engine::{Ask, Fault, JobLink, Link, Req, Settle, Took};
+use crate::job::{job_info, JobError, JobInfo};
+use crate::Outcome;
+
+/// A waiting job whose lease was restarted this long ago (or which was asked
+/// for this long ago) is touched before it starts, or between jobs. beanstalkd
+/// gives every job a TTR of at least one second, so a job younger than this
+/// still has at least half a second of its lease.
+pub(crate) const TOUCH_AFTER: Duration = Duration::from_millis(500);
+
+/// A job that waited this long in the window since it was reserved is given
+/// back: the jobs ahead of it are too long for it to start in time, and
+/// another worker may be free.
+pub(crate) const HOLD_MAX: Duration = Duration::from_secs(30);
+
+/// What to do for a job waiting in the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// Nothing: its lease is young.
+    Keep,
+    /// Restart its lease.
+    Touch,
+    /// Give it back to the server.
+    Release,
+}
+
+/// The lease rule for a job that has waited `waited` since it was asked for,
+/// whose lease was last (re)started `since` ago; `soon` when the server
+/// answered a reserve `DEADLINE_SOON` since the rule last ran (some lease of
+/// this connection is within a second of its end).
+pub(crate) fn lease(waited: Duration, since: Duration, soon: bool) -> Lease {
+    if waited >= HOLD_MAX {
+        Lease::Release
+    } else if soon || since >= TOUCH_AFTER {
+        Lease::Touch
+    } else {
+        Lease::Keep
+    }
+}
+
+/// A job in the window that has not started.
+struct Held {
+    id: u64,
+    body: Vec<u8>,
+    /// When the reserve that brought it was sent.
+    asked: Instant,
+    /// When its lease last started, at the latest: the reserve or the last
+    /// touch confirmed, taken when the request was sent.
+    leased: Instant,
+}
+
+/// A reply owed on the link, in the order sent.
+#[derive(Debug, Clone, Copy)]
+enum Owed {
+    Settle { id: u64, settle: Settle },
+    Ask { sent: Instant },
+    Touch { id: u64, sent: Instant },
+}
+
+/// One lane's connection with its window.
+pub(super) struct Pipe<L> {
+    pub(super) link: Option<L>,
+    /// The server's index in the configuration.
+    server: usize,
+    held: VecDeque<Held>,
+    /// Body buffers of jobs gone, reused by the next ones.
+    spare: Vec<Vec<u8>>,
+    owed: VecDeque<Owed>,
+    /// Reserves in flight.
+    asks: usize,
+    /// `DEADLINE_SOON` came since the lease rule last ran.
+    soon: bool,
+    /// The last no-wait reserve found nothing ready.
+    dry: bool,
+    /// Weighted: the tube whose turn it was had nothing ready.
+    turn_empty: bool,
+    /// A reply came since the loop last looked.
+    progress: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<L: Link> Pipe<L> {
+    pub(super) fn new(server: usize, k: usize) -> Pipe<L> {
+        Pipe {
+            link: None,
+            server,
+            held: VecDeque::with_capacity(k),
+            spare: Vec::with_capacity(k + 1),
+            // Per job at most a settle, a touch per waiting job and a
+            // refill; read once more than 2k are owed.
+            owed: VecDeque::with_capacity(5 * k + 8),
+            asks: 0,
+            soon: false,
+            dry: false,
+            turn_empty: false,
+            progress: false,
+        }
+    }
+
+    fn link(&mut self) -> Result<&mut L, ConnectionError> {
+        self.link.as_mut().ok_or(ConnectionError::Broken)
+    }
+
+    /// Queues a request and the reply it is owed.
+    fn queue(&mut self, req: Req<'_>, owed: Owed) -> Result<(), ConnectionError> {
+        self.link()?.queue(req)?;
+        self.owed.push_back(owed);
+        Ok(())
+    }
+
+    /// Sends what was queued; on failure the window is forgotten.
+    fn flush(&mut self, sh: &Shared) -> Result<(), After> {
+        let r = self
+            .link
+            .as_mut()
+            .map_or(Err(ConnectionError::Broken), L::flush);
+        r.map_err(|e| {
+            let server = sh.cfg.servers[self.server].as_str();
+            self.forget(sh);
+            failed(sh, server, None, &e)
+        })
+    }
+
+    /// Reads every owed reply and counts it: settles as without prefetch,
+    /// reserves into the window, touches into the leases.
+    fn absorb(&mut self, sh: &Shared) -> Result<(), After> {
+        let server = sh.cfg.servers[self.server].as_str();
+        while let Some(owed) = self.owed.pop_front() {
+            let Some(link) = self.link.as_mut() else {
+                self.forget(sh);
+                return Err(After::Broken);
+            };
+            let fault = match owed {
+                Owed::Settle { id, settle } => {
+                    let reply = link.settled();
+                    self.progress |= reply.is_ok();
+                    match count_settled(sh, link, server, id, settle, reply) {
+                        Ok(()) => continue,
+                        Err(after) => {
+                            self.forget(sh);
+                            return Err(after);
+                        }
+                    }
+                }
+                Owed::Ask { sent } => {
+                    self.asks -= 1;
+                    match link.reserved() {
+                        Ok(Took::Job { id, body }) => {
+                            Counters::add(&sh.counters.reserved);
+                            sh.busy();
+                            self.progress = true;
+                            self.dry = false;
+                            if let Some(h) = self.held.iter_mut().find(|h| h.id == id) {
+                                // Its lease ran out while it waited, and the
+                                // server handed it to this link again: one job,
+                                // held once, on the newer lease.
+                                Counters::add(&sh.counters.lost_lease_on_release);
+                                sh.give_ticket();
+                                h.body.clear();
+                                h.body.extend_from_slice(body);
+                                (h.asked, h.leased) = (sent, sent);
+                            } else {
+                                let mut b = self.spare.pop().unwrap_or_default();
+                                b.clear();
+                                b.extend_from_slice(body);
+                                self.held.push_back(Held {
+                                    id,
+                                    body: b,
+                                    asked: sent,
+                                    leased: sent,
+                                });
+                            }
+                            continue;
+                        }
+                        Ok(took) => {
+                            self.progress = true;
+                            sh.give_ticket();
+                            match took {
+                                Took::DeadlineSoon => {
+                                    // A waiting job's lease ends within a
+                                    // second: the lease rule touches them all.
+                                    Counters::add(&sh.counters.deadline_soon);
+                                    self.soon = true;
+                                }
+                                Took::TurnEmpty => {
+                                    self.dry = true;
+                                    self.turn_empty = true;
+                                }
+                                _ => self.dry = true,
+                            }
+                            continue;
+                        }
+                        Err(f) => {
+                            sh.give_ticket();
+                            f
+                        }
+                    }
+                }
+                Owed::Touch { id, sent } => match link.touched() {
+                    Ok(true) => {
+                        self.progress = true;
+                        Counters::add(&sh.counters.touched);
+                        if let Some(h) = self.held.iter_mut().find(|h| h.id == id) {
+                            h.leased = sent;
+                        }
+                        continue;
+                    }
+                    Ok(false) => {
+                        // It waited past its lease: the server has it back.
+                        self.progress = true;
+                        if let Some(k) = self.held.iter().position(|h| h.id == id) {
+                            self.drop_held(k);
+                            Counters::add(&sh.counters.lost_lease_on_release);
+                            sh.give_ticket();
+                            tracing::warn!(job = id, server, "prefetched job's lease ran out");
+                        }
+                        continue;
+                    }
+                    Err(f) => f,
+                },
+            };
+            let after = match fault {
+                Fault::Unexpected(word) => unexpected(sh, link, server, None, word),
+                Fault::Conn(e) => failed(sh, server, None, &e),
+            };
+            self.forget(sh);
+            return Err(after);
+        }
+        Ok(())
+    }
+
+    fn drop_held(&mut self, k: usize) {
+        if let Some(h) = self.held.remove(k) {
+            self.spare.push(h.body);
+        }
+    }
+
+    /// The link broke (or was given up): the server gives back every job it
+    /// held. Counts what each owed reply and waiting job comes to.
+    pub(super) fn forget(&mut self, sh: &Shared) {
+        if let Some(l) = self.link.as_mut() {
+            l.mark_broken();
+        }
+        while let Some(o) = self.owed.pop_front() {
+            match o {
+                Owed::Settle { settle, .. } => {
+                    // A delete may have been carried out: it counts as
+                    // unknown, which keeps the bracket of the server's record.
+                    Counters::add(if settle == Settle::Delete {
+                        &sh.counters.ack_unknown
+                    } else {
+                        &sh.counters.lease_dropped
+                    });
+                    sh.give_ticket();
+                }
+                Owed::Ask { .. } => sh.give_ticket(),
+                Owed::Touch { .. } => {}
+            }
+        }
+        self.asks = 0;
+        while !self.held.is_empty() {
+            self.drop_held(0);
+            Counters::add(&sh.counters.lease_dropped);
+            sh.give_ticket();
+        }
+    }
+
+    /// Gives back, at once, every waiting job that `pick` chooses (all of
+    /// them at a stop): the replies owed first, then each job's priority, then
+    /// the releases in one write.
+    fn release(&mut self, sh: &Shared, pick: impl Fn(&Held) -> bool) -> Result<(), After> {
+        self.absorb(sh)?;
+        let server = sh.cfg.servers[self.server].as_str();
+        let mut k = 0;
+        let mut any = false;
+        while k < self.held.len() {
+            if !pick(&self.held[k]) {
+                k += 1;
+                continue;
+            }
+            let id = self.held[k].id;
+            self.drop_held(k);
+            let Some(link) = self.link.as_mut() else {
+                break;
+            };
+            match job_info(link, sh, id, server, None) {
+                Ok(JobInfo { pri, .. }) => {
+                    let settle = Settle::Release { pri, delay: 0 };
+                    if let Err(e) = self.queue(Req::Settle(id, settle), Owed::Settle { id, settle })
+                    {
+                        Counters::add(&sh.counters.lease_dropped);
+                        sh.give_ticket();
+                        self.forget(sh);
+                        return Err(failed(sh, server, Some(id), &e));
+                    }
+                    any = true;
+                }
+                Err(JobError::LeaseLost) => {
+                    Counters::add(&sh.counters.lost_lease_on_release);
+                    sh.give_ticket();
+                }
+                Err(_) => {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                    self.forget(sh);
+                    return Err(After::Broken);
+                }
+            }
+        }
+        if any {
+            self.flush(sh)?;
+            self.absorb(sh)?;
+        }
+        Ok(())
+    }
+}
+
+/// A window a stop may empty from another thread.
+pub(crate) trait Keep: Send + Sync {
+    /// Releases every prefetched job that has not started.
+    fn release_unstarted(&self, sh: &Shared);
+}
+
+impl<L: Link + Send> Keep for Mutex<Pipe<L>> {
+    fn release_unstarted(&self, sh: &Shared) {
+        let mut p = lock(self);
+        let live = p.link.as_ref().is_some_and(|l| !l.is_broken());
+        if live && (!p.held.is_empty() || !p.owed.is_empty()) {
+            // A failure gives the link up; the lane's thread sees it broken.
+            let _ = p.release(sh, |_| true);
+        }
+    }
+}
+
+/// The link as a handler sees it while its job runs: each request takes the
+/// window's lock and reads the replies owed first.
+struct Locked<'a, L> {
+    pipe: &'a Mutex<Pipe<L>>,
+    sh: &'a Shared,
+}
+
+/// The link of a locked window: replies owed are read before a request.
+struct Caught<'a, L> {
+    pipe: &'a mut Pipe<L>,
+    sh: &'a Shared,
+}
+
+impl<L: Link> Caught<'_, L> {
+    fn ready(&mut self) -> Result<&mut L, Fault> {
+        self.pipe
+            .absorb(self.sh)
+            .map_err(|_| Fault::Conn(ConnectionError::Broken))?;
+        self.pipe.link().map_err(Fault::Conn)
+    }
+}
+
+impl<L: Link> JobLink for Caught<'_, L> {
+    fn addr(&self) -> SocketAddr {
+        self.pipe
+            .link
+            .as_ref()
+            .map_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), L::addr)
+    }
+
+    fn is_broken(&self) -> bool {
+        self.pipe.link.as_ref().is_none_or(L::is_broken)
+    }
+
+    fn mark_broken(&mut self) {
+        if let Some(l) = self.pipe.link.as_mut() {
+            l.mark_broken();
+        }
+    }
+
+    fn touch(&mut self, id: u64) -> Result<bool, Fault> {
+        self.ready()?.touch(id)
+    }
+
+    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
+        self.ready()?.info(id, tube)
+    }
+}
+
+impl<L: Link> Locked<'_, L> {
+    fn with<T>(&self, f: impl FnOnce(&mut Caught<'_, L>) -> T) -> T {
+        let mut p = lock(self.pipe);
+        f(&mut Caught {
+            pipe: &mut p,
+            sh: self.sh,
+        })
+    }
+}
+
+impl<L: Link> JobLink for Locked<'_, L> {
+    fn addr(&self) -> SocketAddr {
+        self.with(|c| c.addr())
+    }
+
+    fn is_broken(&self) -> bool {
+        self.with(|c| c.is_broken())
+    }
+
+    fn mark_broken(&mut self) {
+        self.with(|c| c.mark_broken());
+    }
+
+    fn touch(&mut self, id: u64) -> Result<bool, Fault> {
+        self.with(|c| c.touch(id))
+    }
+
+    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
+        self.with(|c| c.info(id, tube))
+    }
+}
+
+impl Turn<'_> {
+    /// Works jobs through the window on `pipe` while the server yields them.
+    /// Holds no `max_jobs` ticket: each reserve takes its own.
+    pub(super) fn window<L: Link>(&mut self, pipe: &Mutex<Pipe<L>>) -> After {
+        loop {
+            let id = match self.next_job(pipe) {
+                ControlFlow::Continue(id) => id,
+                ControlFlow::Break(after) => return after,
+            };
+            let mut link = Locked { pipe, sh: self.sh };
+            let outcome = match self.work(&mut link, id) {
+                ControlFlow::Continue(o) => o,
+                ControlFlow::Break(after) => {
+                    lock(pipe).forget(self.sh);
+                    return after;
+                }
+            };
+            if let ControlFlow::Break(after) = self.settle_refill(pipe, id, outcome) {
+                return after;
+            }
+        }
+    }
+
+    /// Reads the owed replies and passes on what they told the lane.
+    fn absorb<L: Link>(&mut self, p: &mut Pipe<L>) -> Result<(), After> {
+        let r = p.absorb(self.sh);
+        if std::mem::take(&mut p.progress) {
+            self.reconnect.progress();
+        }
+        if std::mem::take(&mut p.turn_empty) {
+            if let Some(s) = self.sched.as_mut() {
+                s.empty();
+            }
+        }
+        r
+    }
+
+    /// Queues no-wait reserves for the window's free room (one, to probe,
+    /// when the server had nothing ready last time), each with a ticket.
+    fn refill<L: Link>(&mut self, p: &mut Pipe<L>, sent: Instant) -> Result<usize, After> {
+        let room = self.sh.cfg.prefetch.saturating_sub(p.held.len() + p.asks);
+        let room = if p.dry { room.min(1) } else { room };
+        let mut asked = 0;
+        while asked < room && self.sh.take_ticket() {
+            let ask = Ask {
+                sched: self.sched.as_mut(),
+                tubes: self.tubes,
+                slice: 0,
+            };
+            if let Err(e) = p.queue(Req::Ask(ask), Owed::Ask { sent }) {
+                self.sh.give_ticket();
+                p.forget(self.sh);
+                return Err(failed(self.sh, self.server, None, &e));
+            }
+            p.asks += 1;
+            asked += 1;
+            // The window is filled by the schedule: each ask is a turn's job.
+            if let Some(s) = self.sched.as_mut() {
+                s.taken();
+            }
+        }
+        Ok(asked)
+    }
+
+    /// The next job to run: the oldest waiting one (its lease confirmed when
+    /// it is old), or what a refill or a blocking reserve brings. At a stop,
+    /// gives the waiting jobs back.
+    fn next_job<L: Link>(&mut self, pipe: &Mutex<Pipe<L>>) -> ControlFlow<After, u64> {
+        let (sh, ls) = (self.sh, self.ls);
+        let mut p = lock(pipe);
+        loop {
+            if sh.stop.load(Ordering::SeqCst) {
+                let r = p.release(sh, |_| true);
+                ls.state.store(IDLE, Ordering::SeqCst);
+                return ControlFlow::Break(r.err().unwrap_or(After::Stop));
+            }
+            if let Some(h) = p.held.front() {
+                let now = Instant::now();
+                if now.duration_since(h.leased) >= TOUCH_AFTER {
+                    // It may be at the end of its lease. A touch may be owed
+                    // for it already: read the replies first.
+                    if !p.owed.is_empty() {
+                        if let Err(after) = self.absorb(&mut p) {
+                            ls.state.store(IDLE, Ordering::SeqCst);
+                            return ControlFlow::Break(after);
+                        }
+                        continue;
+                    }
+                    // Restart it and wait for the answer before starting it.
+                    let id = h.id;
+                    let r = p
+                        .queue(Req::Touch(id), Owed::Touch { id, sent: now })
+                        .map_err(|e| {
+                            p.forget(sh);
+                            failed(sh, self.server, Some(id), &e)
+                        })
+                        .and_then(|()| p.flush(sh))
+                        .and_then(|()| self.absorb(&mut p));
+                    if let Err(after) = r {
+                        ls.state.store(IDLE, Ordering::SeqCst);
+                        return ControlFlow::Break(after);
+                    }
+                    continue;
+                }
+                let Some(h) = p.held.pop_front() else {
+                    continue;
+                };
+                let old = std::mem::replace(self.body, h.body);
+                p.spare.push(old);
+                ls.state.store(HOLDING, Ordering::SeqCst);
+                return ControlFlow::Continue(h.id);
+            }
+            if let Err(after) = self.absorb(&mut p) {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                return ControlFlow::Break(after);
+            }
+            if !p.held.is_empty() {
+                continue;
+            }
+            if !p.dry {
+                let asked = match self.refill(&mut p, Instant::now()) {
+                    Ok(n) => n,
+                    Err(after) => return ControlFlow::Break(after),
+                };
+                if asked > 0 {
+                    ls.state.store(HOLDING, Ordering::SeqCst);
+                    if let Err(after) = p.flush(sh) {
+                        ls.state.store(IDLE, Ordering::SeqCst);
+                        return ControlFlow::Break(after);
+                    }
+                    continue;
+                }
+            }
+            // Nothing ready last time (or no ticket): one blocking reserve,
+            // as without prefetch.
+            ls.state.store(IDLE, Ordering::SeqCst);
+            if !sh.take_ticket() {
+                return ControlFlow::Break(After::Again);
+            }
+            let Some(link) = p.link.as_mut() else {
+                sh.give_ticket();
+                return ControlFlow::Break(After::Broken);
+            };
+            if let Err(e) = self.send_reserve(link) {
+                sh.give_ticket();
+                return ControlFlow::Break(failed(sh, self.server, None, &e));
+            }
+            let r = self.reserve(link);
+            if let ControlFlow::Continue(_) = r {
+                p.dry = false;
+            }
+            return r;
+        }
+    }
+
+    /// Settles the job that ran and, in the same write, touches the waiting
+    /// jobs whose leases need it and refills the window.
+    fn settle_refill<L: Link>(
+        &mut self,
+        pipe: &Mutex<Pipe<L>>,
+        id: u64,
+        outcome: Outcome,
+    ) -> ControlFlow<After> {
+        let (sh, ls, server) = (self.sh, self.ls, self.server);
+        let mut p = lock(pipe);
+        let settle = decide(
+            sh,
+            &mut Caught { pipe: &mut p, sh },
+            (self.index, server),
+            id,
+            outcome,
+        );
+        ls.state.store(HOLDING, Ordering::SeqCst);
+        let now = Instant::now();
+        // The rare releases first: each asks the job's priority on its own.
+        let soon = std::mem::take(&mut p.soon);
+        if p.held
+            .iter()
+            .any(|h| lease(now - h.asked, now - h.leased, soon) == Lease::Release)
+        {
+            let r = p.release(sh, |h| {
+                lease(now - h.asked, now - h.leased, soon) == Lease::Release
+            });
+            if let Err(after) = r {
+                if settle.is_ok() {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                }
+                ls.state.store(IDLE, Ordering::SeqCst);
+                return ControlFlow::Break(after);
+            }
+        }
+        let queued = match settle {
+            Ok(s) => p.queue(Req::Settle(id, s), Owed::Settle { id, settle: s }),
+            Err(JobError::LeaseLost) => {
+                Counters::add(&sh.counters.lost_lease_on_release);
+                sh.give_ticket();
+                tracing::warn!(job = id, server, "lease lost: job no longer ours");
+                Ok(())
+            }
+            Err(e) => {
+                Counters::add(&sh.counters.lease_dropped);
+                sh.give_ticket();
+                tracing::warn!(job = id, server, error = %e, "cannot settle job");
+                p.forget(sh);
+                ls.state.store(IDLE, Ordering::SeqCst);
+                return ControlFlow::Break(After::Broken);
+            }
+        };
+        let mut r = queued.map_err(|e| {
+            if let Ok(s) = settle {
+                Counters::add(if s == Settle::Delete && !e.not_sent() {
+                    &sh.counters.ack_unknown
+                } else {
+                    &sh.counters.lease_dropped
+                });
+                sh.give_ticket();
+            }
+            p.forget(sh);
+            failed(sh, server, Some(id), &e)
+        });
+        for k in 0..p.held.len() {
+            if r.is_err() {
+                break;
+            }
+            let h = &p.held[k];
+            if lease(now - h.asked, now - h.leased, soon) == Lease::Touch {
+                let id = h.id;
+                r = p
+                    .queue(Req::Touch(id), Owed::Touch { id, sent: now })
+                    .map_err(|e| {
+                        p.forget(sh);
+                        failed(sh, server, Some(id), &e)
+                    });
+            }
+        }
+        if r.is_ok() && !sh.stop.load(Ordering::SeqCst) {
+            r = self.refill(&mut p, now).map(|_| ());
+        }
+        let r = r.and_then(|()| p.flush(sh)).and_then(|()| {
+            if p.owed.len() > 2 * sh.cfg.prefetch {
+                self.absorb(&mut p)
+            } else {
+                Ok(())
+            }
+        });
+        if let Some(link) = p.link.as_ref() {
+            account_io(&sh.counters, link, self.io_seen);
+        }
+        match r {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(after) => {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                ControlFlow::Break(after)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_young_lease_is_kept_an_old_one_touched_a_long_wait_released() {
+        assert_eq!(lease(Duration::ZERO, Duration::ZERO, false), Lease::Keep);
+        assert_eq!(lease(400 * MS, 499 * MS, false), Lease::Keep);
+        assert_eq!(lease(600 * MS, 500 * MS, false), Lease::Touch);
+        assert_eq!(lease(5_000 * MS, 2_000 * MS, false), Lease::Touch);
+        // Touched lately, but waiting too long: back to the server.
+        assert_eq!(lease(HOLD_MAX, Duration::ZERO, false), Lease::Release);
+        assert_eq!(lease(HOLD_MAX + MS, 10 * MS, true), Lease::Release);
+    }
+
+    #[test]
+    fn deadline_soon_touches_every_waiting_job_whatever_its_age() {
+        assert_eq!(lease(Duration::ZERO, Duration::ZERO, true), Lease::Touch);
+        assert_eq!(lease(10 * MS, MS, true), Lease::Touch);
+        assert_eq!(lease(HOLD_MAX - MS, MS, true), Lease::Touch);
+    }
+
+    #[test]
+    fn a_job_younger_than_the_touch_age_keeps_half_of_the_shortest_lease() {
+        // beanstalkd's shortest TTR is one second.
+        let shortest = Duration::from_secs(1);
+        let mut since = Duration::ZERO;
+        while lease(since, since, false) == Lease::Keep {
+            assert!(shortest - since >= shortest / 2, "{since:?}");
+            since += MS;
+        }
+        assert_eq!(since, TOUCH_AFTER);
+    }
+}
