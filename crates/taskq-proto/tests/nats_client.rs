@@ -338,3 +338,72 @@ fn ensure_is_idempotent_and_never_changes_what_exists() {
     }
     assert!(!conn.is_broken());
 }
+
+/// What the server does that makes `ensure_*` look before they create.
+#[test]
+fn server_facts_the_ensure_calls_rely_on() {
+    let (_c, mut conn) = ready(Duration::from_secs(30));
+    let err = |reply: Vec<u8>| -> (u64, u64) {
+        let v: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+        let e = &v["error"];
+        (
+            e["code"].as_u64().unwrap_or(0),
+            e["err_code"].as_u64().unwrap_or(0),
+        )
+    };
+    let t = Duration::from_secs(2);
+    // The same stream config again succeeds; another one fails with 10058.
+    let same = br#"{"name":"TASKQ","subjects":["taskq.>"],"retention":"workqueue","storage":"file","num_replicas":1}"#;
+    assert_eq!(
+        err(conn
+            .request("$JS.API.STREAM.CREATE.TASKQ", same, t)
+            .unwrap()),
+        (0, 0)
+    );
+    let other = br#"{"name":"TASKQ","subjects":["taskq.>"],"retention":"workqueue","storage":"memory","num_replicas":1}"#;
+    assert_eq!(
+        err(conn
+            .request("$JS.API.STREAM.CREATE.TASKQ", other, t)
+            .unwrap())
+        .1,
+        10058
+    );
+    // A stream whose subjects overlap an existing one: 10065.
+    let overlap = br#"{"name":"OVER","subjects":["taskq.T"],"storage":"memory"}"#;
+    assert_eq!(
+        err(conn
+            .request("$JS.API.STREAM.CREATE.OVER", overlap, t)
+            .unwrap())
+        .1,
+        10065
+    );
+    // A work queue refuses a second consumer with an overlapping filter (10100)
+    // and an unfiltered one (10099).
+    // The config ensure_consumer sends (consumer_spec) but for a 5 s ack wait.
+    let create = |conn: &mut taskq_proto::nats::NatsConnection, name: &str, filter: &str| {
+        let f = if filter.is_empty() {
+            String::new()
+        } else {
+            format!(",\"filter_subject\":\"{filter}\"")
+        };
+        let body = format!(
+            r#"{{"stream_name":"TASKQ","config":{{"durable_name":"{name}","ack_policy":"explicit","deliver_policy":"all","ack_wait":5000000000,"max_deliver":-1,"max_ack_pending":1000,"max_waiting":64{f}}}}}"#
+        );
+        err(conn
+            .request(
+                &format!("$JS.API.CONSUMER.DURABLE.CREATE.TASKQ.{name}"),
+                body.as_bytes(),
+                t,
+            )
+            .unwrap())
+    };
+    assert_eq!(create(&mut conn, "second", SUBJECT).1, 10100);
+    assert_eq!(create(&mut conn, "third", "").1, 10099);
+    // Creating the existing durable with another ack wait silently changes it
+    // (nats-server 2.9): why ensure_consumer never creates what exists.
+    assert_eq!(create(&mut conn, CONSUMER, SUBJECT), (0, 0));
+    assert_eq!(
+        conn.consumer_info(STREAM, CONSUMER).unwrap().ack_wait,
+        Duration::from_secs(5)
+    );
+}
