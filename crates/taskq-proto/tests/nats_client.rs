@@ -283,6 +283,11 @@ fn ensure_is_idempotent_and_never_changes_what_exists() {
         (STREAM, "workqueue")
     );
     assert_eq!(s2.subjects, vec!["taskq.>".to_string()]);
+    // The server writes `>` as `\u003e`: only parsed JSON compares.
+    let raw = conn
+        .request("$JS.API.STREAM.INFO.TASKQ", b"", Duration::from_secs(2))
+        .unwrap();
+    assert!(String::from_utf8_lossy(&raw).contains(r"taskq.\u003e"));
     // A narrower need is covered by the wildcard.
     let narrow = StreamSpec {
         subjects: vec!["taskq.T".into()],
