@@ -65,6 +65,30 @@ impl NatsConnection {
         expires: Duration,
         heartbeat: Option<Duration>,
     ) -> Result<(), NatsError> {
+        self.send_pull(stream, consumer, batch, Some(expires), heartbeat)
+    }
+
+    /// Asks for up to `batch` messages that are there now: the server ends
+    /// the pull with `404 No Messages` when it has none (or fewer), at once.
+    pub fn pull_no_wait(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        batch: u32,
+    ) -> Result<(), NatsError> {
+        self.send_pull(stream, consumer, batch, None, None)
+    }
+
+    /// A pull request: with `expires` the server waits that long, without it
+    /// the pull is `no_wait`.
+    fn send_pull(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        batch: u32,
+        expires: Option<Duration>,
+        heartbeat: Option<Duration>,
+    ) -> Result<(), NatsError> {
         self.usable()?;
         if self.pull.is_some() || !self.pubacks.is_empty() {
             return Err(NatsError::Busy);
@@ -85,9 +109,14 @@ impl NatsConnection {
         let reply_end = self.scratch.len();
         self.scratch.extend_from_slice(b"{\"batch\":");
         self.scratch.extend_from_slice(n.format(batch).as_bytes());
-        self.scratch.extend_from_slice(b",\"expires\":");
-        self.scratch
-            .extend_from_slice(n.format(nanos(expires)).as_bytes());
+        match expires {
+            Some(e) => {
+                self.scratch.extend_from_slice(b",\"expires\":");
+                self.scratch
+                    .extend_from_slice(n.format(nanos(e)).as_bytes());
+            }
+            None => self.scratch.extend_from_slice(b",\"no_wait\":true"),
+        }
         if let Some(h) = heartbeat {
             self.scratch.extend_from_slice(b",\"idle_heartbeat\":");
             self.scratch
@@ -114,7 +143,9 @@ impl NatsConnection {
             token,
             remaining: u64::from(batch),
             started,
-            wait: expires.saturating_add(self.cfg.io_timeout),
+            wait: expires
+                .unwrap_or_default()
+                .saturating_add(self.cfg.io_timeout),
         });
         Ok(())
     }

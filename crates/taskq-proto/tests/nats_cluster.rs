@@ -1,0 +1,113 @@
+//! The client on a 3-node JetStream cluster: the servers it learns from
+//! INFO, a replicated work-queue stream, and publishing through the loss of
+//! the stream's leader, where every failure is a typed error and a broken
+//! connection is replaced by one to an address the cluster announced.
+
+mod nats_common;
+
+use std::time::{Duration, Instant};
+
+use nats_common::{consumer_spec, stream_spec, CONSUMER, STREAM, SUBJECT};
+use taskq_proto::nats::{AckKind, Delivery, NatsConfig, NatsConnection, NatsError, StreamSpec};
+use taskq_testkit::NatsCluster;
+
+#[test]
+fn a_replicated_stream_survives_its_leader_and_the_client_learns_the_cluster() {
+    let mut c = NatsCluster::start(3).expect("cluster");
+    let mut conn =
+        NatsConnection::connect(&[c.addr(0).to_string()], NatsConfig::default()).unwrap();
+    let spec = StreamSpec {
+        replicas: 3,
+        ..stream_spec()
+    };
+    let info = conn.ensure_stream(&spec).unwrap();
+    assert_eq!(info.replicas, 3);
+    conn.ensure_consumer(STREAM, CONSUMER, &consumer_spec(Duration::from_secs(30)))
+        .unwrap();
+    // The cluster's other client addresses arrive in INFO (now or in a later one).
+    let t = Instant::now();
+    while conn.servers().len() < 3 && t.elapsed() < Duration::from_secs(5) {
+        conn.publish(SUBJECT, b"warm", b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut servers = conn.servers().to_vec();
+    servers.sort();
+    let mut want: Vec<String> = (0..3).map(|i| c.addr(i).to_string()).collect();
+    want.sort();
+    assert_eq!(servers, want);
+
+    // Lose the stream leader; talk to the cluster through a node that stays.
+    let t = Instant::now();
+    let leader = loop {
+        if let Some(l) = c.stream_leader(STREAM) {
+            break l;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no stream leader");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let survivor = (leader + 1) % 3;
+    let mut conn =
+        NatsConnection::connect(&[c.addr(survivor).to_string()], NatsConfig::default()).unwrap();
+    let before = conn.stream_info(STREAM).unwrap().last_seq;
+    c.kill(leader).unwrap();
+    let t = Instant::now();
+    let mut kinds = Vec::new();
+    let seq = loop {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no publish after failover: {kinds:?}"
+        );
+        match conn.publish(SUBJECT, b"after-failover", b"y") {
+            Ok(a) => {
+                assert!(!a.duplicate);
+                break a.stream_seq;
+            }
+            Err(e) => {
+                kinds.push(format!("{e}"));
+                assert!(
+                    matches!(
+                        e,
+                        NatsError::NoResponders | NatsError::Api(_) | NatsError::Timeout { .. }
+                    ),
+                    "{e:?}"
+                );
+                if e.breaks_connection() {
+                    let seeds = conn.servers().to_vec();
+                    conn = NatsConnection::connect(&seeds, NatsConfig::default()).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    assert_eq!(
+        seq,
+        before + 1,
+        "stored once, after what was there ({kinds:?})"
+    );
+    // The message is there to pull from the new leader.
+    let mut got = false;
+    while !got {
+        conn.pull(STREAM, CONSUMER, 10, Duration::from_secs(2), None)
+            .unwrap();
+        loop {
+            match conn.next_delivery() {
+                Ok(Delivery::Msg { body, reply, .. }) => {
+                    got |= body == b"y";
+                    let r = reply.to_vec();
+                    if !conn.pulling() {
+                        assert!(conn.ack(&r, AckKind::Ack, true).unwrap());
+                        break;
+                    }
+                    conn.queue_ack(&r, AckKind::Ack, false).unwrap();
+                }
+                Ok(Delivery::Timeout | Delivery::NoMessages) => break,
+                Ok(d) => panic!("{d:?}"),
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "message not delivered"
+        );
+    }
+}

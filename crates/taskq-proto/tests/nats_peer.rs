@@ -1,0 +1,205 @@
+//! The NATS client against a scripted peer that misbehaves on purpose:
+//! malformed lines, oversized counts, silence, `-ERR`, a server without
+//! headers, and the good cases a real server rarely shows on demand (a PING
+//! in the middle of a wait, stale replies, a later INFO with new addresses).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use taskq_proto::nats::{NatsConfig, NatsConnection, NatsError, NatsProtoError};
+
+const INFO: &str = "INFO {\"server_id\":\"FAKE\",\"max_payload\":1048576,\"headers\":true,\"connect_urls\":[\"127.0.0.1:1\"]}\r\n";
+
+/// The peer's side of one connection.
+struct Peer {
+    s: TcpStream,
+    seen: Vec<u8>,
+}
+
+impl Peer {
+    /// Reads until `pat` has arrived; returns everything read so far.
+    fn until(&mut self, pat: &str) -> String {
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&self.seen).contains(pat) {
+            let n = self.s.read(&mut buf).expect("peer read");
+            assert!(n > 0, "client closed before {pat:?}");
+            self.seen.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&self.seen).into_owned()
+    }
+
+    fn send(&mut self, b: &str) {
+        self.s.write_all(b.as_bytes()).unwrap();
+    }
+
+    /// The client's inbox prefix, from its SUB.
+    fn inbox(&mut self) -> String {
+        let seen = self.until("PING\r\n");
+        let sub = seen.lines().find(|l| l.starts_with("SUB ")).unwrap();
+        sub.split(' ')
+            .nth(1)
+            .unwrap()
+            .trim_end_matches('*')
+            .to_string()
+    }
+}
+
+/// A peer on a free port that sends `info`, then runs `script`.
+fn peer(
+    info: &'static str,
+    script: impl FnOnce(&mut Peer) + Send + 'static,
+) -> (String, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let h = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut p = Peer {
+            s,
+            seen: Vec::new(),
+        };
+        p.send(info);
+        script(&mut p);
+    });
+    (addr, h)
+}
+
+fn cfg() -> NatsConfig {
+    NatsConfig {
+        io_timeout: Duration::from_millis(400),
+        ..NatsConfig::default()
+    }
+}
+
+/// A peer that completes the handshake and then answers the first publish with `reply`.
+fn answering(reply: &'static str) -> (String, JoinHandle<()>) {
+    peer(INFO, move |p| {
+        p.inbox();
+        p.send("PONG\r\n");
+        p.until("HPUB");
+        p.send(reply);
+        // Keep the socket open until the client is done.
+        let _ = p.s.read(&mut [0u8; 64]);
+    })
+}
+
+fn broken_by(reply: &'static str) -> NatsError {
+    let (addr, h) = answering(reply);
+    let mut c = NatsConnection::connect(&[addr], cfg()).unwrap();
+    let e = c.publish("taskq.T", b"i", b"x").unwrap_err();
+    assert!(c.is_broken(), "{reply:?} broke the connection");
+    assert!(matches!(
+        c.publish("taskq.T", b"i", b"x"),
+        Err(NatsError::Broken)
+    ));
+    drop(c);
+    h.join().unwrap();
+    e
+}
+
+#[test]
+fn malformed_lines_are_typed_errors_that_break_the_connection() {
+    #[rustfmt::skip]
+    let table: &[(&str, NatsProtoError)] = &[
+        ("MSG _INBOX.x 1 x\r\n", NatsProtoError::BadNumber),
+        ("MSG a 1 99999999\r\n", NatsProtoError::PayloadTooLarge { len: 99_999_999, max: 1 << 20 }),
+        ("HMSG a 1 9 3\r\n", NatsProtoError::HeaderLongerThanTotal),
+        ("MSG a 1 2\r\nabcd\r\n", NatsProtoError::MissingPayloadCrlf),
+        ("BOGUS\r\n", NatsProtoError::UnknownOp),
+        ("PING\n", NatsProtoError::BadLineEnd),
+    ];
+    for (line, want) in table {
+        match broken_by(line) {
+            NatsError::Protocol(e) => assert_eq!(e, *want, "{line:?}"),
+            e => panic!("{line:?}: {e:?}"),
+        }
+    }
+    assert!(
+        matches!(broken_by("-ERR 'Maximum Payload Violation'\r\n"), NatsError::Server(t) if t == "Maximum Payload Violation")
+    );
+}
+
+#[test]
+fn silence_past_the_deadline_is_a_timeout_and_breaks() {
+    let (addr, h) = peer(INFO, |p| {
+        p.inbox();
+        p.send("PONG\r\n");
+        p.until("HPUB");
+        std::thread::sleep(Duration::from_millis(900));
+    });
+    let mut c = NatsConnection::connect(&[addr], cfg()).unwrap();
+    let t = std::time::Instant::now();
+    let e = c.publish("taskq.T", b"i", b"x").unwrap_err();
+    assert!(e.is_timeout() && e.outcome_unknown(), "{e:?}");
+    assert!(
+        t.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(c.is_broken());
+    h.join().unwrap();
+}
+
+#[test]
+fn a_ping_mid_wait_is_answered_and_stale_replies_are_skipped() {
+    let (addr, h) = peer(INFO, |p| {
+        let inbox = p.inbox();
+        p.send("PONG\r\n");
+        p.until("HPUB");
+        // A PING, a stale reply to token 0, an INFO with new addresses,
+        // then the PubAck (two spaces where the empty reply field is).
+        p.send("PING\r\n");
+        p.send(&format!("MSG {inbox}0 1 2\r\n{{}}\r\n"));
+        p.send("INFO {\"server_id\":\"FAKE\",\"headers\":true,\"connect_urls\":[\"127.0.0.1:7\",\"127.0.0.1:8\"]}\r\n");
+        let ack = "{\"stream\":\"TASKQ\", \"seq\":5}";
+        p.send(&format!("MSG {inbox}1 1  {}\r\n{ack}\r\n", ack.len()));
+        p.until("PONG\r\n");
+    });
+    let mut c = NatsConnection::connect(&[addr], cfg()).unwrap();
+    let a = c.publish("taskq.T", b"i", b"x").unwrap();
+    assert_eq!((a.stream_seq, a.duplicate), (5, false));
+    assert_eq!(c.pings_answered(), 1);
+    assert!(
+        c.servers().contains(&"127.0.0.1:7".to_string())
+            && c.servers().contains(&"127.0.0.1:8".to_string())
+    );
+    assert_eq!(c.servers()[0], c.peer_addr().to_string());
+    h.join().unwrap();
+}
+
+#[test]
+fn handshake_failures_are_typed() {
+    let (addr, h) = peer(INFO, |p| {
+        p.inbox();
+        p.send("-ERR 'Authorization Violation'\r\n");
+    });
+    match NatsConnection::connect(&[addr], cfg()) {
+        Err(NatsError::Server(t)) => assert_eq!(t, "Authorization Violation"),
+        r => panic!("{r:?}"),
+    }
+    h.join().unwrap();
+    let (addr, h) = peer("INFO {\"server_id\":\"OLD\",\"headers\":false}\r\n", |_| {});
+    assert!(matches!(
+        NatsConnection::connect(&[addr], cfg()),
+        Err(NatsError::Unsupported(_))
+    ));
+    h.join().unwrap();
+    let (addr, h) = peer("HELLO\r\n", |_| {});
+    assert!(matches!(
+        NatsConnection::connect(&[addr], cfg()),
+        Err(NatsError::Protocol(_))
+    ));
+    h.join().unwrap();
+    // Nothing listens: not sent.
+    let free = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    assert!(matches!(
+        NatsConnection::connect(&[free], cfg()),
+        Err(NatsError::NotSent(_))
+    ));
+}
