@@ -63,14 +63,13 @@ mod target;
 pub use async_producer::AsyncProducer;
 pub use error::{Error, Invalid, NotSent, Rejection};
 pub use multi::{MultiProducer, Placed};
-pub use nats::READY_AT_HEADER;
 pub use producer::{
     BatchError, BatchReport, Builder, Position, Producer, PutOutcome, DEFAULT_RESOLVE_FOR,
     MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS,
 };
 
 pub use target::{IntoTarget, Target};
-pub use taskq_proto::{Backoff, Engine, Jitter, JobId};
+pub use taskq_proto::{Backoff, Engine, Jitter, JobId, READY_AT_HEADER};
 
 use taskq_proto::Command;
 

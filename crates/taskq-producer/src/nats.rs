@@ -16,15 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use taskq_proto::nats::{NatsConfig, NatsConnection, NatsError, StreamSpec};
-use taskq_proto::{ConnectionError, Layout};
+use taskq_proto::{ConnectionError, Layout, READY_AT_HEADER};
 
 use crate::error::{Error, Invalid, NotSent, Rejection};
 use crate::producer::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
-
-/// The header that carries a delayed job's ready time (Unix milliseconds):
-/// JetStream 2.9 has no scheduled publish, so the worker holds the job back.
-pub const READY_AT_HEADER: &[u8] = b"Taskq-Ready-At";
 
 /// What a producer needs to set JetStream up and name its messages.
 #[derive(Debug, Clone)]

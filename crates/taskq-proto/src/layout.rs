@@ -15,6 +15,11 @@
 use crate::error::TubeNameError;
 use crate::MAX_TUBE_NAME;
 
+/// The header that carries a delayed job's ready time, in Unix milliseconds:
+/// JetStream 2.9 has no scheduled publish, so the worker that is handed the
+/// job early gives it back (`-NAK` with the time left).
+pub const READY_AT_HEADER: &[u8] = b"Taskq-Ready-At";
+
 /// The stream taskq uses unless told otherwise.
 pub const DEFAULT_STREAM: &str = "TASKQ";
 

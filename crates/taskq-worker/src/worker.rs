@@ -20,7 +20,7 @@ mod prefetch;
 pub(crate) mod settle;
 mod turn;
 
-use crate::engine::Beanstalkd;
+use crate::engine::{Beanstalkd, Nats};
 use lane::Lanes;
 
 /// A lane's connection waits for nothing, or the thread is between requests.
@@ -229,7 +229,12 @@ impl Worker {
                 let handler = self.handler.clone();
                 std::thread::Builder::new()
                     .name(format!("taskq-worker-{t}"))
-                    .spawn(move || Lanes::<Beanstalkd>::new(shared, handler, t).run())
+                    .spawn(move || match shared.cfg.engine() {
+                        Ok(taskq_proto::Engine::Nats) => {
+                            Lanes::<Nats>::new(shared, handler, t).run()
+                        }
+                        _ => Lanes::<Beanstalkd>::new(shared, handler, t).run(),
+                    })
                     .expect("spawning a worker thread")
             })
             .collect();

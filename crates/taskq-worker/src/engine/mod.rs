@@ -20,10 +20,12 @@ use crate::fair::Schedule;
 use crate::job::JobInfo;
 
 mod beanstalkd;
+mod nats;
 
 #[cfg(test)]
 pub(crate) use beanstalkd::settle_reply;
 pub(crate) use beanstalkd::Beanstalkd;
+pub(crate) use nats::Nats;
 
 /// Why a request on a link failed.
 #[derive(Debug)]
@@ -55,6 +57,10 @@ pub(crate) enum Took<'a> {
     /// The server refused to hand out a job because one this link holds is
     /// about to run out of its lease.
     DeadlineSoon,
+    /// The server answered that it cannot serve the reserve now (JetStream:
+    /// no leader for the stream or the consumer, during an election): not an
+    /// empty queue. The loop pauses briefly and asks again.
+    Unavailable,
 }
 
 /// How a job is settled.

@@ -218,6 +218,13 @@ impl<L: Link> Pipe<L> {
                                     self.dry = true;
                                     self.turn_empty = true;
                                 }
+                                Took::Unavailable => {
+                                    // An election: not idle, and no spinning
+                                    // on the server's instant answers.
+                                    sh.busy();
+                                    self.dry = true;
+                                    std::thread::sleep(super::turn::UNAVAILABLE_PAUSE);
+                                }
                                 _ => self.dry = true,
                             }
                             continue;

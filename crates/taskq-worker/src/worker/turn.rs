@@ -18,6 +18,9 @@ use crate::fair::Schedule;
 use crate::job::{Job, JobError};
 use crate::{Handler, Outcome};
 
+/// The pause after a reserve the server could not serve (an election).
+pub(super) const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(250);
+
 /// One call of `Lanes::serve`: the lane's parts borrowed apart from its
 /// link (which each step takes as an argument), with the thread's handler and
 /// body buffer.
@@ -103,6 +106,16 @@ impl Turn<'_> {
                     } else {
                         After::Again
                     });
+                }
+                Ok(Took::Unavailable) => {
+                    // The server cannot serve reserves now (an election):
+                    // not idle time; pause so as not to spin on its answers.
+                    ls.state.store(IDLE, Ordering::SeqCst);
+                    self.reconnect.progress();
+                    sh.busy();
+                    sh.give_ticket();
+                    std::thread::sleep(UNAVAILABLE_PAUSE);
+                    return ControlFlow::Break(After::Again);
                 }
                 Ok(Took::DeadlineSoon) => {
                     // Only a link holding a job near its lease's end gets this;

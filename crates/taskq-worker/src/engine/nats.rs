@@ -1,0 +1,675 @@
+//! The JetStream engine: the worker's requests as pulls and acks on one NATS
+//! connection to a cluster.
+//!
+//! - Reserves are pulls from the tube's durable consumer `taskq-T`: the asks
+//!   queued for one write go out as one pull of that many messages, expiring
+//!   with the reserve slice (a weighted turn or a prefetch refill pulls with
+//!   `no_wait`). A pull ends after its batch, or with a status: 404/408
+//!   (nothing now) answer the asks left empty; 409 (the consumer's leader
+//!   changed, limits) and 503 (no responders: an election) answer them
+//!   [`Took::Unavailable`], and the loop asks again after a pause.
+//! - Settles are acks sent with a reply subject, so the server confirms each:
+//!   delete `+ACK`, release `-NAK` with the delay, touch `+WPI`. A job is
+//!   counted done only on its confirmation.
+//! - Bury copies the job, headers and body as stored, to `taskq.T.buried` and
+//!   acks the original only after the copy's PubAck: a crash between the two
+//!   leaves the job twice, never nowhere. The copy's message id is derived
+//!   from the original's sequence, so a repeated bury stores one copy.
+//! - A job put with a delay carries `Taskq-Ready-At`; one delivered before
+//!   then goes back at once with `-NAK` for the time left, answering its ask
+//!   empty.
+//!
+//! Confirmations and deliveries arrive in whatever order the cluster sends
+//! them, while the loop reads replies in the order it queued requests: what
+//! comes early is kept (deliveries copied into reused buffers) until asked for.
+//!
+//! The lease is the consumer's ack wait, the same for every job of a tube;
+//! it stands for beanstalkd's per-job TTR.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use taskq_proto::nats::{
+    AckKind, ConsumerSpec, Delivery, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, NatsError,
+    StreamSpec,
+};
+use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout, READY_AT_HEADER};
+
+use super::{Ask, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
+use crate::config::Config;
+use crate::fair::Want;
+use crate::job::JobInfo;
+
+/// Deliveries one consumer may have unacked at once, across its workers:
+/// room for many prefetching workers (the server's default is 1000).
+const MAX_ACK_PENDING: i64 = 20_000;
+
+/// A tube's names on the stream, and its consumer's lease.
+#[derive(Debug)]
+struct Tube {
+    name: String,
+    subject: String,
+    buried: String,
+    consumer: String,
+    ack_wait: Duration,
+}
+
+/// A job this link holds.
+#[derive(Debug)]
+struct Held {
+    seq: u64,
+    tube: usize,
+    /// Its ack subject.
+    ack: Vec<u8>,
+    delivered: u64,
+    /// It carried a ready time: its first delivery came early and went back.
+    delayed: bool,
+    leased: Instant,
+}
+
+/// A delivery read before its ask was.
+#[derive(Debug, Default)]
+struct Early {
+    subject: Vec<u8>,
+    ack: Vec<u8>,
+    body: Vec<u8>,
+    delivered: u64,
+    seq: u64,
+    ready_at: Option<u64>,
+}
+
+/// How the pull under way ended, for the asks it did not answer with a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Nothing ready (404/408).
+    Empty,
+    /// The cluster could not serve it (409, 503, another status).
+    Unavailable,
+}
+
+/// The pull the asks of one write became. One pull is under way at a time;
+/// asks written while one is are pulled for when it is over.
+#[derive(Debug, Clone, Copy)]
+struct Pull {
+    tube: usize,
+    /// Asks it still owes an answer.
+    left: u32,
+    no_wait: bool,
+    /// Sent to the server.
+    sent: bool,
+    ended: Option<End>,
+}
+
+/// A worker thread's connection to a JetStream cluster.
+#[derive(Debug)]
+pub(crate) struct Nats {
+    conn: NatsConnection,
+    stream: String,
+    tubes: Vec<Tube>,
+    held: Vec<Held>,
+    spare: Vec<Vec<u8>>,
+    /// Asks queued for the next write, and where they pull from.
+    asks: u32,
+    ask_tube: usize,
+    ask_no_wait: bool,
+    /// Pulls owed answers, oldest (the one under way) first.
+    pulls: VecDeque<Pull>,
+    /// Strict mode over several tubes: the tube the next blocking pull waits on.
+    rotate: usize,
+    /// Settles and touches queued or sent, in order: their confirmation
+    /// tokens and what each confirmation means.
+    settles: VecDeque<(u64, SettleReply)>,
+    touches: VecDeque<u64>,
+    /// Confirmations read before they were asked for.
+    confirmed: Vec<u64>,
+    early: VecDeque<Early>,
+    /// The delivery handed out last, when it came early.
+    current: Early,
+    slice: Duration,
+}
+
+impl Nats {
+    fn tube_of(&self, subject: &[u8]) -> Option<usize> {
+        self.tubes
+            .iter()
+            .position(|t| t.subject.as_bytes() == subject)
+    }
+
+    fn held_index(&self, seq: u64) -> Option<usize> {
+        self.held.iter().position(|h| h.seq == seq)
+    }
+
+    /// Reads until the confirmation `token` came, keeping what comes before.
+    fn confirm(&mut self, token: u64) -> Result<(), Fault> {
+        if let Some(i) = self.confirmed.iter().position(|&t| t == token) {
+            self.confirmed.swap_remove(i);
+            return Ok(());
+        }
+        loop {
+            match self.conn.next_delivery() {
+                Ok(Delivery::Confirmed(t)) if t == token => return Ok(()),
+                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Err(NatsError::NoResponders) => return Err(Fault::Unexpected("503")),
+                Err(e) => return Err(Fault::Conn(conn_error(e))),
+            }
+        }
+    }
+
+    /// Takes a delivery as a held job; `None` when it is not ready yet (it
+    /// went back with `-NAK` for the time left) or not one of our tubes.
+    fn take(&mut self, e: &Early) -> Result<bool, Fault> {
+        let (ack, seq, delivered, ready_at) = (&e.ack[..], e.seq, e.delivered, e.ready_at);
+        let Some(tube) = self.tube_of(&e.subject) else {
+            // A consumer filters on its tube's subject: this cannot happen.
+            return Err(Fault::Unexpected("MSG"));
+        };
+        if let Some(at) = ready_at {
+            let now = unix_ms();
+            if at > now {
+                let delay = Duration::from_millis(at - now);
+                self.conn
+                    .queue_ack(ack, AckKind::Nak { delay: Some(delay) }, false)
+                    .and_then(|_| self.conn.flush())
+                    .map_err(|e| Fault::Conn(conn_error(e)))?;
+                return Ok(false);
+            }
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(ack);
+        if let Some(i) = self.held_index(seq) {
+            // Its lease ran out while held here and it came back to us.
+            let old = std::mem::replace(&mut self.held[i].ack, buf);
+            self.spare.push(old);
+            self.held[i].delivered = delivered;
+            self.held[i].leased = Instant::now();
+        } else {
+            self.held.push(Held {
+                seq,
+                tube,
+                ack: buf,
+                delivered,
+                delayed: ready_at.is_some(),
+                leased: Instant::now(),
+            });
+        }
+        Ok(true)
+    }
+
+    /// What an ask that a pull answered without a job comes to.
+    fn empty(no_wait: bool, end: End) -> Took<'static> {
+        match end {
+            End::Unavailable => Took::Unavailable,
+            End::Empty if no_wait => Took::TurnEmpty,
+            End::Empty => Took::TimedOut,
+        }
+    }
+
+    /// Counts one ask of the pull under way answered; returns whether that
+    /// pull waited. A pull with all its asks answered is over.
+    fn answered(&mut self) -> bool {
+        let Some(p) = self.pulls.front_mut() else {
+            return false;
+        };
+        p.left = p.left.saturating_sub(1);
+        let no_wait = p.no_wait;
+        if p.left == 0 {
+            self.pulls.pop_front();
+        }
+        no_wait
+    }
+
+    /// Sends the oldest pull if it is not under way yet.
+    fn send_pull(&mut self) -> Result<(), Fault> {
+        let Some(p) = self.pulls.front_mut() else {
+            return Err(Fault::Conn(ConnectionError::NothingOwed));
+        };
+        if p.sent {
+            return Ok(());
+        }
+        p.sent = true;
+        let (tube, batch, no_wait) = (p.tube, p.left, p.no_wait);
+        let consumer = &self.tubes[tube].consumer;
+        let r = if no_wait {
+            self.conn.pull_no_wait(&self.stream, consumer, batch)
+        } else {
+            self.conn
+                .pull(&self.stream, consumer, batch, self.slice, None)
+        };
+        r.map_err(|e| Fault::Conn(conn_error(e)))
+    }
+
+    /// Copies job `seq` to its tube's buried subject and waits for the copy's
+    /// PubAck. Anything owed is read first (into the early queues): the copy
+    /// needs the connection to itself.
+    fn bury_copy(&mut self, seq: u64, tube: usize) -> Result<(), ConnectionError> {
+        while self.conn.pulling() {
+            match self.conn.next_delivery() {
+                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Err(NatsError::NoResponders) => {
+                    if let Some(p) = self.pulls.front_mut() {
+                        p.ended = Some(End::Unavailable);
+                    }
+                }
+                Err(e) => return Err(conn_error(e)),
+            }
+        }
+        while self.conn.confirms_owed() > 0 {
+            match self.conn.next_delivery() {
+                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
+                Ok(_) => {}
+                Err(e) => return Err(conn_error(e)),
+            }
+        }
+        let stored = self
+            .conn
+            .msg_get(&self.stream, MsgSelect::Seq(seq))
+            .map_err(conn_error)?;
+        let headers = if stored.headers.is_empty() {
+            None
+        } else {
+            HeaderBlock::parse(&stored.headers).ok()
+        };
+        let extra: Vec<(&[u8], &[u8])> = headers
+            .iter()
+            .flat_map(|h| h.iter())
+            .filter(|(k, _)| !k.eq_ignore_ascii_case(b"Nats-Msg-Id"))
+            .collect();
+        let id = format!("taskq-bury-{}-{seq}", self.stream);
+        self.conn
+            .publish_with(
+                &self.tubes[tube].buried,
+                id.as_bytes(),
+                &extra,
+                &stored.data,
+            )
+            .map(|_| ())
+            .map_err(conn_error)
+    }
+}
+
+/// Keeps a delivery or status read while a confirmation was awaited.
+fn keep_early(
+    d: Delivery<'_>,
+    pull: Option<&mut Pull>,
+    early: &mut VecDeque<Early>,
+    spare: &mut Vec<Vec<u8>>,
+) {
+    let end = match d {
+        Delivery::Msg {
+            subject,
+            reply,
+            headers,
+            body,
+            info,
+        } => {
+            let mut e = Early {
+                subject: spare.pop().unwrap_or_default(),
+                ack: spare.pop().unwrap_or_default(),
+                body: spare.pop().unwrap_or_default(),
+                delivered: info.delivered,
+                seq: info.stream_seq,
+                ready_at: ready_at(headers.as_ref()),
+            };
+            for (to, from) in [
+                (&mut e.subject, subject),
+                (&mut e.ack, reply),
+                (&mut e.body, body),
+            ] {
+                to.clear();
+                to.extend_from_slice(from);
+            }
+            early.push_back(e);
+            return;
+        }
+        Delivery::Heartbeat | Delivery::Confirmed(_) => return,
+        Delivery::NoMessages | Delivery::Timeout => End::Empty,
+        _ => End::Unavailable,
+    };
+    if let Some(p) = pull {
+        p.ended = Some(end);
+    }
+}
+
+/// The ready time a delayed job carries, in Unix milliseconds.
+fn ready_at(headers: Option<&HeaderBlock<'_>>) -> Option<u64> {
+    let v = headers?.get(READY_AT_HEADER)?;
+    taskq_proto::parse_u64(v).ok()
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The transport's errors in the loop's terms.
+fn conn_error(e: NatsError) -> ConnectionError {
+    match e {
+        NatsError::NotSent(io) => ConnectionError::NotSent(io),
+        NatsError::Broken => ConnectionError::Broken,
+        NatsError::NothingOwed => ConnectionError::NothingOwed,
+        NatsError::Timeout { waited } => ConnectionError::Timeout { waited },
+        NatsError::Closed => ConnectionError::Closed,
+        NatsError::Io(io) => ConnectionError::Io(io),
+        other => ConnectionError::Io(std::io::Error::other(other.to_string())),
+    }
+}
+
+impl JobLink for Nats {
+    fn addr(&self) -> SocketAddr {
+        self.conn.peer_addr()
+    }
+
+    fn is_broken(&self) -> bool {
+        self.conn.is_broken()
+    }
+
+    fn mark_broken(&mut self) {
+        self.conn.mark_broken();
+    }
+
+    fn touch(&mut self, id: u64) -> Result<bool, Fault> {
+        let Some(i) = self.held_index(id) else {
+            return Ok(false);
+        };
+        let token = self
+            .conn
+            .queue_ack(&self.held[i].ack, AckKind::InProgress, true)
+            .map_err(|e| Fault::Conn(conn_error(e)))?
+            .expect("a confirmed ack has a token");
+        let sent = Instant::now();
+        self.conn.flush().map_err(|e| Fault::Conn(conn_error(e)))?;
+        self.confirm(token)?;
+        if let Some(i) = self.held_index(id) {
+            self.held[i].leased = sent;
+        }
+        Ok(true)
+    }
+
+    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
+        let Some(h) = self.held.iter().find(|h| h.seq == id) else {
+            return Ok(None);
+        };
+        let t = &self.tubes[h.tube];
+        if let Some(out) = tube {
+            out.clear();
+            out.push_str(&t.name);
+        }
+        let left = t.ack_wait.saturating_sub(h.leased.elapsed());
+        // Every redelivery followed a -NAK or a lease that ran out; the early
+        // delivery of a delayed job is not an attempt.
+        let releases = h
+            .delivered
+            .saturating_sub(1)
+            .saturating_sub(u64::from(h.delayed));
+        Ok(Some(JobInfo {
+            pri: 0,
+            ttr: t.ack_wait.as_secs().max(1),
+            time_left: left.as_secs(),
+            reserves: h.delivered,
+            timeouts: 0,
+            releases,
+            buries: 0,
+        }))
+    }
+}
+
+impl Link for Nats {
+    fn connect(cfg: &Config, server: &str) -> Result<Nats, ConnectionError> {
+        let addr = Address::parse(server)
+            .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
+        // Threads start on different seeds, so that one node that does not
+        // answer holds back only some of them.
+        let mut seeds = addr.hosts().to_vec();
+        let n = seeds.len();
+        seeds.rotate_left(fastrand::usize(..n));
+        let ncfg = NatsConfig {
+            connect_timeout: cfg.connect_timeout,
+            io_timeout: cfg.io_timeout,
+            ..NatsConfig::default()
+        };
+        let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(conn_error)?;
+        let layout = Layout::new(&cfg.jetstream.stream)
+            .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
+        let setup = |e: NatsError| {
+            tracing::warn!(server, error = %e, "cannot set the JetStream stream or consumer up");
+            conn_error(e)
+        };
+        let replicas = cfg
+            .jetstream
+            .replicas
+            .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
+        conn.ensure_stream(&StreamSpec {
+            name: layout.stream().to_owned(),
+            subjects: vec![layout.capture()],
+            replicas,
+            duplicate_window: None,
+        })
+        .map_err(setup)?;
+        let mut tubes = Vec::with_capacity(cfg.tubes.len());
+        for name in &cfg.tubes {
+            let subject = layout.subject(name);
+            let consumer = Layout::consumer(name);
+            let info = conn
+                .ensure_consumer(
+                    layout.stream(),
+                    &consumer,
+                    &ConsumerSpec {
+                        filter_subject: subject.clone(),
+                        ack_wait: cfg.jetstream.ack_wait,
+                        max_deliver: -1,
+                        max_ack_pending: MAX_ACK_PENDING,
+                        max_waiting: 512,
+                    },
+                )
+                .map_err(setup)?;
+            tubes.push(Tube {
+                name: name.clone(),
+                buried: layout.buried_subject(name),
+                subject,
+                consumer,
+                ack_wait: info.ack_wait,
+            });
+        }
+        let k = cfg.prefetch.max(1);
+        Ok(Nats {
+            conn,
+            stream: layout.stream().to_owned(),
+            tubes,
+            held: Vec::with_capacity(k),
+            spare: Vec::with_capacity(4 * k),
+            asks: 0,
+            ask_tube: 0,
+            ask_no_wait: false,
+            pulls: VecDeque::with_capacity(k),
+            rotate: fastrand::usize(..cfg.tubes.len().max(1)),
+            settles: VecDeque::with_capacity(k),
+            touches: VecDeque::with_capacity(k),
+            confirmed: Vec::with_capacity(k),
+            early: VecDeque::with_capacity(k),
+            current: Early::default(),
+            slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
+        })
+    }
+
+    fn io_counts(&self) -> IoCounts {
+        self.conn.io_counts()
+    }
+
+    fn interrupter(&self) -> Option<Interrupter> {
+        self.conn.interrupter().ok()
+    }
+
+    fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError> {
+        match req {
+            Req::Settle(id, s) => {
+                let Some(i) = self.held_index(id) else {
+                    // Not held here (the lease ran out and the job went to
+                    // another worker's link): answer as beanstalkd would.
+                    self.settles.push_back((0, SettleReply::NotFound));
+                    return Ok(());
+                };
+                let (kind, reply) = match s {
+                    Settle::Delete => (AckKind::Ack, SettleReply::Deleted),
+                    Settle::Release { delay, .. } => (
+                        AckKind::Nak {
+                            delay: (delay > 0).then(|| Duration::from_secs(u64::from(delay))),
+                        },
+                        SettleReply::Released,
+                    ),
+                    Settle::Bury { .. } => {
+                        self.bury_copy(id, self.held[i].tube)?;
+                        (AckKind::Ack, SettleReply::Buried)
+                    }
+                };
+                let i = self.held_index(id).expect("still held");
+                let token = self
+                    .conn
+                    .queue_ack(&self.held[i].ack, kind, true)
+                    .map_err(conn_error)?
+                    .expect("a confirmed ack has a token");
+                let h = self.held.swap_remove(i);
+                self.spare.push(h.ack);
+                self.settles.push_back((token, reply));
+                Ok(())
+            }
+            Req::Touch(id) => {
+                let Some(i) = self.held_index(id) else {
+                    self.touches.push_back(0);
+                    return Ok(());
+                };
+                let token = self
+                    .conn
+                    .queue_ack(&self.held[i].ack, AckKind::InProgress, true)
+                    .map_err(conn_error)?
+                    .expect("a confirmed ack has a token");
+                self.held[i].leased = Instant::now();
+                self.touches.push_back(token);
+                Ok(())
+            }
+            Req::Ask(ask) => {
+                if self.asks == 0 {
+                    let (tube, no_wait) = pick(ask, &mut self.rotate);
+                    self.ask_tube = tube;
+                    self.ask_no_wait = no_wait;
+                }
+                self.asks += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), ConnectionError> {
+        if self.asks > 0 {
+            self.pulls.push_back(Pull {
+                tube: self.ask_tube,
+                left: std::mem::take(&mut self.asks),
+                no_wait: self.ask_no_wait,
+                sent: false,
+                ended: None,
+            });
+            if self.pulls.len() == 1 {
+                // None under way: the pull goes out now, with the acks queued.
+                return self.send_pull().map_err(|f| match f {
+                    Fault::Conn(e) => e,
+                    Fault::Unexpected(_) => ConnectionError::Broken,
+                });
+            }
+        }
+        self.conn.flush().map_err(conn_error)
+    }
+
+    fn discard(&mut self) {
+        // Queued acks cannot be taken back out of the connection's buffer
+        // one by one: give the link up; the server takes its jobs back.
+        self.asks = 0;
+        self.conn.mark_broken();
+    }
+
+    fn settled(&mut self) -> Result<SettleReply, Fault> {
+        let Some((token, reply)) = self.settles.pop_front() else {
+            return Err(Fault::Conn(ConnectionError::NothingOwed));
+        };
+        if reply == SettleReply::NotFound {
+            return Ok(reply);
+        }
+        self.confirm(token)?;
+        Ok(reply)
+    }
+
+    fn reserved(&mut self) -> Result<Took<'_>, Fault> {
+        loop {
+            if let Some(e) = self.early.pop_front() {
+                let no_wait = self.answered();
+                let taken = self.take(&e);
+                let old = std::mem::replace(&mut self.current, e);
+                self.spare.extend([old.subject, old.ack, old.body]);
+                if !taken? {
+                    return Ok(Nats::empty(no_wait, End::Empty));
+                }
+                return Ok(Took::Job {
+                    id: self.current.seq,
+                    body: &self.current.body,
+                });
+            }
+            self.send_pull()?;
+            if let Some(end) = self.pulls.front().and_then(|p| p.ended) {
+                let no_wait = self.answered();
+                return Ok(Nats::empty(no_wait, end));
+            }
+            match self.conn.next_delivery() {
+                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Err(NatsError::NoResponders) => {
+                    if let Some(p) = self.pulls.front_mut() {
+                        p.ended = Some(End::Unavailable);
+                    }
+                }
+                Err(e) => return Err(Fault::Conn(conn_error(e))),
+            }
+        }
+    }
+
+    fn touched(&mut self) -> Result<bool, Fault> {
+        let Some(token) = self.touches.pop_front() else {
+            return Err(Fault::Conn(ConnectionError::NothingOwed));
+        };
+        if token == 0 {
+            return Ok(false);
+        }
+        self.confirm(token)?;
+        Ok(true)
+    }
+
+    fn quit(self) {
+        drop(self.conn);
+    }
+}
+
+/// The tube an ask pulls from, and whether it waits.
+fn pick(ask: Ask<'_>, rotate: &mut usize) -> (usize, bool) {
+    let n = ask.tubes.len().max(1);
+    match ask.sched {
+        Some(s) => match s.want() {
+            Want::Try(k) => {
+                s.switch(Want::Try(k), |_, _| Ok::<(), ConnectionError>(()))
+                    .ok();
+                (k, true)
+            }
+            Want::All => {
+                s.switch(Want::All, |_, _| Ok::<(), ConnectionError>(()))
+                    .ok();
+                *rotate = (*rotate + 1) % n;
+                (*rotate, ask.slice == 0)
+            }
+        },
+        None => {
+            *rotate = (*rotate + 1) % n;
+            (*rotate, ask.slice == 0)
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The worker on JetStream, against real 3-node nats-server clusters on
+//! loopback: every job done once and counted against the stream's and the
+//! consumer's own record; releases, delays, burial and lease loss.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use taskq_producer::{Producer, PutOptions, PutOutcome};
+use taskq_proto::nats::{ConsumerInfo, ConsumerSpec, MsgSelect, NatsConfig, NatsConnection};
+use taskq_testkit::NatsCluster;
+use taskq_worker::{Config, JetStreamConfig, Job, Outcome, Worker};
+
+fn admin(c: &NatsCluster) -> NatsConnection {
+    let seeds: Vec<String> = (0..c.len()).map(|i| c.addr(i).to_string()).collect();
+    NatsConnection::connect(&seeds, NatsConfig::default()).expect("admin connection")
+}
+
+fn consumer(c: &NatsCluster, tube: &str) -> ConsumerInfo {
+    admin(c)
+        .consumer_info("TASKQ", &format!("taskq-{tube}"))
+        .expect("consumer info")
+}
+
+fn put_all(c: &NatsCluster, tube: &str, bodies: &[Vec<u8>], opts: PutOptions) -> Vec<u64> {
+    let mut p = Producer::builder().tube(tube).connect(c.url()).unwrap();
+    let mut out = vec![PutOutcome::NotSent; bodies.len()];
+    for (chunk, o) in bodies.chunks(64).zip(out.chunks_mut(64)) {
+        p.put_batch(chunk, opts, o).unwrap();
+    }
+    out.iter().map(|o| o.id().unwrap().get()).collect()
+}
+
+fn cfg(c: &NatsCluster, tube: &str) -> Config {
+    Config {
+        servers: vec![c.url()],
+        tubes: vec![tube.into()],
+        io_timeout: Duration::from_secs(2),
+        exit_when_idle: Some(Duration::from_secs(3)),
+        ..Config::default()
+    }
+}
+
+/// The 10,000-job drains run one at a time: two at once (six nodes and
+/// eight worker threads on a 2-core machine) starve the servers past the I/O
+/// deadline.
+static HEAVY: Mutex<()> = Mutex::new(());
+
+fn drain(c: &NatsCluster, k: usize, prefetch: usize) {
+    let _one = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 10_000usize;
+    let bodies: Vec<Vec<u8>> = (0..n)
+        .map(|i| format!("job-{i}\r\n\0").into_bytes())
+        .collect();
+    let ids = put_all(c, "bulk", &bodies, PutOptions::default());
+    let by_id: Arc<HashMap<u64, Vec<u8>>> = Arc::new(ids.iter().copied().zip(bodies).collect());
+    let seen: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let (seen2, by_id2) = (seen.clone(), by_id.clone());
+    let worker = Worker::new(
+        Config {
+            concurrency: k,
+            prefetch,
+            max_jobs: Some(n as u64),
+            // A lease dropped by a connection that broke comes back within
+            // the ack wait, before the worker calls the queue idle.
+            jetstream: JetStreamConfig {
+                ack_wait: Duration::from_secs(8),
+                ..JetStreamConfig::default()
+            },
+            exit_when_idle: Some(Duration::from_secs(10)),
+            ..cfg(c, "bulk")
+        },
+        move |job: &mut Job<'_>| {
+            assert_eq!(
+                by_id2[&job.id().get()],
+                job.body(),
+                "body of job {}",
+                job.id()
+            );
+            *seen2.lock().unwrap().entry(job.id().get()).or_default() += 1;
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let t = Instant::now();
+    let counts = worker.run();
+    eprintln!(
+        "{n} jobs, {k} threads, prefetch {prefetch}, in {:?}: {counts}",
+        t.elapsed()
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), n, "every job done");
+    let twice: u64 = seen.values().map(|&x| u64::from(x) - 1).sum();
+    // A job runs twice only when a connection broke while it was held.
+    assert!(
+        twice <= counts.ack_unknown + counts.lease_dropped,
+        "{twice} duplicates, more than the {} held jobs faults hit",
+        counts.ack_unknown + counts.lease_dropped
+    );
+    if counts.reconnects == 0 {
+        assert_eq!(twice, 0);
+        assert_eq!(counts.deleted, n as u64);
+        assert_eq!(counts.reserved, n as u64);
+    }
+    assert_eq!(counts.lost_lease + counts.released, 0);
+    // The stream's and the consumer's own record.
+    let s = admin(c).stream_info("TASKQ").unwrap();
+    assert_eq!(s.messages, 0, "nothing left in the stream");
+    let ci = consumer(c, "bulk");
+    assert_eq!(
+        (ci.num_pending, ci.num_ack_pending, ci.num_redelivered),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn ten_thousand_jobs_four_threads_counts_equal_the_streams_record() {
+    let c = NatsCluster::start(3).unwrap();
+    drain(&c, 4, 1);
+}
+
+#[test]
+fn ten_thousand_jobs_four_threads_with_a_pull_batch_of_32() {
+    let c = NatsCluster::start(3).unwrap();
+    drain(&c, 4, 32);
+}
+
+#[test]
+fn release_with_delay_redelivers_and_attempts_end_in_burial() {
+    let c = NatsCluster::start(3).unwrap();
+    let ids = put_all(
+        &c,
+        "work",
+        &[b"fail".to_vec(), b"retry".to_vec(), b"bury".to_vec()],
+        PutOptions::default(),
+    );
+    let attempts: Arc<Mutex<HashMap<Vec<u8>, Vec<(u64, Instant)>>>> = Arc::default();
+    let a2 = attempts.clone();
+    let worker = Worker::new(
+        Config {
+            max_attempts: 2,
+            retry_backoff: taskq_proto::Backoff {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(1),
+                jitter: taskq_proto::Jitter::None,
+            },
+            ..cfg(&c, "work")
+        },
+        move |job: &mut Job<'_>| {
+            let info = job.stats().unwrap();
+            a2.lock()
+                .unwrap()
+                .entry(job.body().to_vec())
+                .or_default()
+                .push((info.reserves, Instant::now()));
+            match job.body() {
+                b"fail" => Outcome::Fail,
+                b"retry" if info.reserves == 1 => Outcome::Retry {
+                    delay: Duration::from_secs(2),
+                },
+                b"bury" => Outcome::Bury,
+                _ => Outcome::Done,
+            }
+        },
+    )
+    .unwrap();
+    let counts = worker.run();
+    let a = attempts.lock().unwrap();
+    // Failed twice (attempts 1 and 2), then buried.
+    let fail = &a[&b"fail".to_vec()];
+    assert_eq!(fail.iter().map(|x| x.0).collect::<Vec<_>>(), [1, 2]);
+    assert!(
+        fail[1].1 - fail[0].1 >= Duration::from_millis(900),
+        "retry backoff kept"
+    );
+    // Released with a 2 s delay, then done.
+    let retry = &a[&b"retry".to_vec()];
+    assert_eq!(retry.len(), 2);
+    assert!(
+        retry[1].1 - retry[0].1 >= Duration::from_millis(1900),
+        "delay kept"
+    );
+    assert_eq!(counts.deleted, 1);
+    assert_eq!(counts.buried, 2);
+    // The buried jobs wait on taskq.work.buried, byte-exact; nothing else is left.
+    let mut ad = admin(&c);
+    let s = ad.stream_info("TASKQ").unwrap();
+    assert_eq!(s.messages, 2);
+    let mut buried = Vec::new();
+    let mut seq = 1;
+    while let Ok(m) = ad.msg_get(
+        "TASKQ",
+        MsgSelect::NextBySubject {
+            subject: "taskq.work.buried",
+            seq,
+        },
+    ) {
+        buried.push(m.data.clone());
+        seq = m.seq + 1;
+    }
+    buried.sort();
+    assert_eq!(buried, [b"bury".to_vec(), b"fail".to_vec()]);
+    assert!(ids
+        .iter()
+        .all(|&id| ad.msg_get("TASKQ", MsgSelect::Seq(id)).is_err()));
+    let ci = consumer(&c, "work");
+    assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
+}
+
+#[test]
+fn a_delayed_put_waits_and_is_not_an_attempt() {
+    let c = NatsCluster::start(1).unwrap();
+    let put_at = Instant::now();
+    put_all(
+        &c,
+        "later",
+        &[b"soon".to_vec()],
+        PutOptions {
+            delay: 2,
+            ..PutOptions::default()
+        },
+    );
+    let ran: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+    let r2 = ran.clone();
+    let worker = Worker::new(
+        Config {
+            exit_when_idle: Some(Duration::from_secs(4)),
+            ..cfg(&c, "later")
+        },
+        move |job: &mut Job<'_>| {
+            let info = job.stats().unwrap();
+            r2.lock().unwrap().push((Instant::now(), info.releases));
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let counts = worker.run();
+    let ran = ran.lock().unwrap();
+    assert_eq!(ran.len(), 1);
+    assert!(
+        ran[0].0 - put_at >= Duration::from_millis(1900),
+        "ran after its delay"
+    );
+    assert_eq!(
+        ran[0].1, 0,
+        "the early delivery is not counted as a release"
+    );
+    assert_eq!(counts.deleted, 1);
+}
+
+#[test]
+fn an_existing_consumers_ack_wait_is_the_lease_and_is_never_changed() {
+    let c = NatsCluster::start(1).unwrap();
+    put_all(&c, "short", &[b"slow".to_vec()], PutOptions::default());
+    // The operator's consumer: a 2 s ack wait.
+    admin(&c)
+        .ensure_consumer(
+            "TASKQ",
+            "taskq-short",
+            &ConsumerSpec {
+                filter_subject: "taskq.short".into(),
+                ack_wait: Duration::from_secs(2),
+                max_deliver: -1,
+                max_ack_pending: 1000,
+                max_waiting: 512,
+            },
+        )
+        .unwrap();
+    let runs = Arc::new(AtomicU64::new(0));
+    let r2 = runs.clone();
+    let worker = Worker::new(
+        Config {
+            // A second thread waits in a pull when the first one's lease ends.
+            concurrency: 2,
+            jetstream: JetStreamConfig {
+                ack_wait: Duration::from_secs(60),
+                ..JetStreamConfig::default()
+            },
+            ..cfg(&c, "short")
+        },
+        move |job: &mut Job<'_>| {
+            let info = job.stats().unwrap();
+            assert_eq!(info.ttr, 2, "the lease is the consumer's ack wait");
+            if r2.fetch_add(1, Ordering::SeqCst) == 0 {
+                // Outlive the lease without touching: the job goes back.
+                std::thread::sleep(Duration::from_millis(3500));
+            }
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let counts = worker.run();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "redelivered after the ack wait"
+    );
+    assert_eq!(consumer(&c, "short").ack_wait, Duration::from_secs(2));
+    // The second run was acked; the first run's late ack was confirmed too
+    // (JetStream acks by sequence) or found the job gone.
+    assert!(counts.deleted >= 1);
+    assert_eq!(admin(&c).stream_info("TASKQ").unwrap().messages, 0);
+}
