@@ -203,3 +203,34 @@ fn handshake_failures_are_typed() {
         Err(NatsError::NotSent(_))
     ));
 }
+
+#[test]
+fn stale_replies_trickling_in_do_not_stretch_the_deadline() {
+    let (addr, h) = peer(INFO, |p| {
+        let inbox = p.inbox();
+        p.send("PONG\r\n");
+        p.until("HPUB");
+        for _ in 0..12 {
+            if p.s
+                .write_all(format!("MSG {inbox}0 1 2\r\n{{}}\r\nPING\r\n").as_bytes())
+                .is_err()
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let mut c = NatsConnection::connect(&[addr], cfg()).unwrap();
+    let t = std::time::Instant::now();
+    let e = c.publish("taskq.T", b"i", b"x").unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    // The whole-reply deadline is 400 ms however many stale replies and PINGs come.
+    assert!(
+        t.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(c.pings_answered() >= 3);
+    drop(c);
+    h.join().unwrap();
+}
