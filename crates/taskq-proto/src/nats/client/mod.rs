@@ -30,6 +30,7 @@ mod error;
 mod js;
 mod publish;
 mod pull;
+mod request;
 
 pub use error::{ApiError, NatsError};
 #[cfg(feature = "jetstream")]
