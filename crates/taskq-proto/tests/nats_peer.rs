@@ -149,10 +149,13 @@ fn a_ping_mid_wait_is_answered_and_stale_replies_are_skipped() {
         p.send("PONG\r\n");
         p.until("HPUB");
         // A PING, a stale reply to token 0, an INFO with new addresses,
+        // (without the headers field: only the first INFO must offer them),
         // then the PubAck (two spaces where the empty reply field is).
         p.send("PING\r\n");
         p.send(&format!("MSG {inbox}0 1 2\r\n{{}}\r\n"));
-        p.send("INFO {\"server_id\":\"FAKE\",\"headers\":true,\"connect_urls\":[\"127.0.0.1:7\",\"127.0.0.1:8\"]}\r\n");
+        p.send(
+            "INFO {\"server_id\":\"FAKE\",\"connect_urls\":[\"127.0.0.1:7\",\"127.0.0.1:8\"]}\r\n",
+        );
         let ack = "{\"stream\":\"TASKQ\", \"seq\":5}";
         p.send(&format!("MSG {inbox}1 1  {}\r\n{ack}\r\n", ack.len()));
         p.until("PONG\r\n");

@@ -228,7 +228,7 @@ impl NatsConnection {
             match parse_frame(self.rx.data(), &self.cfg.limits) {
                 Ok(Status::Complete(Frame::Info(s), n)) => {
                     let base = self.rx.start();
-                    let r = self.take_info(base, s);
+                    let r = self.take_info(base, s, true);
                     self.rx.consume(n);
                     break r;
                 }
@@ -269,12 +269,19 @@ impl NatsConnection {
 
     /// Takes what an `INFO` says: the server's id, its payload limit, and
     /// the cluster's other addresses.
-    fn take_info(&mut self, base: usize, s: crate::nats::Span) -> Result<(), NatsError> {
+    /// Only the first (`handshake`) must offer headers; a later INFO that
+    /// leaves the field out changes nothing about what the server takes.
+    fn take_info(
+        &mut self,
+        base: usize,
+        s: crate::nats::Span,
+        handshake: bool,
+    ) -> Result<(), NatsError> {
         let json = s.of(self.rx.from(base));
         let mut urls: Vec<String> = Vec::new();
         let info = parse_info(json, |u| urls.push(String::from_utf8_lossy(u).into_owned()))
             .map_err(NatsError::Protocol)?;
-        if !info.headers {
+        if handshake && !info.headers {
             return Err(NatsError::Unsupported("message headers"));
         }
         if info.max_payload > 0 {
@@ -436,7 +443,7 @@ impl NatsConnection {
                         Frame::Msg(_) | Frame::Ok => {}
                         Frame::Ping => self.pong()?,
                         Frame::Info(s) => {
-                            if let Err(e) = self.take_info(base, s) {
+                            if let Err(e) = self.take_info(base, s, false) {
                                 return Err(self.broke(e));
                             }
                         }
