@@ -412,3 +412,45 @@ fn server_facts_the_ensure_calls_rely_on() {
         Duration::from_secs(5)
     );
 }
+
+#[test]
+fn a_deleted_consumer_ends_the_pull_with_409_and_an_interrupter_cuts_a_pull() {
+    let (c, mut conn) = ready(Duration::from_secs(30));
+    let mut admin = connect(&c);
+    conn.pull(STREAM, CONSUMER, 1, Duration::from_secs(5), None)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let reply = admin
+        .request(
+            &format!("$JS.API.CONSUMER.DELETE.{STREAM}.{CONSUMER}"),
+            b"",
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    assert!(String::from_utf8_lossy(&reply).contains("\"success\":true"));
+    match conn.next_delivery().unwrap() {
+        Delivery::Conflict(why) => assert_eq!(why, b"Consumer Deleted"),
+        d => panic!("{d:?}"),
+    }
+    assert!(!conn.pulling() && !conn.is_broken());
+
+    conn.ensure_consumer(STREAM, CONSUMER, &consumer_spec(Duration::from_secs(30)))
+        .unwrap();
+    conn.pull(STREAM, CONSUMER, 1, Duration::from_secs(10), None)
+        .unwrap();
+    let cut = conn.interrupter().unwrap();
+    let t = Instant::now();
+    let h = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        cut.interrupt();
+    });
+    let e = conn.next_delivery().unwrap_err();
+    assert!(matches!(e, NatsError::Closed | NatsError::Io(_)), "{e:?}");
+    assert!(t.elapsed() < Duration::from_secs(3));
+    assert!(conn.is_broken());
+    assert!(matches!(
+        conn.publish(SUBJECT, b"x", b""),
+        Err(NatsError::Broken)
+    ));
+    h.join().unwrap();
+}

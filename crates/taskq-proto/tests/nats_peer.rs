@@ -149,10 +149,13 @@ fn a_ping_mid_wait_is_answered_and_stale_replies_are_skipped() {
         p.send("PONG\r\n");
         p.until("HPUB");
         // A PING, a stale reply to token 0, an INFO with new addresses,
+        // (without the headers field: only the first INFO must offer them),
         // then the PubAck (two spaces where the empty reply field is).
         p.send("PING\r\n");
         p.send(&format!("MSG {inbox}0 1 2\r\n{{}}\r\n"));
-        p.send("INFO {\"server_id\":\"FAKE\",\"headers\":true,\"connect_urls\":[\"127.0.0.1:7\",\"127.0.0.1:8\"]}\r\n");
+        p.send(
+            "INFO {\"server_id\":\"FAKE\",\"connect_urls\":[\"127.0.0.1:7\",\"127.0.0.1:8\"]}\r\n",
+        );
         let ack = "{\"stream\":\"TASKQ\", \"seq\":5}";
         p.send(&format!("MSG {inbox}1 1  {}\r\n{ack}\r\n", ack.len()));
         p.until("PONG\r\n");
@@ -202,4 +205,35 @@ fn handshake_failures_are_typed() {
         NatsConnection::connect(&[free], cfg()),
         Err(NatsError::NotSent(_))
     ));
+}
+
+#[test]
+fn stale_replies_trickling_in_do_not_stretch_the_deadline() {
+    let (addr, h) = peer(INFO, |p| {
+        let inbox = p.inbox();
+        p.send("PONG\r\n");
+        p.until("HPUB");
+        for _ in 0..12 {
+            if p.s
+                .write_all(format!("MSG {inbox}0 1 2\r\n{{}}\r\nPING\r\n").as_bytes())
+                .is_err()
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let mut c = NatsConnection::connect(&[addr], cfg()).unwrap();
+    let t = std::time::Instant::now();
+    let e = c.publish("taskq.T", b"i", b"x").unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    // The whole-reply deadline is 400 ms however many stale replies and PINGs come.
+    assert!(
+        t.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(c.pings_answered() >= 3);
+    drop(c);
+    h.join().unwrap();
 }

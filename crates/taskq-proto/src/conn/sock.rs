@@ -110,6 +110,13 @@ impl SockIo {
                 let left = deadline - now;
                 if self.rcv_timeout > left + DEADLINE_SLACK {
                     self.set_rcv_timeout(left)?;
+                } else if self.rcv_lowered {
+                    // Lowered by an earlier wait with less time left: raise it
+                    // again, never past the I/O timeout or what is left now.
+                    let want = left.min(positive(self.io_timeout));
+                    if self.rcv_timeout + DEADLINE_SLACK < want {
+                        self.set_rcv_timeout(want)?;
+                    }
                 }
             }
             *first_read = false;

@@ -30,6 +30,7 @@ mod error;
 mod js;
 mod publish;
 mod pull;
+mod request;
 
 pub use error::{ApiError, NatsError};
 #[cfg(feature = "jetstream")]
@@ -94,6 +95,8 @@ enum Event {
     Reply { token: u64, m: MsgFrame },
     /// A message under its own subject: a pulled delivery.
     Delivery(MsgFrame),
+    /// `PONG`: the answer to our `PING` (the handshake waits for it).
+    Pong,
 }
 
 /// A blocking connection to a NATS server, for JetStream work queues.
@@ -225,7 +228,7 @@ impl NatsConnection {
             match parse_frame(self.rx.data(), &self.cfg.limits) {
                 Ok(Status::Complete(Frame::Info(s), n)) => {
                     let base = self.rx.start();
-                    let r = self.take_info(base, s);
+                    let r = self.take_info(base, s, true);
                     self.rx.consume(n);
                     break r;
                 }
@@ -258,36 +261,27 @@ impl NatsConnection {
         self.flush_tx()?;
         // PONG answers our PING once CONNECT and SUB were processed.
         loop {
-            match parse_frame(self.rx.data(), &self.cfg.limits) {
-                Ok(Status::Complete(f, n)) => {
-                    let base = self.rx.start();
-                    self.rx.consume(n);
-                    match f {
-                        Frame::Pong => return Ok(()),
-                        Frame::Err(s) => {
-                            let text = String::from_utf8_lossy(s.of(self.rx.from(base)));
-                            let e = NatsError::Server(text.into_owned());
-                            return Err(self.broke(e));
-                        }
-                        Frame::Info(s) => self.take_info(base, s)?,
-                        Frame::Ping => self.pong()?,
-                        _ => {}
-                    }
-                }
-                Ok(Status::Partial) => self.fill(started, wait, &mut first)?,
-                Err(e) => return Err(self.broke(NatsError::Protocol(e))),
+            if let (Event::Pong, _) = self.next_event(started, wait, &mut first)? {
+                return Ok(());
             }
         }
     }
 
     /// Takes what an `INFO` says: the server's id, its payload limit, and
     /// the cluster's other addresses.
-    fn take_info(&mut self, base: usize, s: crate::nats::Span) -> Result<(), NatsError> {
+    /// Only the first (`handshake`) must offer headers; a later INFO that
+    /// leaves the field out changes nothing about what the server takes.
+    fn take_info(
+        &mut self,
+        base: usize,
+        s: crate::nats::Span,
+        handshake: bool,
+    ) -> Result<(), NatsError> {
         let json = s.of(self.rx.from(base));
         let mut urls: Vec<String> = Vec::new();
         let info = parse_info(json, |u| urls.push(String::from_utf8_lossy(u).into_owned()))
             .map_err(NatsError::Protocol)?;
-        if !info.headers {
+        if handshake && !info.headers {
             return Err(NatsError::Unsupported("message headers"));
         }
         if info.max_payload > 0 {
@@ -417,15 +411,16 @@ impl NatsConnection {
         }
     }
 
-    /// Reads until a message for a caller arrives, answering `PING`s,
-    /// taking `INFO`s and skipping `PONG`, `+OK` and other subscriptions.
-    /// The event's spans are in `self.rx.from(base)`, valid until the next read.
+    /// Reads until a message or `PONG` arrives, answering `PING`s, taking
+    /// `INFO`s and skipping `+OK` and other subscriptions. The event's spans
+    /// are in `self.rx.from(base)`, valid until the next read. `first` is
+    /// true until the wait that began at `started` has made its first read.
     fn next_event(
         &mut self,
         started: Instant,
         wait: Duration,
+        first: &mut bool,
     ) -> Result<(Event, usize), NatsError> {
-        let mut first = true;
         loop {
             match parse_frame(self.rx.data(), &self.cfg.limits) {
                 Ok(Status::Complete(f, n)) => {
@@ -444,10 +439,11 @@ impl NatsConnection {
                                 None => return Ok((Event::Delivery(m), base)),
                             }
                         }
-                        Frame::Msg(_) | Frame::Pong | Frame::Ok => {}
+                        Frame::Pong => return Ok((Event::Pong, base)),
+                        Frame::Msg(_) | Frame::Ok => {}
                         Frame::Ping => self.pong()?,
                         Frame::Info(s) => {
-                            if let Err(e) = self.take_info(base, s) {
+                            if let Err(e) = self.take_info(base, s, false) {
                                 return Err(self.broke(e));
                             }
                         }
@@ -458,7 +454,7 @@ impl NatsConnection {
                         }
                     }
                 }
-                Ok(Status::Partial) => self.fill(started, wait, &mut first)?,
+                Ok(Status::Partial) => self.fill(started, wait, first)?,
                 Err(e) => return Err(self.broke(NatsError::Protocol(e))),
             }
         }
@@ -472,8 +468,13 @@ impl NatsConnection {
         started: Instant,
         wait: Duration,
     ) -> Result<(MsgFrame, usize), NatsError> {
+        // The first read needs no clock when the socket timeout (the I/O
+        // timeout) fits in the wait.
+        let mut first = wait >= self.cfg.io_timeout;
         loop {
-            if let (Event::Reply { token: t, m }, base) = self.next_event(started, wait)? {
+            if let (Event::Reply { token: t, m }, base) =
+                self.next_event(started, wait, &mut first)?
+            {
                 if t == token {
                     return Ok((m, base));
                 }

@@ -172,8 +172,12 @@ impl NatsConnection {
             None if !self.confirms.is_empty() => (Instant::now(), self.cfg.io_timeout),
             None => return Err(NatsError::NothingOwed),
         };
+        // Not the wait's first read: an earlier call may have used part of it,
+        // so every read checks the clock.
+        let mut first = false;
         let (next, base) = loop {
-            match self.next_event(started, wait)? {
+            match self.next_event(started, wait, &mut first)? {
+                (Event::Pong, _) => {}
                 (Event::Delivery(m), base) => {
                     let Some(p) = self.pull.as_mut() else {
                         continue; // a late delivery nobody waits for: redelivered after ack wait
