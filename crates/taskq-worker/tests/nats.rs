@@ -126,6 +126,9 @@ fn ten_thousand_jobs_four_threads_with_a_pull_batch_of_32() {
     drain(&c, 4, 32);
 }
 
+/// Each body's runs: the delivery count the handler saw, and when.
+type Attempts = HashMap<Vec<u8>, Vec<(u64, Instant)>>;
+
 #[test]
 fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     let c = NatsCluster::start(3).unwrap();
@@ -135,7 +138,7 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
         &[b"fail".to_vec(), b"retry".to_vec(), b"bury".to_vec()],
         PutOptions::default(),
     );
-    let attempts: Arc<Mutex<HashMap<Vec<u8>, Vec<(u64, Instant)>>>> = Arc::default();
+    let attempts: Arc<Mutex<Attempts>> = Arc::default();
     let a2 = attempts.clone();
     let worker = Worker::new(
         Config {
