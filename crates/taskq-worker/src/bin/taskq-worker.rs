@@ -16,9 +16,22 @@ use taskq_worker::{Config, Snapshot, Worker};
 #[derive(Parser, Debug)]
 #[command(name = "taskq-worker", version, about)]
 struct Args {
-    /// Server address (repeat for several); defaults to $TASKQ_ADDR, then 127.0.0.1:11300.
+    /// Server address (repeat for several beanstalkd servers), or one
+    /// `nats://HOST:PORT[,HOST:PORT...]` JetStream cluster; defaults to
+    /// $TASKQ_ADDR, then 127.0.0.1:11300.
     #[arg(long = "addr", value_name = "HOST:PORT")]
     addrs: Vec<String>,
+    /// JetStream: the stream (capturing `<name in lower case>.>`).
+    #[arg(long, value_name = "NAME", default_value = taskq_proto::DEFAULT_STREAM)]
+    stream: String,
+    /// JetStream: replicas of the stream if the worker creates it (default:
+    /// 3 on a cluster of 3 or more nodes, else 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=5))]
+    replicas: Option<u64>,
+    /// JetStream: the ack wait (every job's lease, the TTR) of a tube's
+    /// consumer if the worker creates it; an existing consumer keeps its own.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    ack_wait: f64,
     /// Tube to watch (repeat for several). NAME:WEIGHT weights the tubes:
     /// `--tube vip:4 --tube standard:1` takes about four vip jobs per standard
     /// one while both have jobs ready; plain names keep the server's strict order.
@@ -126,6 +139,12 @@ fn run(args: Args) -> Result<(), String> {
         exit_when_idle: seconds("--exit-when-idle", args.exit_when_idle)?,
         max_jobs: args.max_jobs,
         prefetch: args.prefetch as usize,
+        jetstream: taskq_worker::JetStreamConfig {
+            stream: args.stream.clone(),
+            replicas: args.replicas.map(|n| n as usize),
+            ack_wait: seconds("--ack-wait", Some(args.ack_wait))?
+                .unwrap_or(Duration::from_secs(60)),
+        },
         // Any job the server accepts must be readable, or it would come back
         // forever: allow beanstalkd's own ceiling. The buffer grows only when a
         // job that large arrives.
