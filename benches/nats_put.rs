@@ -128,80 +128,119 @@ fn stamp(t: &mut [u8], at: usize, mut n: u64) {
     }
 }
 
-fn raw_puts(addr: SocketAddr, jobs: usize, first: u64, batch: usize) -> f64 {
-    let mut r = Raw::connect(addr);
-    let (mut t, at) = template(&[b'x'; 64]);
-    let mut out = Vec::with_capacity(t.len() * batch);
-    let start = Instant::now();
-    let mut id = first;
-    for _ in 0..jobs / batch {
-        out.clear();
-        for _ in 0..batch {
-            stamp(&mut t, at, id);
-            id += 1;
-            out.extend_from_slice(&t);
-        }
-        r.s.write_all(&out).unwrap();
-        for _ in 0..batch {
-            r.puback();
-        }
-    }
-    (jobs / batch * batch) as f64 / start.elapsed().as_secs_f64()
+/// One client under test: `puts(n, batch)` puts `n` jobs, `batch` per write.
+trait Side {
+    fn name(&self) -> &'static str;
+    fn puts(&mut self, n: usize, batch: usize);
 }
 
-fn taskq_puts(url: &str, jobs: usize, batch: usize) -> f64 {
-    let mut p = Producer::builder()
-        .tube("bench")
-        .connect(url)
-        .expect("taskq connect");
-    let body = [b'x'; 64];
-    let bodies = vec![&body[..]; batch];
-    let mut out = vec![PutOutcome::NotSent; batch];
-    let start = Instant::now();
-    if batch == 1 {
-        for _ in 0..jobs {
-            p.put(&body, PutOptions::default()).expect("put");
+struct RawSide {
+    r: Raw,
+    t: Vec<u8>,
+    at: usize,
+    out: Vec<u8>,
+    id: u64,
+}
+
+impl Side for RawSide {
+    fn name(&self) -> &'static str {
+        "raw loop"
+    }
+
+    fn puts(&mut self, n: usize, batch: usize) {
+        for _ in 0..n / batch {
+            self.out.clear();
+            for _ in 0..batch {
+                stamp(&mut self.t, self.at, self.id);
+                self.id += 1;
+                self.out.extend_from_slice(&self.t);
+            }
+            self.r.s.write_all(&self.out).unwrap();
+            for _ in 0..batch {
+                self.r.puback();
+            }
         }
-    } else {
-        for _ in 0..jobs / batch {
-            let r = p
-                .put_batch(&bodies, PutOptions::default(), &mut out)
+    }
+}
+
+struct TaskqSide {
+    p: Producer,
+    body: [u8; 64],
+    out: Vec<PutOutcome>,
+}
+
+impl Side for TaskqSide {
+    fn name(&self) -> &'static str {
+        "taskq"
+    }
+
+    fn puts(&mut self, n: usize, batch: usize) {
+        if batch == 1 {
+            for _ in 0..n {
+                self.p.put(&self.body, PutOptions::default()).expect("put");
+            }
+            return;
+        }
+        let bodies = [&self.body[..]; BATCH];
+        for _ in 0..n / batch {
+            let r = self
+                .p
+                .put_batch(
+                    &bodies[..batch],
+                    PutOptions::default(),
+                    &mut self.out[..batch],
+                )
                 .expect("batch");
             assert_eq!(r.inserted, batch);
         }
     }
-    (jobs / batch * batch) as f64 / start.elapsed().as_secs_f64()
 }
 
-fn async_nats_puts(
-    rt: &tokio::runtime::Runtime,
-    addr: SocketAddr,
-    jobs: usize,
-    batch: usize,
+struct AsyncNatsSide<'r> {
+    rt: &'r tokio::runtime::Runtime,
+    js: async_nats::jetstream::Context,
     tag: u64,
-) -> f64 {
-    rt.block_on(async {
-        let client = async_nats::connect(addr.to_string())
-            .await
-            .expect("async-nats connect");
-        let js = async_nats::jetstream::new(client);
+    id: u64,
+}
+
+impl Side for AsyncNatsSide<'_> {
+    fn name(&self) -> &'static str {
+        "async-nats"
+    }
+
+    fn puts(&mut self, n: usize, batch: usize) {
         let body = bytes::Bytes::from_static(&[b'x'; 64]);
-        let start = Instant::now();
-        let mut acks = Vec::with_capacity(batch);
-        for i in 0..jobs / batch {
-            for k in 0..batch {
-                let id = format!("an-{tag}-{i}-{k}");
-                let publish = async_nats::jetstream::message::PublishMessage::build()
-                    .payload(body.clone())
-                    .message_id(id);
-                acks.push(js.send_publish(SUBJECT, publish).await.expect("publish"));
+        let (js, tag, id) = (&self.js, self.tag, &mut self.id);
+        self.rt.block_on(async {
+            let mut acks = Vec::with_capacity(batch);
+            for _ in 0..n / batch {
+                for _ in 0..batch {
+                    let publish = async_nats::jetstream::message::PublishMessage::build()
+                        .payload(body.clone())
+                        .message_id(format!("an-{tag}-{id}"));
+                    *id += 1;
+                    acks.push(js.send_publish(SUBJECT, publish).await.expect("publish"));
+                }
+                for a in acks.drain(..) {
+                    a.await.expect("puback");
+                }
             }
-            for a in acks.drain(..) {
-                a.await.expect("puback");
-            }
-        }
-        (jobs / batch * batch) as f64 / start.elapsed().as_secs_f64()
-    })
+        });
+    }
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 fn ensure_stream(rt: &tokio::runtime::Runtime, addr: SocketAddr) {
@@ -250,39 +289,78 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let jobs = env_usize("TASKQ_BENCH_JOBS", 5000);
+    let jobs = env_usize("TASKQ_BENCH_JOBS", 3200);
     let rounds = env_usize("TASKQ_BENCH_ROUNDS", 5);
+    let chunk = BATCH * 4;
     let cluster = NatsCluster::start(3).expect("nats cluster");
     let addr = cluster.addr(0);
-    let url = cluster.node_url(0);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     ensure_stream(&rt, addr);
-    println!("{jobs} puts of 64 B per side and round, {rounds} rounds, 3-node cluster, node 0");
+    let js = rt.block_on(async {
+        async_nats::jetstream::new(async_nats::connect(addr.to_string()).await.unwrap())
+    });
+    let (t, at) = template(&[b'x'; 64]);
+    let mut sides: Vec<Box<dyn Side + '_>> = vec![
+        Box::new(RawSide {
+            r: Raw::connect(addr),
+            t,
+            at,
+            out: Vec::new(),
+            id: u64::from(std::process::id()) << 32,
+        }),
+        Box::new(TaskqSide {
+            p: Producer::builder()
+                .tube("bench")
+                .connect(cluster.node_url(0))
+                .expect("taskq connect"),
+            body: [b'x'; 64],
+            out: vec![PutOutcome::NotSent; BATCH],
+        }),
+        Box::new(AsyncNatsSide {
+            rt: &rt,
+            js,
+            tag: u64::from(std::process::id()),
+            id: 0,
+        }),
+    ];
+    println!(
+        "{jobs} puts of 64 B per side and round, {rounds} rounds, R3 stream on a 3-node cluster, \
+         through node 0; the sides take turns every {chunk} puts"
+    );
     for batch in [1, BATCH] {
         let (mut vs_raw, mut vs_async) = (Vec::new(), Vec::new());
         for round in 0..rounds {
-            let raw = raw_puts(
-                addr,
-                jobs,
-                (round as u64 + 1) << 40 | (batch as u64) << 32,
-                batch,
-            );
+            let mut wall = [Duration::ZERO; 3];
+            let mut cpu = [Duration::ZERO; 3];
+            for c in 0..jobs / chunk {
+                for k in 0..3 {
+                    // Rotate who goes first, so drift in the machine's load
+                    // falls on every side alike.
+                    let i = (c + k) % 3;
+                    let (t0, c0) = (Instant::now(), thread_cpu());
+                    sides[i].puts(chunk, batch);
+                    wall[i] += t0.elapsed();
+                    cpu[i] += thread_cpu() - c0;
+                }
+            }
             purge(&rt, addr);
-            let taskq = taskq_puts(&url, jobs, batch);
-            purge(&rt, addr);
-            let an = async_nats_puts(&rt, addr, jobs, batch, (round * 100 + batch) as u64);
-            purge(&rt, addr);
+            let n = (jobs / chunk * chunk) as f64;
+            let rate = |i: usize| n / wall[i].as_secs_f64();
+            let us = |i: usize| cpu[i].as_secs_f64() * 1e6 / n;
             println!(
-                "batch {batch:>2} round {round}: raw {raw:>8.0}/s  taskq {taskq:>8.0}/s  async-nats {an:>8.0}/s"
+                "batch {batch:>2} round {round}: {} {:>7.0}/s ({:.1} us CPU/put)  {} {:>7.0}/s ({:.1})  {} {:>7.0}/s ({:.1})",
+                sides[0].name(), rate(0), us(0),
+                sides[1].name(), rate(1), us(1),
+                sides[2].name(), rate(2), us(2),
             );
-            vs_raw.push(taskq / raw);
-            vs_async.push(taskq / an);
+            vs_raw.push(rate(1) / rate(0));
+            vs_async.push(rate(1) / rate(2));
         }
         println!(
-            "batch {batch:>2}: taskq / raw loop = {:.3}, taskq / async-nats = {:.3} (medians)",
+            "batch {batch:>2}: taskq / raw loop = {:.3}, taskq / async-nats = {:.3} (medians of {rounds} rounds)",
             median(vs_raw),
             median(vs_async)
         );
