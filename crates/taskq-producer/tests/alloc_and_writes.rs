@@ -81,3 +81,61 @@ fn put_put_batch_and_position_allocate_nothing_and_write_once() {
     // The counter itself works: an allocation is seen.
     assert!(allocations(|| drop(std::hint::black_box(vec![1u8; 10]))) >= 1);
 }
+
+#[test]
+fn jetstream_put_and_put_batch_allocate_nothing_and_write_once() {
+    let cluster = taskq_testkit::NatsCluster::start(1).unwrap();
+    let mut p = Producer::builder()
+        .tube("counted")
+        .connect(cluster.url())
+        .unwrap();
+    let small = [b'x'; 100];
+    let bodies: Vec<&[u8]> = (0..64).map(|i| &small[..i]).collect();
+    let mut out = [PutOutcome::NotSent; 64];
+    let opts = PutOptions::default();
+    let delayed = PutOptions { delay: 5, ..opts };
+    // Warm up: buffers reach their steady-state sizes.
+    p.put(&small, opts).unwrap();
+    p.put(&small, delayed).unwrap();
+    p.put_batch(&bodies, opts, &mut out).unwrap();
+
+    let before = p.io_counts().unwrap();
+    let n = allocations(|| {
+        for _ in 0..1000 {
+            p.put(&small, opts).unwrap();
+        }
+    });
+    assert_eq!(n, 0, "allocations in 1000 JetStream puts");
+    let after = p.io_counts().unwrap();
+    // The server PINGs once a few seconds after connect: its PONG is a write
+    // of its own, so allow one.
+    let writes = after.writes - before.writes;
+    assert!(
+        (1000..=1001).contains(&writes),
+        "{writes} writes for 1000 puts"
+    );
+
+    let n = allocations(|| {
+        for _ in 0..100 {
+            p.put(&small, delayed).unwrap();
+        }
+    });
+    assert_eq!(
+        n, 0,
+        "allocations in 100 delayed puts (a Taskq-Ready-At header)"
+    );
+
+    let before = p.io_counts().unwrap();
+    let n = allocations(|| {
+        for _ in 0..50 {
+            let r = p.put_batch(&bodies, opts, &mut out).unwrap();
+            assert_eq!(r.inserted, 64);
+        }
+    });
+    assert_eq!(n, 0, "allocations in 50 JetStream batches of 64");
+    let writes = p.io_counts().unwrap().writes - before.writes;
+    assert!(
+        (50..=51).contains(&writes),
+        "{writes} writes for 50 batches"
+    );
+}

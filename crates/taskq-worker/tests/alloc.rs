@@ -54,6 +54,60 @@ fn no_allocation_per_job_with_a_window_of_32() {
     no_allocation_per_job_with(32, 2_000);
 }
 
+/// Allocations while a worker drains `n` jobs from a one-node JetStream.
+fn allocations_for_nats(n: usize, prefetch: usize) -> u64 {
+    let cluster = taskq_testkit::NatsCluster::start(1).unwrap();
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| vec![b'j'; 1 + i % 700]).collect();
+    let mut p = taskq_producer::Producer::connect(cluster.url()).unwrap();
+    let mut out = vec![taskq_producer::PutOutcome::NotSent; 64];
+    for chunk in bodies.chunks(64) {
+        p.put_batch(
+            chunk,
+            taskq_producer::PutOptions::default(),
+            &mut out[..chunk.len()],
+        )
+        .unwrap();
+    }
+    drop((bodies, p));
+    let worker = Worker::new(
+        Config {
+            servers: vec![cluster.url()],
+            concurrency: 2,
+            max_jobs: Some(n as u64),
+            io_timeout: Duration::from_secs(2),
+            prefetch,
+            ..Config::default()
+        },
+        |job: &mut Job<'_>| {
+            assert_eq!(job.body()[0], b'j');
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let before = alloc::total();
+    let counts = worker.run();
+    let used = alloc::total() - before;
+    assert_eq!(counts.deleted, n as u64);
+    used
+}
+
+#[test]
+fn no_allocation_per_job_on_jetstream() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for prefetch in [1, 16] {
+        let small = allocations_for_nats(500, prefetch);
+        let large = allocations_for_nats(5_000, prefetch);
+        eprintln!(
+            "JetStream, prefetch {prefetch}: allocations: 500 jobs {small}, 5000 jobs {large}"
+        );
+        assert!(small > 0, "the counting allocator saw nothing at all");
+        assert!(
+            large <= small + 20,
+            "prefetch {prefetch}: 500 jobs {small} allocations; 5000 jobs {large}"
+        );
+    }
+}
+
 /// The count is global: one measurement at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
