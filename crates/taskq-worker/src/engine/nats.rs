@@ -229,8 +229,20 @@ impl Nats {
         if p.sent {
             return Ok(());
         }
+        // The asks of later writes for the same tube go into this pull too:
+        // a window refilled job by job is pulled for in one request.
+        let (tube, no_wait) = (p.tube, p.no_wait);
+        while self
+            .pulls
+            .get(1)
+            .is_some_and(|q| q.tube == tube && q.no_wait == no_wait)
+        {
+            let q = self.pulls.remove(1).expect("checked above");
+            self.pulls[0].left += q.left;
+        }
+        let p = &mut self.pulls[0];
         p.sent = true;
-        let (tube, batch, no_wait) = (p.tube, p.left, p.no_wait);
+        let batch = p.left;
         let consumer = &self.tubes[tube].consumer;
         let r = if no_wait {
             self.conn.pull_no_wait(&self.stream, consumer, batch)
