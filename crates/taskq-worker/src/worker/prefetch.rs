@@ -3,9 +3,9 @@
 //!
 //! After each job, the settle, the touches that keep the waiting jobs' leases
 //! and the no-wait reserves that refill the window go out in one write. Their
-//! replies are read later, in one go, when the window runs empty (or before
-//! the handler uses the link, or when too many are owed): so a short job costs
-//! one write and a fraction of a read. When the window is empty and the server
+//! replies are read later, oldest first, when the window is down to half (or
+//! before the handler uses the link, or when too many are owed): so a short
+//! job costs one write and a fraction of a read. When the window is empty and the server
 //! had nothing ready, one blocking reserve waits, as without prefetch.
 //!
 //! The window lives behind a mutex that the lane's thread holds only between
@@ -156,8 +156,17 @@ impl<L: Link> Pipe<L> {
     /// Reads every owed reply and counts it: settles as without prefetch,
     /// reserves into the window, touches into the leases.
     fn absorb(&mut self, sh: &Shared) -> Result<(), After> {
+        self.absorb_until(sh, usize::MAX)
+    }
+
+    /// [`absorb`](Self::absorb), oldest first, stopping once `held` jobs
+    /// wait in the window: the newest replies may not have come yet.
+    fn absorb_until(&mut self, sh: &Shared, held: usize) -> Result<(), After> {
         let server = sh.cfg.servers[self.server].as_str();
-        while let Some(owed) = self.owed.pop_front() {
+        while self.held.len() < held {
+            let Some(owed) = self.owed.pop_front() else {
+                break;
+            };
             let Some(link) = self.link.as_mut() else {
                 self.forget(sh);
                 return Err(After::Broken);
@@ -470,7 +479,12 @@ impl Turn<'_> {
 
     /// Reads the owed replies and passes on what they told the lane.
     fn absorb<L: Link>(&mut self, p: &mut Pipe<L>) -> Result<(), After> {
-        let r = p.absorb(self.sh);
+        self.absorb_until(p, usize::MAX)
+    }
+
+    /// [`Pipe::absorb_until`], passing on what the replies told the lane.
+    fn absorb_until<L: Link>(&mut self, p: &mut Pipe<L>, held: usize) -> Result<(), After> {
+        let r = p.absorb_until(self.sh, held);
         if std::mem::take(&mut p.progress) {
             self.reconnect.progress();
         }
@@ -514,7 +528,17 @@ impl Turn<'_> {
     /// gives the waiting jobs back.
     fn next_job<L: Link>(&mut self, pipe: &Mutex<Pipe<L>>) -> ControlFlow<After, u64> {
         let (sh, ls) = (self.sh, self.ls);
+        let k = sh.cfg.prefetch;
         let mut p = lock(pipe);
+        // Half the window left: read the older replies (long come) up to
+        // three quarters full, so the server always has requests to answer
+        // and the handler jobs to run.
+        if p.held.len() <= k / 2 && !p.owed.is_empty() {
+            if let Err(after) = self.absorb_until(&mut p, (3 * k / 4).max(1)) {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                return ControlFlow::Break(after);
+            }
+        }
         loop {
             if sh.stop.load(Ordering::SeqCst) {
                 let r = p.release(sh, |_| true);
