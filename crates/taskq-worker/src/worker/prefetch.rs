@@ -306,6 +306,35 @@ impl<L: Link> Pipe<L> {
         }
     }
 
+    /// Applies the lease rule to every waiting job: the releases at once (each
+    /// asks the job's priority first: a rare path), the touches queued for the
+    /// next write. True when touches were queued.
+    fn queue_leases(&mut self, sh: &Shared, now: Instant) -> Result<bool, After> {
+        let soon = std::mem::take(&mut self.soon);
+        let rule = |h: &Held| lease(now - h.asked, now - h.leased, soon);
+        if self.held.iter().any(|h| rule(h) == Lease::Release) {
+            self.release(sh, |h| rule(h) == Lease::Release)?;
+        }
+        let mut touched = false;
+        for k in 0..self.held.len() {
+            if rule(&self.held[k]) != Lease::Touch {
+                continue;
+            }
+            let id = self.held[k].id;
+            if let Err(e) = self.queue(Req::Touch(id), Owed::Touch { id, sent: now }) {
+                self.forget(sh);
+                return Err(failed(
+                    sh,
+                    sh.cfg.servers[self.server].as_str(),
+                    Some(id),
+                    &e,
+                ));
+            }
+            touched = true;
+        }
+        Ok(touched)
+    }
+
     /// Gives back, at once, every waiting job that `pick` chooses (all of
     /// them at a stop): the replies owed first, then each job's priority, then
     /// the releases in one write.
@@ -356,10 +385,13 @@ impl<L: Link> Pipe<L> {
     }
 }
 
-/// A window a stop may empty from another thread.
+/// A window that another thread may tend while the lane's thread runs a job.
 pub(crate) trait Keep: Send + Sync {
     /// Releases every prefetched job that has not started.
     fn release_unstarted(&self, sh: &Shared);
+    /// Applies the lease rule to the waiting jobs, unless the lane's thread
+    /// is between jobs (it does so itself then).
+    fn keep_leases(&self, sh: &Shared);
 }
 
 impl<L: Link + Send> Keep for Mutex<Pipe<L>> {
@@ -369,6 +401,19 @@ impl<L: Link + Send> Keep for Mutex<Pipe<L>> {
         if live && (!p.held.is_empty() || !p.owed.is_empty()) {
             // A failure gives the link up; the lane's thread sees it broken.
             let _ = p.release(sh, |_| true);
+        }
+    }
+
+    fn keep_leases(&self, sh: &Shared) {
+        let Ok(mut p) = self.try_lock() else {
+            return;
+        };
+        let live = p.link.as_ref().is_some_and(|l| !l.is_broken());
+        if live && !p.held.is_empty() {
+            // A failure gives the link up; the lane's thread sees it broken.
+            if let Ok(true) = p.queue_leases(sh, Instant::now()) {
+                let _ = p.flush(sh).and_then(|()| p.absorb(sh));
+            }
         }
     }
 }
@@ -643,23 +688,14 @@ impl Turn<'_> {
         );
         ls.state.store(HOLDING, Ordering::SeqCst);
         let now = Instant::now();
-        // The rare releases first: each asks the job's priority on its own.
-        let soon = std::mem::take(&mut p.soon);
-        if p.held
-            .iter()
-            .any(|h| lease(now - h.asked, now - h.leased, soon) == Lease::Release)
-        {
-            let r = p.release(sh, |h| {
-                lease(now - h.asked, now - h.leased, soon) == Lease::Release
-            });
-            if let Err(after) = r {
-                if settle.is_ok() {
-                    Counters::add(&sh.counters.lease_dropped);
-                    sh.give_ticket();
-                }
-                ls.state.store(IDLE, Ordering::SeqCst);
-                return ControlFlow::Break(after);
+        if let Err(after) = p.queue_leases(sh, now) {
+            if settle.is_ok() {
+                // Its settle was never sent: the server takes it back.
+                Counters::add(&sh.counters.lease_dropped);
+                sh.give_ticket();
             }
+            ls.state.store(IDLE, Ordering::SeqCst);
+            return ControlFlow::Break(after);
         }
         let queued = match settle {
             Ok(s) => p.queue(Req::Settle(id, s), Owed::Settle { id, settle: s }),
@@ -690,21 +726,6 @@ impl Turn<'_> {
             p.forget(sh);
             failed(sh, server, Some(id), &e)
         });
-        for k in 0..p.held.len() {
-            if r.is_err() {
-                break;
-            }
-            let h = &p.held[k];
-            if lease(now - h.asked, now - h.leased, soon) == Lease::Touch {
-                let id = h.id;
-                r = p
-                    .queue(Req::Touch(id), Owed::Touch { id, sent: now })
-                    .map_err(|e| {
-                        p.forget(sh);
-                        failed(sh, server, Some(id), &e)
-                    });
-            }
-        }
         if r.is_ok() && !sh.stop.load(Ordering::SeqCst) {
             r = self.refill(&mut p, now).map(|_| ());
         }
