@@ -751,9 +751,253 @@ impl Turn<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use taskq_proto::{ConnectionError, Interrupter, IoCounts};
+
     use super::*;
+    use crate::config::Config;
+    use crate::engine::SettleReply;
+    use crate::worker::Worker;
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// A reply the scripted link gives, in order.
+    enum Say {
+        Settled(SettleReply),
+        Job(u64),
+        Empty,
+        Soon,
+        Touched(bool),
+        Info(u32),
+    }
+
+    /// A link that records what is queued and answers from a script: the
+    /// window's bookkeeping without a socket or a clock.
+    #[derive(Default)]
+    struct Scripted {
+        script: VecDeque<Say>,
+        queued: Vec<String>,
+        writes: usize,
+        broken: bool,
+    }
+
+    impl Scripted {
+        fn next(&mut self) -> Result<Say, Fault> {
+            self.script
+                .pop_front()
+                .ok_or(Fault::Conn(ConnectionError::Closed))
+        }
+    }
+
+    impl JobLink for Scripted {
+        fn addr(&self) -> SocketAddr {
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 11300))
+        }
+        fn is_broken(&self) -> bool {
+            self.broken
+        }
+        fn mark_broken(&mut self) {
+            self.broken = true;
+        }
+        fn touch(&mut self, _: u64) -> Result<bool, Fault> {
+            unreachable!("the window queues its touches")
+        }
+        fn info(&mut self, _: u64, _: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
+            match self.next()? {
+                Say::Info(pri) => Ok(Some(JobInfo {
+                    pri,
+                    ..JobInfo::default()
+                })),
+                _ => Err(Fault::Unexpected("script")),
+            }
+        }
+    }
+
+    impl Link for Scripted {
+        fn connect(_: &Config, _: &str) -> Result<Self, ConnectionError> {
+            Ok(Scripted::default())
+        }
+        fn io_counts(&self) -> IoCounts {
+            IoCounts::default()
+        }
+        fn interrupter(&self) -> Option<Interrupter> {
+            None
+        }
+        fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError> {
+            self.queued.push(match req {
+                Req::Settle(id, s) => format!("{s:?} {id}"),
+                Req::Touch(id) => format!("touch {id}"),
+                Req::Ask(a) => format!("reserve {}", a.slice),
+            });
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), ConnectionError> {
+            self.writes += 1;
+            Ok(())
+        }
+        fn discard(&mut self) {}
+        fn settled(&mut self) -> Result<SettleReply, Fault> {
+            match self.next()? {
+                Say::Settled(r) => Ok(r),
+                _ => Err(Fault::Unexpected("script")),
+            }
+        }
+        fn reserved(&mut self) -> Result<Took<'_>, Fault> {
+            match self.next()? {
+                Say::Job(id) => Ok(Took::Job { id, body: b"body" }),
+                Say::Empty => Ok(Took::TurnEmpty),
+                Say::Soon => Ok(Took::DeadlineSoon),
+                _ => Err(Fault::Unexpected("script")),
+            }
+        }
+        fn touched(&mut self) -> Result<bool, Fault> {
+            match self.next()? {
+                Say::Touched(t) => Ok(t),
+                _ => Err(Fault::Unexpected("script")),
+            }
+        }
+        fn quit(self) {}
+    }
+
+    /// A worker's shared state with ten `max_jobs` tickets.
+    fn shared() -> Arc<Shared> {
+        let cfg = Config {
+            max_jobs: Some(10),
+            prefetch: 4,
+            ..Config::default()
+        };
+        Worker::new(cfg, |_: &mut crate::Job<'_>| crate::Outcome::Done)
+            .unwrap()
+            .shared
+    }
+
+    fn tickets(sh: &Shared) -> u64 {
+        sh.tickets.load(Ordering::SeqCst)
+    }
+
+    /// A window on a scripted link, with `asks` reserves owed (tickets taken).
+    fn pipe(sh: &Shared, asks: usize, script: Vec<Say>) -> Pipe<Scripted> {
+        let mut p = Pipe::new(0, 4);
+        p.link = Some(Scripted {
+            script: script.into(),
+            ..Scripted::default()
+        });
+        let t0 = Instant::now();
+        for _ in 0..asks {
+            assert!(sh.take_ticket());
+            p.owed.push_back(Owed::Ask { sent: t0 });
+            p.asks += 1;
+        }
+        p
+    }
+
+    #[test]
+    fn a_refill_fills_the_window_and_deadline_soon_is_a_signal_not_an_error() {
+        let sh = shared();
+        let mut p = pipe(&sh, 3, vec![Say::Job(7), Say::Soon, Say::Empty]);
+        p.absorb(&sh).unwrap();
+        assert_eq!(p.held.iter().map(|h| h.id).collect::<Vec<_>>(), [7]);
+        assert_eq!(p.held[0].body, b"body");
+        assert!(p.soon && p.dry && p.turn_empty);
+        assert_eq!(p.asks, 0);
+        // The job keeps its ticket; the two empty answers gave theirs back.
+        assert_eq!(tickets(&sh), 9);
+        let c = sh.counters.snapshot();
+        assert_eq!(
+            (c.reserved, c.deadline_soon, c.unexpected_replies),
+            (1, 1, 0)
+        );
+        assert!(!p.link.as_ref().unwrap().broken);
+        // The next lease rule touches every waiting job, however young.
+        assert!(p.queue_leases(&sh, Instant::now()).unwrap());
+        assert_eq!(p.link.as_ref().unwrap().queued, ["touch 7"]);
+        assert!(!p.soon);
+    }
+
+    #[test]
+    fn a_waiting_job_whose_touch_is_not_found_is_dropped_never_run() {
+        let sh = shared();
+        let mut p = pipe(&sh, 2, vec![Say::Job(1), Say::Job(2)]);
+        p.absorb(&sh).unwrap();
+        let now = Instant::now();
+        for id in [1, 2] {
+            p.queue(Req::Touch(id), Owed::Touch { id, sent: now })
+                .unwrap();
+        }
+        p.link.as_mut().unwrap().script = vec![Say::Touched(true), Say::Touched(false)].into();
+        p.absorb(&sh).unwrap();
+        assert_eq!(p.held.iter().map(|h| h.id).collect::<Vec<_>>(), [1]);
+        assert_eq!(p.held[0].leased, now);
+        let c = sh.counters.snapshot();
+        assert_eq!((c.touched, c.lost_lease_on_release), (1, 1));
+        assert_eq!(tickets(&sh), 9);
+        assert_eq!(p.spare.len(), 1, "the body buffer is kept for reuse");
+    }
+
+    #[test]
+    fn a_job_handed_out_again_is_held_once() {
+        let sh = shared();
+        let mut p = pipe(&sh, 2, vec![Say::Job(5), Say::Job(5)]);
+        p.absorb(&sh).unwrap();
+        assert_eq!(p.held.len(), 1);
+        assert_eq!(tickets(&sh), 9);
+        assert_eq!(sh.counters.snapshot().lost_lease_on_release, 1);
+    }
+
+    #[test]
+    fn only_the_older_replies_are_read_while_the_window_has_jobs() {
+        let sh = shared();
+        let mut p = pipe(&sh, 3, vec![Say::Job(1), Say::Job(2)]);
+        p.absorb_until(&sh, 2).unwrap();
+        // The third reply may not have come: it is not waited for.
+        assert_eq!((p.held.len(), p.owed.len(), p.asks), (2, 1, 1));
+        assert!(!p.link.as_ref().unwrap().broken);
+    }
+
+    #[test]
+    fn a_broken_link_forgets_the_window_and_counts_every_owed_reply() {
+        let sh = shared();
+        // Two jobs come, then the link fails before the third reply.
+        let mut p = pipe(&sh, 3, vec![Say::Job(1), Say::Job(2)]);
+        p.owed.push_back(Owed::Settle {
+            id: 9,
+            settle: Settle::Delete,
+        });
+        assert!(sh.take_ticket(), "the ticket of job 9");
+        assert!(matches!(p.absorb(&sh), Err(After::Broken)));
+        assert!(p.held.is_empty() && p.owed.is_empty());
+        assert_eq!(p.asks, 0);
+        assert!(p.link.as_ref().unwrap().broken);
+        let c = sh.counters.snapshot();
+        // The delete may have been carried out; the waiting jobs go back.
+        assert_eq!((c.reserved, c.ack_unknown, c.lease_dropped), (2, 1, 2));
+        assert_eq!(tickets(&sh), 10, "every ticket back");
+    }
+
+    #[test]
+    fn a_job_waiting_too_long_is_released_with_its_priority() {
+        let sh = shared();
+        let mut p = pipe(&sh, 2, vec![Say::Job(1), Say::Job(2)]);
+        p.absorb(&sh).unwrap();
+        let now = p.held[0].asked + HOLD_MAX;
+        // Job 1 was touched lately, job 2 is young: only the wait counts.
+        p.held[0].leased = now;
+        p.held[1].asked = now - MS;
+        p.held[1].leased = now - MS;
+        p.link.as_mut().unwrap().script =
+            vec![Say::Info(42), Say::Settled(SettleReply::Released)].into();
+        assert!(!p.queue_leases(&sh, now).unwrap(), "nothing to touch");
+        assert_eq!(p.held.iter().map(|h| h.id).collect::<Vec<_>>(), [2]);
+        let link = p.link.as_ref().unwrap();
+        assert_eq!(link.queued, ["Release { pri: 42, delay: 0 } 1"]);
+        assert_eq!(link.writes, 1);
+        let c = sh.counters.snapshot();
+        assert_eq!(c.released, 1);
+        assert_eq!(tickets(&sh), 9);
+    }
 
     #[test]
     fn a_young_lease_is_kept_an_old_one_touched_a_long_wait_released() {
