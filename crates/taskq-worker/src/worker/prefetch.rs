@@ -105,6 +105,19 @@ pub(super) struct Pipe<L> {
     turn_empty: bool,
     /// A reply came since the loop last looked.
     progress: bool,
+    /// The largest body seen: a body buffer that must grow grows to it, so
+    /// that every buffer of the window soon fits any body.
+    widest: usize,
+}
+
+/// Copies `body` into `buf`, which grows (when it must) to the largest body seen.
+fn copy_body(buf: &mut Vec<u8>, body: &[u8], widest: &mut usize) {
+    *widest = (*widest).max(body.len());
+    buf.clear();
+    if buf.capacity() < body.len() {
+        buf.reserve(*widest);
+    }
+    buf.extend_from_slice(body);
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -126,6 +139,7 @@ impl<L: Link> Pipe<L> {
             dry: false,
             turn_empty: false,
             progress: false,
+            widest: 0,
         }
     }
 
@@ -197,13 +211,11 @@ impl<L: Link> Pipe<L> {
                                 // held once, on the newer lease.
                                 Counters::add(&sh.counters.lost_lease_on_release);
                                 sh.give_ticket();
-                                h.body.clear();
-                                h.body.extend_from_slice(body);
+                                copy_body(&mut h.body, body, &mut self.widest);
                                 (h.asked, h.leased) = (sent, sent);
                             } else {
                                 let mut b = self.spare.pop().unwrap_or_default();
-                                b.clear();
-                                b.extend_from_slice(body);
+                                copy_body(&mut b, body, &mut self.widest);
                                 self.held.push_back(Held {
                                     id,
                                     body: b,
