@@ -7,7 +7,8 @@
 //!
 //! beanstalkd runs on core 0 and this process on core 1 (`taskset`, when there
 //! are two cores or more): on a 2-core machine a raw sync loop sharing cores
-//! with the server swings between two speeds.
+//! with the server swings between two speeds. Each round starts with the next
+//! of the four drains.
 //!
 //! `cargo bench --bench worker` (env `TASKQ_BENCH_JOBS`, default 20000; `TASKQ_BENCH_ROUNDS`, default 3).
 //!
@@ -230,14 +231,23 @@ fn main() {
     );
     let mut ratios: [Vec<f64>; 3] = Default::default();
     for round in 1..=rounds {
-        let run = |f: &dyn Fn() -> (u64, u64)| {
+        let drains: [&dyn Fn() -> (u64, u64); 4] = [
+            &|| drain_raw(addr, n),
+            &|| drain_raw_pipelined(addr, n),
+            &|| drain_worker(addr, n, 1),
+            &|| drain_worker(addr, n, 64),
+        ];
+        // Each round starts with the next drain, so that none is always
+        // measured in the same moment of a noisy machine.
+        let mut d: [Option<Drain>; 4] = Default::default();
+        for k in 0..drains.len() {
+            let which = (round - 1 + k) % drains.len();
             fill(addr, n);
-            measure(server.pid(), n, f)
+            d[which] = Some(measure(server.pid(), n, drains[which]));
+        }
+        let [Some(raw), Some(piped), Some(lib), Some(pre)] = d else {
+            unreachable!("every drain ran");
         };
-        let raw = run(&|| drain_raw(addr, n));
-        let piped = run(&|| drain_raw_pipelined(addr, n));
-        let lib = run(&|| drain_worker(addr, n, 1));
-        let pre = run(&|| drain_worker(addr, n, 64));
         let r = [
             lib.jobs_per_sec / raw.jobs_per_sec,
             pre.jobs_per_sec / raw.jobs_per_sec,

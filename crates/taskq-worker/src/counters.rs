@@ -58,8 +58,9 @@ counters! {
     /// <= deleted + lost_lease + ack_unknown`.
     lost_lease,
     /// Releases and buries answered `NOT_FOUND`, or whose `stats-job` lookup
-    /// was: the lease had run out first and the job went back by itself. No
-    /// delete was sent for these.
+    /// was, and prefetched jobs whose lease ran out before they started (a
+    /// touch answered `NOT_FOUND`; never run): the lease had run out first and
+    /// the job went back by itself. No delete was sent for these.
     lost_lease_on_release,
     /// Deletes sent (or maybe sent) whose reply never came: maybe deleted, maybe not.
     ack_unknown,

@@ -80,6 +80,16 @@ impl Shared {
     /// (a stop asked from outside the lanes: a lane's own thread does it for
     /// its window when it sees the stop).
     fn release_unstarted(&self) {
+        self.each_window(|k| k.release_unstarted(self));
+    }
+
+    /// Keeps the leases of prefetched jobs waiting behind a running job (the
+    /// lanes' threads do it between jobs; this covers a long job).
+    fn keep_waiting_leases(&self) {
+        self.each_window(|k| k.keep_leases(self));
+    }
+
+    fn each_window(&self, f: impl Fn(&dyn prefetch::Keep)) {
         for lane in &self.lanes {
             let keeper = lane
                 .keeper
@@ -87,7 +97,7 @@ impl Shared {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
             if let Some(k) = keeper {
-                k.release_unstarted(self);
+                f(&*k);
             }
         }
     }
@@ -258,7 +268,8 @@ impl Running {
     }
 
     /// Waits for every thread to end, stopping the worker when it has been idle
-    /// for `exit_when_idle`, and returns the final counters.
+    /// for `exit_when_idle`, and returns the final counters. With prefetch it
+    /// also keeps the leases of jobs waiting behind a long job.
     pub fn join(self) -> Snapshot {
         let shared = &self.control.shared;
         while !self.threads.iter().all(|t| t.is_finished()) {
@@ -273,6 +284,9 @@ impl Running {
                     tracing::debug!(idle_ms = quiet, "idle: stopping");
                     shared.shutdown();
                 }
+            }
+            if shared.cfg.prefetch > 1 {
+                shared.keep_waiting_leases();
             }
             std::thread::sleep(Duration::from_millis(10));
         }

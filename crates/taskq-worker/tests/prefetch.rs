@@ -91,6 +91,87 @@ fn jobs_waiting_in_the_window_keep_their_leases_ttr_2_handler_1s() {
 }
 
 #[test]
+fn jobs_waiting_behind_a_job_longer_than_their_ttr_keep_their_leases() {
+    // TTR 2 s and a 2.5 s handler that touches its own job twice a second:
+    // the second job waits longer than its lease, kept by touches from the
+    // worker while the first one runs.
+    let server = Beanstalkd::start().unwrap();
+    let ids = put_all(server.addr(), "default", 2, &[b"a".to_vec(), b"b".to_vec()]);
+    let runs = Runs::default();
+    let runs2 = runs.clone();
+    let worker = Worker::new(
+        Config {
+            max_jobs: Some(2),
+            ..cfg(server.addr(), 4)
+        },
+        move |job: &mut Job<'_>| {
+            *runs2.lock().unwrap().entry(job.id().get()).or_default() += 1;
+            for _ in 0..5 {
+                std::thread::sleep(Duration::from_millis(500));
+                job.touch().expect("touch in time");
+            }
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let counts = worker.run();
+    let after = record(server.addr());
+    eprintln!("{counts}; server {after:?}");
+    assert_eq!(counts.deleted, 2, "{counts}");
+    assert_eq!(after.job_timeouts, 0, "a lease ran out: {counts}");
+    assert!(counts.touched >= 2, "{counts}");
+    assert_eq!(
+        counts.lost_lease + counts.lost_lease_on_release,
+        0,
+        "{counts}"
+    );
+    let runs = runs.lock().unwrap();
+    assert!(ids.iter().all(|id| runs.get(id) == Some(&1)), "{runs:?}");
+}
+
+#[test]
+fn deadline_soon_on_a_refill_touches_the_waiting_jobs_ttr_1() {
+    // TTR 1 s: a job is within beanstalkd's one-second margin from the
+    // start, so a refill that finds nothing ready is answered DEADLINE_SOON.
+    // The third job starts 0.8 s in and runs 0.4 s: past its first lease,
+    // kept only by the touches that DEADLINE_SOON calls for.
+    let server = Beanstalkd::start().unwrap();
+    let ids = put_all(
+        server.addr(),
+        "default",
+        1,
+        &[b"a".to_vec(), b"b".to_vec(), b"c".to_vec()],
+    );
+    let runs = Runs::default();
+    let worker = Worker::new(
+        Config {
+            // No max_jobs: it would bound the window to the three jobs.
+            exit_when_idle: Some(Duration::from_millis(1500)),
+            ..cfg(server.addr(), 4)
+        },
+        counting(&runs, Duration::from_millis(400)),
+    )
+    .unwrap();
+    let counts = worker.run();
+    let after = record(server.addr());
+    eprintln!("{counts}; server {after:?}");
+    assert!(counts.deadline_soon >= 1, "{counts}");
+    assert!(counts.touched >= 2, "{counts}");
+    assert_eq!(counts.deleted, 3, "{counts}");
+    assert_eq!(after.job_timeouts, 0, "a lease ran out: {counts}");
+    assert_eq!(
+        counts.lost_lease
+            + counts.lost_lease_on_release
+            + counts.unexpected_replies
+            + counts.reconnects,
+        0,
+        "{counts}"
+    );
+    let runs = runs.lock().unwrap();
+    assert!(ids.iter().all(|id| runs.get(id) == Some(&1)), "{runs:?}");
+}
+
+#[test]
 fn max_jobs_bounds_what_the_window_reserves() {
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..100).map(|i| format!("{i}").into_bytes()).collect();

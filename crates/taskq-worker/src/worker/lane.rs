@@ -37,6 +37,7 @@ struct Lane<L> {
 }
 
 /// How a lane's turn ended.
+#[derive(Debug)]
 pub(super) enum After {
     /// Reserve again on the same lane.
     Again,

@@ -3,9 +3,9 @@
 //!
 //! After each job, the settle, the touches that keep the waiting jobs' leases
 //! and the no-wait reserves that refill the window go out in one write. Their
-//! replies are read later, in one go, when the window runs empty (or before
-//! the handler uses the link, or when too many are owed): so a short job costs
-//! one write and a fraction of a read. When the window is empty and the server
+//! replies are read later, oldest first, when the window is down to half (or
+//! before the handler uses the link, or when too many are owed): so a short
+//! job costs one write and a fraction of a read. When the window is empty and the server
 //! had nothing ready, one blocking reserve waits, as without prefetch.
 //!
 //! The window lives behind a mutex that the lane's thread holds only between
@@ -105,6 +105,19 @@ pub(super) struct Pipe<L> {
     turn_empty: bool,
     /// A reply came since the loop last looked.
     progress: bool,
+    /// The largest body seen: a body buffer that must grow grows to it, so
+    /// that every buffer of the window soon fits any body.
+    widest: usize,
+}
+
+/// Copies `body` into `buf`, which grows (when it must) to the largest body seen.
+fn copy_body(buf: &mut Vec<u8>, body: &[u8], widest: &mut usize) {
+    *widest = (*widest).max(body.len());
+    buf.clear();
+    if buf.capacity() < body.len() {
+        buf.reserve(*widest);
+    }
+    buf.extend_from_slice(body);
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -126,6 +139,7 @@ impl<L: Link> Pipe<L> {
             dry: false,
             turn_empty: false,
             progress: false,
+            widest: 0,
         }
     }
 
@@ -156,8 +170,17 @@ impl<L: Link> Pipe<L> {
     /// Reads every owed reply and counts it: settles as without prefetch,
     /// reserves into the window, touches into the leases.
     fn absorb(&mut self, sh: &Shared) -> Result<(), After> {
+        self.absorb_until(sh, usize::MAX)
+    }
+
+    /// [`absorb`](Self::absorb), oldest first, stopping once `held` jobs
+    /// wait in the window: the newest replies may not have come yet.
+    fn absorb_until(&mut self, sh: &Shared, held: usize) -> Result<(), After> {
         let server = sh.cfg.servers[self.server].as_str();
-        while let Some(owed) = self.owed.pop_front() {
+        while self.held.len() < held {
+            let Some(owed) = self.owed.pop_front() else {
+                break;
+            };
             let Some(link) = self.link.as_mut() else {
                 self.forget(sh);
                 return Err(After::Broken);
@@ -188,13 +211,11 @@ impl<L: Link> Pipe<L> {
                                 // held once, on the newer lease.
                                 Counters::add(&sh.counters.lost_lease_on_release);
                                 sh.give_ticket();
-                                h.body.clear();
-                                h.body.extend_from_slice(body);
+                                copy_body(&mut h.body, body, &mut self.widest);
                                 (h.asked, h.leased) = (sent, sent);
                             } else {
                                 let mut b = self.spare.pop().unwrap_or_default();
-                                b.clear();
-                                b.extend_from_slice(body);
+                                copy_body(&mut b, body, &mut self.widest);
                                 self.held.push_back(Held {
                                     id,
                                     body: b,
@@ -304,6 +325,35 @@ impl<L: Link> Pipe<L> {
         }
     }
 
+    /// Applies the lease rule to every waiting job: the releases at once (each
+    /// asks the job's priority first: a rare path), the touches queued for the
+    /// next write. True when touches were queued.
+    fn queue_leases(&mut self, sh: &Shared, now: Instant) -> Result<bool, After> {
+        let soon = std::mem::take(&mut self.soon);
+        let rule = |h: &Held| lease(now - h.asked, now - h.leased, soon);
+        if self.held.iter().any(|h| rule(h) == Lease::Release) {
+            self.release(sh, |h| rule(h) == Lease::Release)?;
+        }
+        let mut touched = false;
+        for k in 0..self.held.len() {
+            if rule(&self.held[k]) != Lease::Touch {
+                continue;
+            }
+            let id = self.held[k].id;
+            if let Err(e) = self.queue(Req::Touch(id), Owed::Touch { id, sent: now }) {
+                self.forget(sh);
+                return Err(failed(
+                    sh,
+                    sh.cfg.servers[self.server].as_str(),
+                    Some(id),
+                    &e,
+                ));
+            }
+            touched = true;
+        }
+        Ok(touched)
+    }
+
     /// Gives back, at once, every waiting job that `pick` chooses (all of
     /// them at a stop): the replies owed first, then each job's priority, then
     /// the releases in one write.
@@ -354,10 +404,13 @@ impl<L: Link> Pipe<L> {
     }
 }
 
-/// A window a stop may empty from another thread.
+/// A window that another thread may tend while the lane's thread runs a job.
 pub(crate) trait Keep: Send + Sync {
     /// Releases every prefetched job that has not started.
     fn release_unstarted(&self, sh: &Shared);
+    /// Applies the lease rule to the waiting jobs, unless the lane's thread
+    /// is between jobs (it does so itself then).
+    fn keep_leases(&self, sh: &Shared);
 }
 
 impl<L: Link + Send> Keep for Mutex<Pipe<L>> {
@@ -367,6 +420,19 @@ impl<L: Link + Send> Keep for Mutex<Pipe<L>> {
         if live && (!p.held.is_empty() || !p.owed.is_empty()) {
             // A failure gives the link up; the lane's thread sees it broken.
             let _ = p.release(sh, |_| true);
+        }
+    }
+
+    fn keep_leases(&self, sh: &Shared) {
+        let Ok(mut p) = self.try_lock() else {
+            return;
+        };
+        let live = p.link.as_ref().is_some_and(|l| !l.is_broken());
+        if live && !p.held.is_empty() {
+            // A failure gives the link up; the lane's thread sees it broken.
+            if let Ok(true) = p.queue_leases(sh, Instant::now()) {
+                let _ = p.flush(sh).and_then(|()| p.absorb(sh));
+            }
         }
     }
 }
@@ -477,7 +543,12 @@ impl Turn<'_> {
 
     /// Reads the owed replies and passes on what they told the lane.
     fn absorb<L: Link>(&mut self, p: &mut Pipe<L>) -> Result<(), After> {
-        let r = p.absorb(self.sh);
+        self.absorb_until(p, usize::MAX)
+    }
+
+    /// [`Pipe::absorb_until`], passing on what the replies told the lane.
+    fn absorb_until<L: Link>(&mut self, p: &mut Pipe<L>, held: usize) -> Result<(), After> {
+        let r = p.absorb_until(self.sh, held);
         if std::mem::take(&mut p.progress) {
             self.reconnect.progress();
         }
@@ -521,7 +592,17 @@ impl Turn<'_> {
     /// gives the waiting jobs back.
     fn next_job<L: Link>(&mut self, pipe: &Mutex<Pipe<L>>) -> ControlFlow<After, u64> {
         let (sh, ls) = (self.sh, self.ls);
+        let k = sh.cfg.prefetch;
         let mut p = lock(pipe);
+        // Half the window left: read the older replies (long come) up to
+        // three quarters full, so the server always has requests to answer
+        // and the handler jobs to run.
+        if p.held.len() <= k / 2 && !p.owed.is_empty() {
+            if let Err(after) = self.absorb_until(&mut p, (3 * k / 4).max(1)) {
+                ls.state.store(IDLE, Ordering::SeqCst);
+                return ControlFlow::Break(after);
+            }
+        }
         loop {
             if sh.stop.load(Ordering::SeqCst) {
                 let r = p.release(sh, |_| true);
@@ -626,23 +707,14 @@ impl Turn<'_> {
         );
         ls.state.store(HOLDING, Ordering::SeqCst);
         let now = Instant::now();
-        // The rare releases first: each asks the job's priority on its own.
-        let soon = std::mem::take(&mut p.soon);
-        if p.held
-            .iter()
-            .any(|h| lease(now - h.asked, now - h.leased, soon) == Lease::Release)
-        {
-            let r = p.release(sh, |h| {
-                lease(now - h.asked, now - h.leased, soon) == Lease::Release
-            });
-            if let Err(after) = r {
-                if settle.is_ok() {
-                    Counters::add(&sh.counters.lease_dropped);
-                    sh.give_ticket();
-                }
-                ls.state.store(IDLE, Ordering::SeqCst);
-                return ControlFlow::Break(after);
+        if let Err(after) = p.queue_leases(sh, now) {
+            if settle.is_ok() {
+                // Its settle was never sent: the server takes it back.
+                Counters::add(&sh.counters.lease_dropped);
+                sh.give_ticket();
             }
+            ls.state.store(IDLE, Ordering::SeqCst);
+            return ControlFlow::Break(after);
         }
         let queued = match settle {
             Ok(s) => p.queue(Req::Settle(id, s), Owed::Settle { id, settle: s }),
@@ -673,21 +745,6 @@ impl Turn<'_> {
             p.forget(sh);
             failed(sh, server, Some(id), &e)
         });
-        for k in 0..p.held.len() {
-            if r.is_err() {
-                break;
-            }
-            let h = &p.held[k];
-            if lease(now - h.asked, now - h.leased, soon) == Lease::Touch {
-                let id = h.id;
-                r = p
-                    .queue(Req::Touch(id), Owed::Touch { id, sent: now })
-                    .map_err(|e| {
-                        p.forget(sh);
-                        failed(sh, server, Some(id), &e)
-                    });
-            }
-        }
         if r.is_ok() && !sh.stop.load(Ordering::SeqCst) {
             r = self.refill(&mut p, now).map(|_| ());
         }
@@ -713,9 +770,253 @@ impl Turn<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use taskq_proto::{ConnectionError, Interrupter, IoCounts};
+
     use super::*;
+    use crate::config::Config;
+    use crate::engine::SettleReply;
+    use crate::worker::Worker;
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// A reply the scripted link gives, in order.
+    enum Say {
+        Settled(SettleReply),
+        Job(u64),
+        Empty,
+        Soon,
+        Touched(bool),
+        Info(u32),
+    }
+
+    /// A link that records what is queued and answers from a script: the
+    /// window's bookkeeping without a socket or a clock.
+    #[derive(Default)]
+    struct Scripted {
+        script: VecDeque<Say>,
+        queued: Vec<String>,
+        writes: usize,
+        broken: bool,
+    }
+
+    impl Scripted {
+        fn next(&mut self) -> Result<Say, Fault> {
+            self.script
+                .pop_front()
+                .ok_or(Fault::Conn(ConnectionError::Closed))
+        }
+    }
+
+    impl JobLink for Scripted {
+        fn addr(&self) -> SocketAddr {
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 11300))
+        }
+        fn is_broken(&self) -> bool {
+            self.broken
+        }
+        fn mark_broken(&mut self) {
+            self.broken = true;
+        }
+        fn touch(&mut self, _: u64) -> Result<bool, Fault> {
+            unreachable!("the window queues its touches")
+        }
+        fn info(&mut self, _: u64, _: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
+            match self.next()? {
+                Say::Info(pri) => Ok(Some(JobInfo {
+                    pri,
+                    ..JobInfo::default()
+                })),
+                _ => Err(Fault::Unexpected("script")),
+            }
+        }
+    }
+
+    impl Link for Scripted {
+        fn connect(_: &Config, _: &str) -> Result<Self, ConnectionError> {
+            Ok(Scripted::default())
+        }
+        fn io_counts(&self) -> IoCounts {
+            IoCounts::default()
+        }
+        fn interrupter(&self) -> Option<Interrupter> {
+            None
+        }
+        fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError> {
+            self.queued.push(match req {
+                Req::Settle(id, s) => format!("{s:?} {id}"),
+                Req::Touch(id) => format!("touch {id}"),
+                Req::Ask(a) => format!("reserve {}", a.slice),
+            });
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), ConnectionError> {
+            self.writes += 1;
+            Ok(())
+        }
+        fn discard(&mut self) {}
+        fn settled(&mut self) -> Result<SettleReply, Fault> {
+            match self.next()? {
+                Say::Settled(r) => Ok(r),
+                _ => Err(Fault::Unexpected("script")),
+            }
+        }
+        fn reserved(&mut self) -> Result<Took<'_>, Fault> {
+            match self.next()? {
+                Say::Job(id) => Ok(Took::Job { id, body: b"body" }),
+                Say::Empty => Ok(Took::TurnEmpty),
+                Say::Soon => Ok(Took::DeadlineSoon),
+                _ => Err(Fault::Unexpected("script")),
+            }
+        }
+        fn touched(&mut self) -> Result<bool, Fault> {
+            match self.next()? {
+                Say::Touched(t) => Ok(t),
+                _ => Err(Fault::Unexpected("script")),
+            }
+        }
+        fn quit(self) {}
+    }
+
+    /// A worker's shared state with ten `max_jobs` tickets.
+    fn shared() -> Arc<Shared> {
+        let cfg = Config {
+            max_jobs: Some(10),
+            prefetch: 4,
+            ..Config::default()
+        };
+        Worker::new(cfg, |_: &mut crate::Job<'_>| crate::Outcome::Done)
+            .unwrap()
+            .shared
+    }
+
+    fn tickets(sh: &Shared) -> u64 {
+        sh.tickets.load(Ordering::SeqCst)
+    }
+
+    /// A window on a scripted link, with `asks` reserves owed (tickets taken).
+    fn pipe(sh: &Shared, asks: usize, script: Vec<Say>) -> Pipe<Scripted> {
+        let mut p = Pipe::new(0, 4);
+        p.link = Some(Scripted {
+            script: script.into(),
+            ..Scripted::default()
+        });
+        let t0 = Instant::now();
+        for _ in 0..asks {
+            assert!(sh.take_ticket());
+            p.owed.push_back(Owed::Ask { sent: t0 });
+            p.asks += 1;
+        }
+        p
+    }
+
+    #[test]
+    fn a_refill_fills_the_window_and_deadline_soon_is_a_signal_not_an_error() {
+        let sh = shared();
+        let mut p = pipe(&sh, 3, vec![Say::Job(7), Say::Soon, Say::Empty]);
+        p.absorb(&sh).unwrap();
+        assert_eq!(p.held.iter().map(|h| h.id).collect::<Vec<_>>(), [7]);
+        assert_eq!(p.held[0].body, b"body");
+        assert!(p.soon && p.dry && p.turn_empty);
+        assert_eq!(p.asks, 0);
+        // The job keeps its ticket; the two empty answers gave theirs back.
+        assert_eq!(tickets(&sh), 9);
+        let c = sh.counters.snapshot();
+        assert_eq!(
+            (c.reserved, c.deadline_soon, c.unexpected_replies),
+            (1, 1, 0)
+        );
+        assert!(!p.link.as_ref().unwrap().broken);
+        // The next lease rule touches every waiting job, however young.
+        assert!(p.queue_leases(&sh, Instant::now()).unwrap());
+        assert_eq!(p.link.as_ref().unwrap().queued, ["touch 7"]);
+        assert!(!p.soon);
+    }
+
+    #[test]
+    fn a_waiting_job_whose_touch_is_not_found_is_dropped_never_run() {
+        let sh = shared();
+        let mut p = pipe(&sh, 2, vec![Say::Job(1), Say::Job(2)]);
+        p.absorb(&sh).unwrap();
+        let now = Instant::now();
+        for id in [1, 2] {
+            p.queue(Req::Touch(id), Owed::Touch { id, sent: now })
+                .unwrap();
+        }
+        p.link.as_mut().unwrap().script = vec![Say::Touched(true), Say::Touched(false)].into();
+        p.absorb(&sh).unwrap();
+        assert_eq!(p.held.iter().map(|h| h.id).collect::<Vec<_>>(), [1]);
+        assert_eq!(p.held[0].leased, now);
+        let c = sh.counters.snapshot();
+        assert_eq!((c.touched, c.lost_lease_on_release), (1, 1));
+        assert_eq!(tickets(&sh), 9);
+        assert_eq!(p.spare.len(), 1, "the body buffer is kept for reuse");
+    }
+
+    #[test]
+    fn a_job_handed_out_again_is_held_once() {
+        let sh = shared();
+        let mut p = pipe(&sh, 2, vec![Say::Job(5), Say::Job(5)]);
+        p.absorb(&sh).unwrap();
+        assert_eq!(p.held.len(), 1);
+        assert_eq!(tickets(&sh), 9);
+        assert_eq!(sh.counters.snapshot().lost_lease_on_release, 1);
+    }
+
+    #[test]
+    fn only_the_older_replies_are_read_while_the_window_has_jobs() {
+        let sh = shared();
+        let mut p = pipe(&sh, 3, vec![Say::Job(1), Say::Job(2)]);
+        p.absorb_until(&sh, 2).unwrap();
+        // The third reply may not have come: it is not waited for.
+        assert_eq!((p.held.len(), p.owed.len(), p.asks), (2, 1, 1));
+        assert!(!p.link.as_ref().unwrap().broken);
+    }
+
+    #[test]
+    fn a_broken_link_forgets_the_window_and_counts_every_owed_reply() {
+        let sh = shared();
+        // Two jobs come, then the link fails before the third reply.
+        let mut p = pipe(&sh, 3, vec![Say::Job(1), Say::Job(2)]);
+        p.owed.push_back(Owed::Settle {
+            id: 9,
+            settle: Settle::Delete,
+        });
+        assert!(sh.take_ticket(), "the ticket of job 9");
+        assert!(matches!(p.absorb(&sh), Err(After::Broken)));
+        assert!(p.held.is_empty() && p.owed.is_empty());
+        assert_eq!(p.asks, 0);
+        assert!(p.link.as_ref().unwrap().broken);
+        let c = sh.counters.snapshot();
+        // The delete may have been carried out; the waiting jobs go back.
+        assert_eq!((c.reserved, c.ack_unknown, c.lease_dropped), (2, 1, 2));
+        assert_eq!(tickets(&sh), 10, "every ticket back");
+    }
+
+    #[test]
+    fn a_job_waiting_too_long_is_released_with_its_priority() {
+        let sh = shared();
+        let mut p = pipe(&sh, 2, vec![Say::Job(1), Say::Job(2)]);
+        p.absorb(&sh).unwrap();
+        let now = p.held[0].asked + HOLD_MAX;
+        // Job 1 was touched lately, job 2 is young: only the wait counts.
+        p.held[0].leased = now;
+        p.held[1].asked = now - MS;
+        p.held[1].leased = now - MS;
+        p.link.as_mut().unwrap().script =
+            vec![Say::Info(42), Say::Settled(SettleReply::Released)].into();
+        assert!(!p.queue_leases(&sh, now).unwrap(), "nothing to touch");
+        assert_eq!(p.held.iter().map(|h| h.id).collect::<Vec<_>>(), [2]);
+        let link = p.link.as_ref().unwrap();
+        assert_eq!(link.queued, ["Release { pri: 42, delay: 0 } 1"]);
+        assert_eq!(link.writes, 1);
+        let c = sh.counters.snapshot();
+        assert_eq!(c.released, 1);
+        assert_eq!(tickets(&sh), 9);
+    }
 
     #[test]
     fn a_young_lease_is_kept_an_old_one_touched_a_long_wait_released() {
