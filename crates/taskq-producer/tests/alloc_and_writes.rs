@@ -8,13 +8,18 @@ use taskq_testkit::Beanstalkd;
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
-/// Allocations made by `f` (the producer does all its work on the caller's thread).
+/// Allocations made by `f` (the producer does all its work on the caller's
+/// thread). The count adds up every counting thread's allocations: one test
+/// measures at a time.
 fn allocations(f: impl FnOnce()) -> u64 {
     alloc::in_this_thread(f).1
 }
 
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn put_put_batch_and_position_allocate_nothing_and_write_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let server = Beanstalkd::start().unwrap();
     let mut p = Producer::builder()
         .tube("counted")
@@ -84,6 +89,7 @@ fn put_put_batch_and_position_allocate_nothing_and_write_once() {
 
 #[test]
 fn jetstream_put_and_put_batch_allocate_nothing_and_write_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = taskq_testkit::NatsCluster::start(1).unwrap();
     let mut p = Producer::builder()
         .tube("counted")

@@ -305,3 +305,89 @@ fn an_existing_consumers_ack_wait_is_the_lease_and_is_never_changed() {
     assert!(counts.deleted >= 1);
     assert_eq!(admin(&c).stream_info("TASKQ").unwrap().messages, 0);
 }
+
+/// Which tube each job came from, in the order taken, for a worker on `specs`.
+fn order_taken(c: &NatsCluster, specs: &[&str], prefetch: usize) -> Vec<String> {
+    let order: Arc<Mutex<Vec<String>>> = Arc::default();
+    let o2 = order.clone();
+    let mut config = Config {
+        prefetch,
+        exit_when_idle: Some(Duration::from_secs(2)),
+        ..cfg(c, "unused")
+    };
+    config.set_tubes(specs).unwrap();
+    let worker = Worker::new(config, move |job: &mut Job<'_>| {
+        let tube = String::from_utf8_lossy(job.body())
+            .split('-')
+            .next()
+            .unwrap()
+            .to_owned();
+        o2.lock().unwrap().push(tube);
+        Outcome::Done
+    })
+    .unwrap();
+    worker.run();
+    Arc::try_unwrap(order).unwrap().into_inner().unwrap()
+}
+
+#[test]
+fn weighted_tubes_keep_their_shares_on_jetstream() {
+    let c = NatsCluster::start(1).unwrap();
+    for tube in ["vip", "standard"] {
+        let bodies: Vec<Vec<u8>> = (0..600)
+            .map(|i| format!("{tube}-{i}").into_bytes())
+            .collect();
+        put_all(&c, tube, &bodies, PutOptions::default());
+    }
+    for prefetch in [1, 16] {
+        let order = order_taken(&c, &["vip:4", "standard:1"], prefetch);
+        // While both tubes still had jobs: the first 600 taken.
+        let vip = order[..600].iter().filter(|t| *t == "vip").count();
+        let share = vip as f64 / 600.0;
+        eprintln!("prefetch {prefetch}: vip share {share:.3} of the first 600");
+        assert!((0.75..=0.85).contains(&share), "4:1 gives vip {share:.3}");
+        if prefetch == 1 {
+            // Put the drained jobs back for the second run.
+            for tube in ["vip", "standard"] {
+                let bodies: Vec<Vec<u8>> = (0..600)
+                    .map(|i| format!("{tube}-{i}").into_bytes())
+                    .collect();
+                put_all(&c, tube, &bodies, PutOptions::default());
+            }
+        }
+    }
+}
+
+#[test]
+fn priorities_do_not_reorder_a_tube_on_jetstream() {
+    // A stream keeps its order: `--pri` is accepted and does not jump the
+    // queue (the README's engine table says so).
+    let c = NatsCluster::start(1).unwrap();
+    let mut p = Producer::builder().tube("pri").connect(c.url()).unwrap();
+    for (i, pri) in [(0, 2000), (1, 2000), (2, 0), (3, 5)] {
+        p.put(
+            format!("pri-{i}").as_bytes(),
+            PutOptions {
+                pri,
+                ..PutOptions::default()
+            },
+        )
+        .unwrap();
+    }
+    let order: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let o2 = order.clone();
+    Worker::new(cfg(&c, "pri"), move |job: &mut Job<'_>| {
+        o2.lock().unwrap().push(job.body().to_vec());
+        Outcome::Done
+    })
+    .unwrap()
+    .run();
+    let order = order.lock().unwrap();
+    let want: Vec<Vec<u8>> = (0..4).map(|i| format!("pri-{i}").into_bytes()).collect();
+    assert_eq!(*order, want, "publish order, whatever the priority");
+    // --position has no ready count to give on this engine: the id alone.
+    let pos = p
+        .put_with_position(b"pri-4", PutOptions::default())
+        .unwrap();
+    assert_eq!((pos.id.get(), pos.ready), (5, None));
+}

@@ -95,10 +95,23 @@ struct Pull {
     tube: usize,
     /// Asks it still owes an answer.
     left: u32,
+    /// The asks do not wait (a weighted turn, a refill): an empty pull
+    /// answers them [`Took::TurnEmpty`].
     no_wait: bool,
+    /// More tubes to try, after this one, for the asks this pull leaves
+    /// unanswered: every tube is tried without waiting before the last one
+    /// waits (unless the asks do not wait at all).
+    scan: usize,
     /// Sent to the server.
     sent: bool,
     ended: Option<End>,
+}
+
+impl Pull {
+    /// This pull waits on the server: the asks wait and no tube is left to try.
+    fn waits(&self) -> bool {
+        !self.no_wait && self.scan == 0
+    }
 }
 
 /// A worker thread's connection to a JetStream cluster.
@@ -113,6 +126,7 @@ pub(crate) struct Nats {
     asks: u32,
     ask_tube: usize,
     ask_no_wait: bool,
+    ask_scan: usize,
     /// Pulls owed answers, oldest (the one under way) first.
     pulls: VecDeque<Pull>,
     /// Strict mode over several tubes: the tube the next blocking pull waits on.
@@ -231,20 +245,20 @@ impl Nats {
         }
         // The asks of later writes for the same tube go into this pull too:
         // a window refilled job by job is pulled for in one request.
-        let (tube, no_wait) = (p.tube, p.no_wait);
+        let (tube, no_wait, scan) = (p.tube, p.no_wait, p.scan);
         while self
             .pulls
             .get(1)
-            .is_some_and(|q| q.tube == tube && q.no_wait == no_wait)
+            .is_some_and(|q| q.tube == tube && q.no_wait == no_wait && q.scan == scan)
         {
             let q = self.pulls.remove(1).expect("checked above");
             self.pulls[0].left += q.left;
         }
         let p = &mut self.pulls[0];
         p.sent = true;
-        let batch = p.left;
+        let (batch, waits) = (p.left, p.waits());
         let consumer = &self.tubes[tube].consumer;
-        let r = if no_wait {
+        let r = if !waits {
             self.conn.pull_no_wait(&self.stream, consumer, batch)
         } else {
             self.conn
@@ -497,6 +511,7 @@ impl Link for Nats {
             asks: 0,
             ask_tube: 0,
             ask_no_wait: false,
+            ask_scan: 0,
             pulls: VecDeque::with_capacity(k),
             rotate: fastrand::usize(..cfg.tubes.len().max(1)),
             settles: VecDeque::with_capacity(k),
@@ -565,9 +580,10 @@ impl Link for Nats {
             }
             Req::Ask(ask) => {
                 if self.asks == 0 {
-                    let (tube, no_wait) = pick(ask, &mut self.rotate);
+                    let (tube, no_wait, scan) = pick(ask, &mut self.rotate);
                     self.ask_tube = tube;
                     self.ask_no_wait = no_wait;
+                    self.ask_scan = scan;
                 }
                 self.asks += 1;
                 Ok(())
@@ -581,6 +597,7 @@ impl Link for Nats {
                 tube: self.ask_tube,
                 left: std::mem::take(&mut self.asks),
                 no_wait: self.ask_no_wait,
+                scan: self.ask_scan,
                 sent: false,
                 ended: None,
             });
@@ -629,6 +646,17 @@ impl Link for Nats {
                 });
             }
             self.send_pull()?;
+            let n = self.tubes.len();
+            if let Some(p) = self.pulls.front_mut() {
+                if p.ended == Some(End::Empty) && p.scan > 0 {
+                    // Nothing on this tube now: the asks left try the next one.
+                    p.tube = (p.tube + 1) % n;
+                    p.scan -= 1;
+                    p.sent = false;
+                    p.ended = None;
+                    continue;
+                }
+            }
             if let Some(end) = self.pulls.front().and_then(|p| p.ended) {
                 let no_wait = self.answered();
                 return Ok(Nats::empty(no_wait, end));
@@ -662,26 +690,23 @@ impl Link for Nats {
     }
 }
 
-/// The tube an ask pulls from, and whether it waits.
-fn pick(ask: Ask<'_>, rotate: &mut usize) -> (usize, bool) {
+/// Where an ask's pull starts, whether the ask waits, and how many more
+/// tubes it may try: a weighted turn tries its tube alone; otherwise every
+/// tube in turn (starting one further each time, so none is always last).
+fn pick(ask: Ask<'_>, rotate: &mut usize) -> (usize, bool, usize) {
     let n = ask.tubes.len().max(1);
-    match ask.sched {
-        Some(s) => match s.want() {
-            Want::Try(k) => {
-                s.switch(Want::Try(k), |_, _| Ok::<(), ConnectionError>(()))
-                    .ok();
-                (k, true)
-            }
-            Want::All => {
-                s.switch(Want::All, |_, _| Ok::<(), ConnectionError>(()))
-                    .ok();
-                *rotate = (*rotate + 1) % n;
-                (*rotate, ask.slice == 0)
-            }
-        },
-        None => {
+    let no_wait = ask.slice == 0;
+    let want = ask.sched.map(|s| {
+        let want = s.want();
+        // The schedule records what the link "watches"; pulls need no switch.
+        let _ = s.switch(want, |_, _| Ok(()));
+        want
+    });
+    match want {
+        Some(Want::Try(k)) => (k, true, 0),
+        Some(Want::All) | None => {
             *rotate = (*rotate + 1) % n;
-            (*rotate, ask.slice == 0)
+            (*rotate, no_wait, n - 1)
         }
     }
 }
