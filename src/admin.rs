@@ -247,7 +247,8 @@ pub fn tubes(args: TubesArgs) -> CliResult {
             .collect();
         serde_json::Value::from(array).to_string() + "\n"
     } else {
-        let mut t = Table::new();
+        // JetStream's last column, the consumer's name, is text.
+        let mut t = Table::new().left(10);
         let head = rows
             .first()
             .map_or_else(|| listing(&TubeRow::default()), Clone::clone);
@@ -427,10 +428,7 @@ fn peek_nats(args: PeekArgs, mut js: Js) -> CliResult {
     }
     if let Ok(h) = taskq_proto::nats::HeaderBlock::parse(&m.headers) {
         for (k, v) in h.iter() {
-            t.row([
-                "header".to_string(),
-                format!("{}: {}", escape(k), escape(v)),
-            ]);
+            t.row(["header".to_string(), escape(&[k, b": ", v].concat())]);
         }
     }
     t.row(["bytes".to_string(), m.data.len().to_string()]);

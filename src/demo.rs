@@ -203,6 +203,13 @@ fn setup(args: &DemoArgs) -> Result<Setup, Box<dyn std::error::Error + Send + Sy
             Admin::Beanstalkd(Box::new(conn), before)
         }
         Route::Nats(a) => {
+            // The stream is made here, once, before producers and workers
+            // start and each look for it.
+            args.js
+                .producer(Producer::builder())
+                .io_timeout(io_timeout)
+                .connect(addr.as_str())
+                .map_err(|e| format!("cannot set the stream up on {addr}: {e}"))?;
             let mut js = Js::connect(&a, &args.js.stream, args.io_timeout)?;
             let last_seq = js.stream_info()?.map_or(0, |s| s.last_seq);
             Admin::Nats(Box::new(js), last_seq)

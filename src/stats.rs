@@ -84,7 +84,7 @@ fn run_nats(args: &StatsArgs, mut js: Js) -> CliResult {
                 fields.push(format!("\"consumers\":[{}]", consumers.join(",")));
                 format!("{{{}}}\n", fields.join(","))
             } else {
-                let mut t = Table::new();
+                let mut t = Table::new().left(1);
                 t.row([
                     "CONSUMER",
                     "TUBE",
@@ -126,7 +126,7 @@ fn stream_pairs(o: &Overview) -> Vec<(&'static str, String)> {
         ("messages", s.messages.to_string()),
         ("first-seq", s.first_seq.to_string()),
         ("last-seq", s.last_seq.to_string()),
-        ("consumers", s.consumer_count.to_string()),
+        ("consumer-count", s.consumer_count.to_string()),
         ("current-tubes", o.tubes.len().to_string()),
         ("current-jobs-ready", sum(JsTube::ready)),
         ("current-jobs-reserved", sum(JsTube::reserved)),
