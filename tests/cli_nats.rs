@@ -692,3 +692,76 @@ fn demo_tube(a: &mut NatsConnection) -> String {
     let name = list[0].as_str().unwrap();
     name.strip_prefix("taskq-").unwrap().to_owned()
 }
+
+/// The README's JetStream lines (its "```sh jetstream" block), each run in
+/// bash with `$TASKQ_ADDR` naming a 3-node cluster and the built commands first
+/// on PATH; what they leave is read back from the cluster.
+#[test]
+fn the_readme_jetstream_commands_run_against_a_cluster() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let mut lines = Vec::new();
+    let mut inside = false;
+    for line in readme.lines() {
+        if let Some(info) = line.trim_start().strip_prefix("```") {
+            inside = !inside && info.trim() == "sh jetstream";
+        } else if inside && !line.trim().is_empty() {
+            lines.push(line.trim().to_owned());
+        }
+    }
+    assert!(
+        lines.len() >= 8,
+        "the README lost its JetStream lines: {lines:?}"
+    );
+    let c = NatsCluster::start(3).unwrap();
+    let path = format!(
+        "{}:{}",
+        cli_common::bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut outputs = Vec::new();
+    for line in &lines {
+        let mut child = std::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", line])
+            .env("PATH", &path)
+            .env("TASKQ_ADDR", c.url())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > until {
+                let _ = child.kill();
+                panic!("README line ran past 60 s: {line}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "README line failed: {line}\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        outputs.push((line.clone(), stdout));
+    }
+    let kicks: Vec<&str> = outputs
+        .iter()
+        .filter(|(l, _)| l.starts_with("taskq kick"))
+        .map(|(_, o)| o.as_str())
+        .collect();
+    assert_eq!(kicks, ["kicked 1\n", "kicked 1\n"]);
+    let mut a = admin(&c);
+    let back: Vec<Vec<u8>> = on_subject(&mut a, "TASKQ", "taskq.reports")
+        .into_iter()
+        .map(|m| m.data)
+        .collect();
+    assert_eq!(back, [b"monthly 7".to_vec(), b"weekly 3".to_vec()]);
+    assert!(on_subject(&mut a, "TASKQ", "taskq.reports.buried").is_empty());
+    let staging = &outputs.last().unwrap().1;
+    let listed = json(staging.lines().last().unwrap());
+    assert_eq!(find(&listed, "name", "reports")["ready"], 1);
+    assert_eq!(a.stream_info("STAGING").unwrap().subjects, ["staging.>"]);
+}
