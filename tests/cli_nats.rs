@@ -765,3 +765,91 @@ fn the_readme_jetstream_commands_run_against_a_cluster() {
     assert_eq!(find(&listed, "name", "reports")["ready"], 1);
     assert_eq!(a.stream_info("STAGING").unwrap().subjects, ["staging.>"]);
 }
+
+/// Waits (bounded) until `f` holds.
+fn eventually(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + limit;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < until,
+            "{what}: not within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `--retry-for` on JetStream: a put whose acknowledgement does not come is
+/// sent again with its message id for that long, then put gives up (after
+/// about `--retry-for`, not twice that), and the stream holds each job once.
+#[test]
+fn put_gives_up_after_retry_for_on_a_frozen_cluster_and_stores_each_job_once() {
+    use std::io::Write;
+    let c = NatsCluster::start(1).unwrap();
+    let url = c.url();
+    let retry_for = 5;
+    let mut child = cli_common::spawn(&[
+        "put",
+        "--addr",
+        &url,
+        "--tube",
+        "r",
+        "--retry-for",
+        &retry_for.to_string(),
+    ]);
+    let mut input = child.stdin.take().unwrap();
+    for i in 1..=50 {
+        writeln!(input, "job {i}").unwrap();
+    }
+    input.flush().unwrap();
+    let mut a = admin(&c);
+    eventually("the first 50 stored", Duration::from_secs(20), || {
+        a.stream_info("TASKQ").is_ok_and(|s| s.messages == 50)
+    });
+    drop(a);
+    c.stop(0).unwrap();
+    let frozen = std::time::Instant::now();
+    for i in 51..=100 {
+        writeln!(input, "job {i}").unwrap();
+    }
+    drop(input);
+    let mut status = None;
+    eventually("put gives up", Duration::from_secs(40), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    let took = frozen.elapsed();
+    c.cont(0).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        took >= Duration::from_secs(retry_for - 1),
+        "kept sending for --retry-for: {took:?}\n{err}"
+    );
+    assert!(
+        took < Duration::from_secs(retry_for * 2 - 1),
+        "gave up after about --retry-for, not twice that: {took:?}\n{err}"
+    );
+    assert_eq!(out.status.code(), Some(3), "sent, unacknowledged: {err}");
+    assert!(err.contains("giving up"), "{err}");
+    let acked = ids(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(acked.len(), 50, "{err}");
+
+    // Thawed, the stream holds every job at most once, the acknowledged ones among them.
+    let mut a = admin(&c);
+    let mut stored = Vec::new();
+    eventually("the stream answers", Duration::from_secs(20), || {
+        stored = on_subject(&mut a, "TASKQ", "taskq.r");
+        stored.len() >= 50
+    });
+    let mut bodies: Vec<Vec<u8>> = stored.iter().map(|m| m.data.clone()).collect();
+    let n = bodies.len();
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), n, "no job stored twice");
+    assert!(n <= 100);
+    let seqs: Vec<u64> = stored.iter().map(|m| m.seq).collect();
+    assert!(
+        acked.iter().all(|id| seqs.contains(id)),
+        "every acknowledged job is stored"
+    );
+}
