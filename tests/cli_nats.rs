@@ -834,7 +834,8 @@ fn put_gives_up_after_retry_for_on_a_frozen_cluster_and_stores_each_job_once() {
     let acked = ids(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(acked.len(), 50, "{err}");
 
-    // Thawed, the stream holds every job at most once, the acknowledged ones among them.
+    // Thawed, the stream holds every job at most once (an unknown one may or
+    // may not be there), the acknowledged ones among them.
     let mut a = admin(&c);
     let mut stored = Vec::new();
     eventually("the stream answers", Duration::from_secs(20), || {
