@@ -7,6 +7,7 @@ use std::time::Duration;
 use taskq_proto::{yaml, Command, Connection, ConnectionConfig, JobStats, Reply, TubeStats};
 use taskq_worker::table::Table;
 
+use crate::jetstream::{self, Js, JsTube, Route, StreamArgs, Unsupported};
 use crate::CliResult;
 
 /// The server to talk to: `--addr`, then `$TASKQ_ADDR`, then the default.
@@ -18,12 +19,54 @@ pub struct ServerArgs {
     /// Limit on connecting and on each reply, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub io_timeout: u64,
+    #[command(flatten)]
+    pub js: StreamArgs,
+}
+
+/// The connection a command got: to beanstalkd, or to a JetStream cluster.
+pub enum Conn {
+    /// beanstalkd (boxed: its send buffer is inline).
+    Beanstalkd(Box<Connection>),
+    /// JetStream.
+    Nats(Box<Js>),
 }
 
 impl ServerArgs {
-    /// Connects to the server.
+    /// Connects to the beanstalkd server; a JetStream address is refused
+    /// with `what` (the command) as [`Unsupported`].
     pub fn connect(&self) -> Result<Connection, String> {
-        connect_to(&self.addr, self.io_timeout)
+        match self.open()? {
+            Conn::Beanstalkd(c) => Ok(*c),
+            Conn::Nats(_) => Err(format!("{} is for beanstalkd", self.addr)),
+        }
+    }
+
+    /// Refuses a JetStream address for command `what`, before connecting.
+    pub fn beanstalkd_only(&self, what: &'static str, why: &'static str) -> CliResult {
+        if jetstream::is_nats(&self.addr) {
+            return Err(Unsupported::nats(what, why).into());
+        }
+        Ok(())
+    }
+
+    /// Connects to whichever engine the address selects.
+    pub fn open(&self) -> Result<Conn, String> {
+        match jetstream::route(&self.addr)? {
+            Route::Beanstalkd(host) => {
+                connect_to(&host, self.io_timeout).map(|c| Conn::Beanstalkd(Box::new(c)))
+            }
+            Route::Nats(a) => {
+                Js::connect(&a, &self.js, self.io_timeout).map(|j| Conn::Nats(Box::new(j)))
+            }
+        }
+    }
+
+    /// Checks `tube` for the engine the address selects, before anything is sent.
+    pub fn check_tube(&self, tube: &str) -> Result<(), String> {
+        if jetstream::is_nats(&self.addr) {
+            jetstream::check_tube(tube)?;
+        }
+        Ok(())
     }
 }
 
@@ -193,40 +236,73 @@ pub struct TubesArgs {
 
 /// Runs `taskq tubes`.
 pub fn tubes(args: TubesArgs) -> CliResult {
-    let mut conn = args.server.connect()?;
-    let rows = all_tubes(&mut conn)?;
+    let rows: Vec<Listing> = match args.server.open()? {
+        Conn::Beanstalkd(mut conn) => all_tubes(&mut conn)?.iter().map(listing).collect(),
+        Conn::Nats(mut js) => js.tubes()?.iter().map(js_listing).collect(),
+    };
     let text = if args.json {
         let array: Vec<serde_json::Value> = rows
             .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "name": r.name, "ready": r.ready, "urgent": r.urgent,
-                    "reserved": r.reserved, "delayed": r.delayed, "buried": r.buried,
-                    "waiting": r.waiting, "paused": r.paused,
-                })
-            })
+            .map(|r| r.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
             .collect();
         serde_json::Value::from(array).to_string() + "\n"
     } else {
-        let mut t = Table::new();
-        t.row([
-            "TUBE", "READY", "URGENT", "RESERVED", "DELAYED", "BURIED", "WAITING", "PAUSED",
-        ]);
+        // JetStream's last column, the consumer's name, is text.
+        let mut t = Table::new().left(10);
+        let head = rows
+            .first()
+            .map_or_else(|| listing(&TubeRow::default()), Clone::clone);
+        t.row(head.iter().map(|(k, _)| match *k {
+            "name" => "TUBE".to_owned(),
+            k => k.to_ascii_uppercase(),
+        }));
         for r in &rows {
-            t.row([
-                r.name.clone(),
-                r.ready.to_string(),
-                r.urgent.to_string(),
-                r.reserved.to_string(),
-                r.delayed.to_string(),
-                r.buried.to_string(),
-                r.waiting.to_string(),
-                r.paused.to_string(),
-            ]);
+            t.row(r.iter().map(|(_, v)| match v {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Null => "-".to_owned(),
+                v => v.to_string(),
+            }));
         }
         t.to_string()
     };
     print(text.as_bytes())
+}
+
+/// One tube as `taskq tubes` shows it: (JSON key, value), in column order.
+type Listing = Vec<(&'static str, serde_json::Value)>;
+
+/// A beanstalkd tube's listing.
+fn listing(r: &TubeRow) -> Listing {
+    vec![
+        ("name", r.name.clone().into()),
+        ("ready", r.ready.into()),
+        ("urgent", r.urgent.into()),
+        ("reserved", r.reserved.into()),
+        ("delayed", r.delayed.into()),
+        ("buried", r.buried.into()),
+        ("waiting", r.waiting.into()),
+        ("paused", r.paused.into()),
+    ]
+}
+
+/// A JetStream tube's listing: the same keys (no priorities and no pause
+/// there, so urgent and paused are 0; a delay is unknown until delivery, so
+/// delayed is null and delayed jobs count as ready), then the consumer's own.
+fn js_listing(t: &JsTube) -> Listing {
+    let c = t.consumer.as_ref();
+    vec![
+        ("name", t.name.clone().into()),
+        ("ready", t.ready().into()),
+        ("urgent", 0.into()),
+        ("reserved", t.reserved().into()),
+        ("delayed", serde_json::Value::Null),
+        ("buried", t.buried.into()),
+        ("waiting", t.waiting().into()),
+        ("paused", 0.into()),
+        ("redelivered", c.map(|c| c.redelivered).into()),
+        ("stored", t.stored.into()),
+        ("consumer", c.map(|c| c.name.clone()).into()),
+    ]
 }
 
 /// Which job `taskq peek` looks at.
@@ -261,7 +337,11 @@ pub struct PeekArgs {
 
 /// Runs `taskq peek`.
 pub fn peek(args: PeekArgs) -> CliResult {
-    let mut conn = args.server.connect()?;
+    args.server.check_tube(&args.tube)?;
+    let mut conn = match args.server.open()? {
+        Conn::Beanstalkd(conn) => *conn,
+        Conn::Nats(js) => return peek_nats(args, *js),
+    };
     use_tube(&mut conn, &args.tube)?;
     let (cmd, state) = if args.which.ready {
         (Command::PeekReady, "ready")
@@ -314,6 +394,48 @@ pub fn peek(args: PeekArgs) -> CliResult {
     print(t.to_string().as_bytes())
 }
 
+/// `taskq peek` on JetStream: the first message on `taskq.T.buried`, or
+/// the first on `taskq.T` the tube's consumer has not delivered yet.
+fn peek_nats(args: PeekArgs, mut js: Js) -> CliResult {
+    let tube = &args.tube;
+    let (m, state) = if args.which.ready {
+        (js.next_ready(tube)?, "ready")
+    } else if args.which.buried {
+        let buried = js.layout().buried_subject(tube);
+        (js.first_on(&buried, 1)?, "buried")
+    } else {
+        return Err(Unsupported::nats(
+            "peek --delayed",
+            "a JetStream stream does not order jobs by ready time; a delayed job is counted as ready until a worker is handed it early and gives it back",
+        )
+        .into());
+    };
+    let Some(m) = m else {
+        return Err(format!("no {state} job in tube {tube}").into());
+    };
+    if args.raw {
+        return print(&m.data);
+    }
+    let mut t = Table::new().left(1);
+    for (k, v) in [
+        ("id", m.seq.to_string()),
+        ("tube", tube.clone()),
+        ("state", state.to_string()),
+        ("subject", m.subject.clone()),
+        ("stored", m.time.clone()),
+    ] {
+        t.row([k.to_string(), v]);
+    }
+    if let Ok(h) = taskq_proto::nats::HeaderBlock::parse(&m.headers) {
+        for (k, v) in h.iter() {
+            t.row(["header".to_string(), escape(&[k, b": ", v].concat())]);
+        }
+    }
+    t.row(["bytes".to_string(), m.data.len().to_string()]);
+    t.row(["body".to_string(), escape(&m.data)]);
+    print(t.to_string().as_bytes())
+}
+
 /// The body as a quoted string safe to print on a terminal: valid UTF-8 kept,
 /// control characters, quotes and backslashes escaped, other bytes as `\xNN`.
 pub fn escape(body: &[u8]) -> String {
@@ -358,7 +480,21 @@ pub struct KickArgs {
 
 /// Runs `taskq kick`: buried jobs first, else delayed ones, back to ready.
 pub fn kick(args: KickArgs) -> CliResult {
-    let mut conn = args.server.connect()?;
+    args.server.check_tube(&args.tube)?;
+    let mut conn = match args.server.open()? {
+        Conn::Beanstalkd(conn) => *conn,
+        Conn::Nats(mut js) => {
+            let n = js.kick(&args.tube, args.count.map_or(u64::MAX, u64::from))?;
+            if n == 0 {
+                return Err(format!(
+                    "no buried job to kick in tube {} (on JetStream a delayed job waits for its time)",
+                    args.tube
+                )
+                .into());
+            }
+            return print(format!("kicked {n}\n").as_bytes());
+        }
+    };
     use_tube(&mut conn, &args.tube)?;
     let cmd = Command::Kick {
         bound: args.count.unwrap_or(u32::MAX),
@@ -383,54 +519,93 @@ pub struct JobsArgs {
     ids: Vec<u64>,
 }
 
-/// Runs `taskq kick-job`: each buried or delayed job back to ready.
+/// Runs `taskq kick-job`: each buried or delayed job back to ready. On
+/// JetStream only a buried job (a message on `taskq.T.buried`) can be kicked.
 pub fn kick_job(args: JobsArgs) -> CliResult {
-    each_job(
-        args,
-        "kicked",
-        "not found, or neither buried nor delayed",
-        |id| Command::KickJob { id },
-    )
+    const MISSING: &str = "not found, or neither buried nor delayed";
+    match args.server.open()? {
+        Conn::Beanstalkd(mut conn) => each_job(&args.ids, "kicked", |id| {
+            beanstalkd_job(&mut conn, &Command::KickJob { id }, MISSING)
+        }),
+        Conn::Nats(mut js) => each_job(&args.ids, "kicked", |id| {
+            let Some(m) = js.job(id)? else {
+                return Ok(Err(MISSING.to_owned()));
+            };
+            match js.layout().tube_of(&m.subject) {
+                Some((tube, true)) => {
+                    let tube = tube.to_owned();
+                    js.kick_one(&m, &tube).map(|_| Ok(()))
+                }
+                _ => Ok(Err(Unsupported::nats(
+                    "kick-job of a job that is not buried",
+                    "a ready or reserved job is held by its tube's consumer, and a delayed one waits there for its time",
+                )
+                .to_string())),
+            }
+        }),
+    }
 }
 
-/// Runs `taskq delete`.
+/// Runs `taskq delete`. On JetStream a job's id is its stream sequence;
+/// only messages of taskq's layout (`taskq.T`, `taskq.T.buried`) are deleted.
 pub fn delete(args: JobsArgs) -> CliResult {
-    each_job(
-        args,
-        "deleted",
-        "not found, or reserved by another connection",
-        |id| Command::Delete { id },
-    )
+    const MISSING: &str = "not found, or reserved by another connection";
+    match args.server.open()? {
+        Conn::Beanstalkd(mut conn) => each_job(&args.ids, "deleted", |id| {
+            beanstalkd_job(&mut conn, &Command::Delete { id }, MISSING)
+        }),
+        Conn::Nats(mut js) => each_job(&args.ids, "deleted", |id| {
+            let Some(m) = js.job(id)? else {
+                return Ok(Err("not found".to_owned()));
+            };
+            if js.layout().tube_of(&m.subject).is_none() {
+                return Ok(Err(format!("not a taskq job (subject {})", m.subject)));
+            }
+            Ok(if js.delete(id)? {
+                Ok(())
+            } else {
+                Err("not found".to_owned())
+            })
+        }),
+    }
 }
 
-/// Sends `cmd(id)` for each id, printing `DONE ID` for each success; any
-/// failure is reported on stderr and makes the command fail at the end.
-fn each_job(
-    args: JobsArgs,
-    done: &str,
+/// Sends `cmd` about one job: `Ok(Err(missing))` when the server has no
+/// such job (in a state the command acts on).
+fn beanstalkd_job(
+    conn: &mut Connection,
+    cmd: &Command<'_>,
     missing: &str,
-    cmd: impl Fn(u64) -> Command<'static>,
+) -> Result<Result<(), String>, String> {
+    request(conn, cmd, |r| match r {
+        Reply::KickedJob | Reply::Deleted => Ok(Ok(())),
+        Reply::NotFound => Ok(Err(missing.to_owned())),
+        other => Err(unexpected(cmd, &other)),
+    })
+}
+
+/// Acts on each id, printing `DONE ID` for each success; a job the action
+/// did not apply to (`Ok(Err(why))`) is reported on stderr and makes the
+/// command fail at the end; an `Err` stops at once.
+fn each_job(
+    ids: &[u64],
+    done: &str,
+    mut act: impl FnMut(u64) -> Result<Result<(), String>, String>,
 ) -> CliResult {
-    let mut conn = args.server.connect()?;
     let mut failed = 0;
     let mut out = String::new();
-    for &id in &args.ids {
-        let c = cmd(id);
-        let ok = request(&mut conn, &c, |r| match r {
-            Reply::KickedJob | Reply::Deleted => Ok(true),
-            Reply::NotFound => Ok(false),
-            other => Err(unexpected(&c, &other)),
-        })?;
-        if ok {
-            out += &format!("{done} {id}\n");
-        } else {
-            eprintln!("taskq: job {id}: {missing}");
-            failed += 1;
+    for &id in ids {
+        match act(id)? {
+            Ok(()) => out += &format!("{done} {id}\n"),
+            Err(why) => {
+                eprintln!("taskq: job {id}: {why}");
+                failed += 1;
+            }
         }
     }
     print(out.as_bytes())?;
     if failed > 0 {
-        return Err(format!("{failed} of {} jobs not {done}", args.ids.len()).into());
+        return Err(format!("{failed} of {} jobs not {done}", ids.len()).into());
     }
     Ok(())
 }
@@ -450,6 +625,10 @@ pub struct PauseArgs {
 
 /// Runs `taskq pause`.
 pub fn pause(args: PauseArgs) -> CliResult {
+    args.server.beanstalkd_only(
+        "pause",
+        "nats-server 2.9 cannot pause a consumer; stop the tube's workers instead",
+    )?;
     let mut conn = args.server.connect()?;
     let cmd = Command::PauseTube {
         tube: &args.tube,

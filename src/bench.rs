@@ -32,6 +32,8 @@ pub struct BenchArgs {
     /// Tube the jobs go to (they stay there: drain or drop it afterwards).
     #[arg(long, default_value = "taskq-bench")]
     pub tube: String,
+    #[command(flatten)]
+    pub js: crate::jetstream::CreateArgs,
 }
 
 /// Runs `taskq bench`.
@@ -53,6 +55,9 @@ pub fn run(args: BenchArgs) -> CliResult {
             )
         }
     };
+    if crate::jetstream::is_nats(&addr) {
+        crate::jetstream::check_tube(&args.tube)?;
+    }
     let max_job_size = args.size.max(taskq_proto::DEFAULT_MAX_JOB_SIZE);
     let body = vec![b'x'; args.size];
     let per_conn: Vec<u64> = (0..args.connections as u64)
@@ -64,7 +69,7 @@ pub fn run(args: BenchArgs) -> CliResult {
     // Connect everyone first, so connecting is not measured.
     let mut producers = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
-        let mut p = crate::put::connect(&addr, args.io_timeout, max_job_size)?;
+        let mut p = crate::put::connect(&addr, args.io_timeout, max_job_size, &args.js, None)?;
         p.use_tube(&args.tube)
             .map_err(|e| format!("use {}: {e}", args.tube))?;
         producers.push(p);

@@ -20,6 +20,7 @@ use taskq_worker::{Backoff, Config as WorkerConfig, Job, Outcome, Snapshot, Work
 
 use taskq_worker::table::Table;
 
+use crate::jetstream::{CreateArgs, Js, Route};
 use crate::CliResult;
 
 /// Arguments of `taskq demo`.
@@ -28,9 +29,10 @@ pub struct DemoArgs {
     /// Jobs to enqueue.
     #[arg(short = 'n', long = "jobs", default_value_t = 100_000)]
     pub jobs: u64,
-    /// A beanstalkd to run against; without it the embedded reference server is
-    /// started in this process. ($TASKQ_ADDR is deliberately not read: a demo
-    /// should never pour jobs into a server nobody named.)
+    /// A beanstalkd (HOST:PORT) or a JetStream cluster (nats://HOST:PORT,...)
+    /// to run against; without it the embedded reference server is started in
+    /// this process. ($TASKQ_ADDR is deliberately not read: a demo should never
+    /// pour jobs into a server nobody named.)
     #[arg(long)]
     pub addr: Option<String>,
     /// Limit on each reply, in milliseconds.
@@ -42,6 +44,8 @@ pub struct DemoArgs {
     /// Producer threads, each with its own connection.
     #[arg(long, default_value_t = 2)]
     pub producers: usize,
+    #[command(flatten)]
+    pub js: CreateArgs,
 }
 
 /// What the handler does with job `i`: the schedule is fixed so every run, and
@@ -121,10 +125,22 @@ struct Setup {
     addr: String,
     tube: String,
     io_timeout: Duration,
-    /// A connection for the server's statistics.
-    admin: Connection,
-    before: ServerStatsCopy,
+    /// A connection for the server's record, and the record before the run.
+    admin: Admin,
 }
+
+/// Where the server's own record is read, by engine.
+enum Admin {
+    /// beanstalkd's `stats`, as it was before the run.
+    Beanstalkd(Box<Connection>, ServerStatsCopy),
+    /// The JetStream stream and the tube's consumer; the stream's last
+    /// sequence before the run.
+    Nats(Box<Js>, u64),
+}
+
+/// A line of the report: what, the workers' count, the server's record of
+/// it (`None`: the server keeps none), and where in the record it is.
+type Row = (&'static str, u64, Option<u64>, String);
 
 /// What the run came to, on the client side.
 struct Driven {
@@ -175,20 +191,36 @@ fn setup(args: &DemoArgs) -> Result<Setup, Box<dyn std::error::Error + Send + Sy
             .unwrap_or(0)
     );
 
-    let conn_cfg = ConnectionConfig {
-        io_timeout,
-        ..ConnectionConfig::default()
+    let admin = match crate::jetstream::route(&addr)? {
+        Route::Beanstalkd(host) => {
+            let conn_cfg = ConnectionConfig {
+                io_timeout,
+                ..ConnectionConfig::default()
+            };
+            let mut conn = Connection::connect(host.as_str(), conn_cfg)
+                .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+            let before = server_record(&mut conn)?;
+            Admin::Beanstalkd(Box::new(conn), before)
+        }
+        Route::Nats(a) => {
+            // The stream is made here, once, before producers and workers
+            // start and each look for it.
+            args.js
+                .producer(Producer::builder())
+                .io_timeout(io_timeout)
+                .connect(addr.as_str())
+                .map_err(|e| format!("cannot set the stream up on {addr}: {e}"))?;
+            let mut js = Js::connect(&a, &args.js.stream, args.io_timeout)?;
+            let last_seq = js.stream_info()?.map_or(0, |s| s.last_seq);
+            Admin::Nats(Box::new(js), last_seq)
+        }
     };
-    let mut admin = Connection::connect(addr.as_str(), conn_cfg)
-        .map_err(|e| format!("cannot reach {addr}: {e}"))?;
-    let before = server_record(&mut admin)?;
     Ok(Setup {
         embedded,
         addr,
         tube,
         io_timeout,
         admin,
-        before,
     })
 }
 
@@ -211,6 +243,7 @@ fn drive(
                 max: Duration::from_secs(1),
                 jitter: taskq_worker::Jitter::None,
             },
+            jetstream: args.js.worker(),
             ..WorkerConfig::default()
         },
         handle,
@@ -221,13 +254,16 @@ fn drive(
 
     let queued = Arc::new(AtomicU64::new(0));
     let mut producers = Vec::new();
+    let builder = args
+        .js
+        .producer(Producer::builder())
+        .io_timeout(io_timeout)
+        .tube(tube);
     for p in 0..args.producers as u64 {
-        let (addr, tube, queued) = (addr.clone(), tube.clone(), queued.clone());
+        let (addr, builder, queued) = (addr.clone(), builder.clone(), queued.clone());
         let (jobs, stride) = (args.jobs, args.producers as u64);
         producers.push(thread::spawn(move || -> Result<Enqueued, String> {
-            let mut producer = Producer::builder()
-                .io_timeout(io_timeout)
-                .tube(&tube)
+            let mut producer = builder
                 .connect(addr.as_str())
                 .map_err(|e| format!("producer cannot connect: {e}"))?;
             let mut latency =
@@ -325,25 +361,23 @@ fn report(args: &DemoArgs, setup: &mut Setup, driven: Driven) -> CliResult {
         enqueue_done_at,
         wall,
     } = driven;
-    let (addr, tube, embedded, before) = (&setup.addr, &setup.tube, &setup.embedded, &setup.before);
     let inserted = latency.len();
-    let after = server_record(&mut setup.admin)?;
-    let left = tube_left(&mut setup.admin, tube)?;
+    let (rows, left) = record(&mut setup.admin, &setup.tube, &counts, inserted)?;
+    let (addr, tube, embedded) = (&setup.addr, &setup.tube, &setup.embedded);
     let ledger = embedded.as_ref().map(|s| s.ledger().check());
 
     let expect_releases = (0..args.jobs)
         .filter(|&i| kind_of(i) == Kind::FailOnce)
         .count() as u64;
-    let d = |f: fn(&ServerStatsCopy) -> u64| f(&after) - f(before);
     println!();
     println!(
         "taskq demo: {} jobs on {} ({}), {} workers, {} producers",
         args.jobs,
         addr,
-        if embedded.is_some() {
-            "embedded reference server"
-        } else {
-            "external server"
+        match (&embedded, &setup.admin) {
+            (Some(_), _) => "embedded reference server".to_owned(),
+            (None, Admin::Nats(js, _)) => format!("JetStream, stream {}", js.layout().stream()),
+            (None, Admin::Beanstalkd(..)) => "external server".to_owned(),
         },
         args.workers,
         args.producers
@@ -351,33 +385,17 @@ fn report(args: &DemoArgs, setup: &mut Setup, driven: Driven) -> CliResult {
     println!();
     let mut table = Table::new().indent(2).left(3);
     table.row(["", "taskq", "server", "(server's field)"]);
-    let rows: [(&str, u64, u64, &str); 5] = [
-        ("jobs put", inserted, d(|s| s.cmd_put), "cmd-put"),
-        (
-            "deleted (done)",
-            counts.deleted,
-            d(|s| s.cmd_delete),
-            "cmd-delete",
-        ),
-        (
-            "released (retried)",
-            counts.released,
-            d(|s| s.cmd_release),
-            "cmd-release",
-        ),
-        ("buried", counts.buried, d(|s| s.cmd_bury), "cmd-bury"),
-        ("touched", counts.touched, d(|s| s.cmd_touch), "cmd-touch"),
-    ];
     let mut mismatches = Vec::new();
     for (name, ours, theirs, field) in rows {
-        let mark = if ours == theirs { "" } else { "  <-- differs" };
+        let differs = theirs.is_some_and(|t| t != ours);
+        let mark = if differs { "  <-- differs" } else { "" };
         table.row([
             name.to_string(),
             ours.to_string(),
-            theirs.to_string(),
+            theirs.map_or_else(|| "-".to_owned(), |t| t.to_string()),
             format!("({field}){mark}"),
         ]);
-        if ours != theirs {
+        if differs {
             mismatches.push(name);
         }
     }
@@ -480,6 +498,104 @@ fn progress(queued: u64, total: u64, c: &Snapshot, elapsed: Duration, tty: bool)
         eprint!("\r\x1b[2K{line}");
     } else {
         eprintln!("{line}");
+    }
+}
+
+/// The server's record of the run beside the workers' counts, and what is
+/// left in the tube.
+fn record(
+    admin: &mut Admin,
+    tube: &str,
+    counts: &Snapshot,
+    inserted: u64,
+) -> Result<(Vec<Row>, Left), String> {
+    match admin {
+        Admin::Beanstalkd(conn, before) => {
+            let after = server_record(conn)?;
+            let d = |f: fn(&ServerStatsCopy) -> u64| Some(f(&after) - f(before));
+            let rows = vec![
+                ("jobs put", inserted, d(|s| s.cmd_put), "cmd-put".into()),
+                (
+                    "deleted (done)",
+                    counts.deleted,
+                    d(|s| s.cmd_delete),
+                    "cmd-delete".into(),
+                ),
+                (
+                    "released (retried)",
+                    counts.released,
+                    d(|s| s.cmd_release),
+                    "cmd-release".into(),
+                ),
+                (
+                    "buried",
+                    counts.buried,
+                    d(|s| s.cmd_bury),
+                    "cmd-bury".into(),
+                ),
+                (
+                    "touched",
+                    counts.touched,
+                    d(|s| s.cmd_touch),
+                    "cmd-touch".into(),
+                ),
+            ];
+            Ok((rows, tube_left(conn, tube)?))
+        }
+        Admin::Nats(js, before) => {
+            let last_seq = js.stream_info()?.map_or(0, |s| s.last_seq);
+            let t = js.tube(tube)?.unwrap_or_default();
+            let c = t.consumer.clone().unwrap_or_default();
+            // The run's new sequences: its jobs and their bury copies (the
+            // tube is new, so every copy on its buried subject is the run's).
+            let put = last_seq.saturating_sub(*before).saturating_sub(t.buried);
+            let buried_on = js.layout().buried_subject(tube);
+            let rows = vec![
+                (
+                    "jobs put",
+                    inserted,
+                    Some(put),
+                    "stream last-seq, less bury copies".into(),
+                ),
+                (
+                    "delivered",
+                    counts.reserved,
+                    Some(c.delivered),
+                    "consumer delivered".into(),
+                ),
+                (
+                    "deleted (done)",
+                    counts.deleted,
+                    Some(put.saturating_sub(t.stored + t.buried)),
+                    "acked: put, less stored and buried".into(),
+                ),
+                (
+                    "released (retried)",
+                    counts.released,
+                    Some(c.delivered.saturating_sub(put.saturating_sub(c.pending))),
+                    "redeliveries".into(),
+                ),
+                (
+                    "buried",
+                    counts.buried,
+                    Some(t.buried),
+                    format!("on {buried_on}"),
+                ),
+                (
+                    "touched",
+                    counts.touched,
+                    None,
+                    "+WPI: JetStream keeps no count".into(),
+                ),
+            ];
+            let left = Left {
+                ready: t.ready(),
+                reserved: t.reserved(),
+                delayed: 0,
+                buried: t.buried,
+            };
+            Ok((rows, left))
+        }
     }
 }
 

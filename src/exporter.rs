@@ -197,6 +197,13 @@ fn render(addrs: &[String], io_timeout: u64) -> String {
 
 /// Runs `taskq exporter` until killed.
 pub fn run(args: ExporterArgs) -> CliResult {
+    if args.addr.iter().any(|a| crate::jetstream::is_nats(a)) {
+        return Err(crate::jetstream::Unsupported::nats(
+            "exporter",
+            "it serves beanstalkd's statistics; JetStream's are at nats-server's monitoring port",
+        )
+        .into());
+    }
     let (addrs, io_timeout) = (args.addr, args.io_timeout);
     let server = MetricsServer::serve(&args.listen, move || render(&addrs, io_timeout))
         .map_err(|e| format!("listening on {}: {e}", args.listen))?;

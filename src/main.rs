@@ -8,6 +8,7 @@ mod admin;
 mod bench;
 mod demo;
 mod exporter;
+mod jetstream;
 mod put;
 mod serve;
 mod stats;

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use taskq_producer::{Error, Producer, PutOptions, PutOutcome, Rejection};
 
+use crate::jetstream::CreateArgs;
+
 /// Jobs from standard input gathered into one write.
 const STDIN_BATCH: usize = 256;
 /// Jobs after which a terminal gets a progress display.
@@ -67,31 +69,41 @@ pub struct PutArgs {
     #[arg(long, value_name = "BYTES", default_value_t = taskq_proto::DEFAULT_MAX_JOB_SIZE)]
     pub max_job_size: usize,
     /// After a broken connection, keep reconnecting for this many seconds without
-    /// a reply before giving up on the rest.
+    /// a reply before giving up on the rest. On JetStream a put whose PubAck did
+    /// not come is sent again with its message id for as long (stored once).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub retry_for: u64,
     /// Send jobs whose outcome is unknown again after reconnecting (a job may
     /// then be queued twice); by default they are only reported.
     #[arg(long)]
     pub at_least_once: bool,
+    #[command(flatten)]
+    pub js: CreateArgs,
     /// Job bodies; with none, each line of standard input is a job (its LF, and a CR before it, removed).
     #[arg(value_name = "BODY")]
     pub bodies: Vec<OsString>,
 }
 
-/// A producer configured from the common command-line settings.
+/// A producer configured from the common command-line settings. On
+/// JetStream `resolve_for` bounds how long a put whose PubAck did not come
+/// is sent again with its message id (stored once however often it arrives).
 pub(crate) fn connect(
     addr: &str,
     io_timeout_ms: u64,
     max_job_size: usize,
+    js: &CreateArgs,
+    resolve_for: Option<Duration>,
 ) -> Result<Producer, String> {
     let t = Duration::from_millis(io_timeout_ms.max(1));
-    Producer::builder()
+    let mut b = js
+        .producer(Producer::builder())
         .connect_timeout(t)
         .io_timeout(t)
-        .max_job_size(max_job_size)
-        .connect(addr)
-        .map_err(|e| format!("{addr}: {e}"))
+        .max_job_size(max_job_size);
+    if let Some(d) = resolve_for {
+        b = b.resolve_for(d);
+    }
+    b.connect(addr).map_err(|e| format!("{addr}: {e}"))
 }
 
 /// Runs `taskq put`; the exit status follows [`EXIT_STATUS_HELP`].
@@ -100,7 +112,22 @@ pub fn run(args: PutArgs) -> ExitCode {
         eprintln!("taskq: {e}");
         ExitCode::FAILURE
     };
-    let mut p = match connect(&args.addr, args.io_timeout, args.max_job_size) {
+    let nats = crate::jetstream::is_nats(&args.addr);
+    if nats {
+        // Refused before the stream is even looked up.
+        if let Err(e) = crate::jetstream::check_tube(&args.tube) {
+            return fail(format!("use {}: {e}", args.tube));
+        }
+    }
+    let retry_for = Duration::from_secs(args.retry_for);
+    let connected = connect(
+        &args.addr,
+        args.io_timeout,
+        args.max_job_size,
+        &args.js,
+        Some(retry_for),
+    );
+    let mut p = match connected {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
@@ -124,7 +151,8 @@ pub fn run(args: PutArgs) -> ExitCode {
         },
         position: args.position,
         at_least_once: args.at_least_once,
-        retry_for: Duration::from_secs(args.retry_for),
+        retry_for,
+        outage_from_attempt: nats,
         max_job_size: args.max_job_size,
         gave_up: false,
         tally: Tally::default(),
@@ -263,6 +291,10 @@ struct Sender {
     position: bool,
     at_least_once: bool,
     retry_for: Duration,
+    /// JetStream: an attempt that fails has already re-sent for up to
+    /// `retry_for` (the producer's `resolve_for`), so an outage is counted
+    /// from the start of the attempt, not from its failure.
+    outage_from_attempt: bool,
     max_job_size: usize,
     /// The server stayed out of reach for `retry_for`: nothing more is sent.
     gave_up: bool,
@@ -335,6 +367,7 @@ impl Sender {
                 }
                 break;
             }
+            let attempt = Instant::now();
             let (replies, err) = if self.position {
                 self.attempt_each(bodies, &todo, &mut fate, first)
             } else {
@@ -346,7 +379,13 @@ impl Sender {
             if replies > 0 {
                 outage = None;
             }
-            let since = *outage.get_or_insert_with(Instant::now);
+            let since = *outage.get_or_insert_with(|| {
+                if self.outage_from_attempt {
+                    attempt
+                } else {
+                    Instant::now()
+                }
+            });
             let unsure: Positions = positions(&todo, &fate, first, Fate::Unsure);
             let what = if unsure.count() == 0 {
                 String::new()

@@ -1,11 +1,10 @@
 //! `taskq stats`: the server's or a tube's statistics, as a table or as JSON.
 
-use std::io::Write;
-
 use taskq_proto::{yaml, Command, Reply};
 use taskq_worker::table::Table;
 
-use crate::admin::{request, unexpected, ServerArgs};
+use crate::admin::{print, request, unexpected, Conn, ServerArgs};
+use crate::jetstream::{ConsumerRow, Js, JsTube, Overview};
 use crate::CliResult;
 
 /// Arguments of `taskq stats`.
@@ -23,7 +22,13 @@ pub struct StatsArgs {
 
 /// Runs `taskq stats`.
 pub fn run(args: StatsArgs) -> CliResult {
-    let mut conn = args.server.connect()?;
+    if let Some(t) = &args.tube {
+        args.server.check_tube(t)?;
+    }
+    let mut conn = match args.server.open()? {
+        Conn::Beanstalkd(conn) => *conn,
+        Conn::Nats(js) => return run_nats(&args, *js),
+    };
     let cmd = match &args.tube {
         Some(tube) => Command::StatsTube { tube },
         None => Command::Stats,
@@ -48,41 +53,169 @@ pub fn run(args: StatsArgs) -> CliResult {
             to_table(&pairs)
         })
     })?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| format!("writing: {e}"))?;
-    Ok(())
+    print(text.as_bytes())
+}
+
+/// `taskq stats` on JetStream: the stream's record and a table of its
+/// consumers, or (`--tube`) one tube's counts and its consumer's record.
+fn run_nats(args: &StatsArgs, mut js: Js) -> CliResult {
+    let text = match &args.tube {
+        Some(tube) => {
+            let Some(t) = js.tube(tube)? else {
+                return Err(format!("no tube named {tube:?}").into());
+            };
+            let pairs = tube_pairs(&t);
+            if args.json {
+                to_json(&pairs)
+            } else {
+                to_table(&pairs)
+            }
+        }
+        None => {
+            let o = js.overview()?;
+            let pairs = stream_pairs(&o);
+            if args.json {
+                let consumers: Vec<String> = o
+                    .consumers
+                    .iter()
+                    .map(|c| format!("{{{}}}", json_fields(&consumer_pairs(c)).join(",")))
+                    .collect();
+                let mut fields = json_fields(&pairs);
+                fields.push(format!("\"consumers\":[{}]", consumers.join(",")));
+                format!("{{{}}}\n", fields.join(","))
+            } else {
+                let mut t = Table::new().left(1);
+                t.row([
+                    "CONSUMER",
+                    "TUBE",
+                    "PENDING",
+                    "ACK-PENDING",
+                    "REDELIVERED",
+                    "WAITING",
+                    "ACK-WAIT",
+                ]);
+                for c in &o.consumers {
+                    t.row([
+                        c.name.clone(),
+                        c.tube().unwrap_or("-").to_owned(),
+                        c.pending.to_string(),
+                        c.ack_pending.to_string(),
+                        c.redelivered.to_string(),
+                        c.waiting.to_string(),
+                        format!("{}s", c.ack_wait.as_secs()),
+                    ]);
+                }
+                format!("{}\n{t}", to_table(&pairs))
+            }
+        }
+    };
+    print(text.as_bytes())
+}
+
+/// The stream's record, with beanstalkd's `current-*` totals over taskq's tubes.
+fn stream_pairs(o: &Overview) -> Vec<(&'static str, String)> {
+    let s = &o.stream;
+    let sum = |f: fn(&JsTube) -> u64| o.tubes.iter().map(f).sum::<u64>().to_string();
+    vec![
+        ("engine", "nats".to_owned()),
+        ("stream", s.name.clone()),
+        ("subjects", s.subjects.join(",")),
+        ("retention", s.retention.clone()),
+        ("replicas", s.replicas.to_string()),
+        ("leader", s.leader.clone().unwrap_or_default()),
+        ("messages", s.messages.to_string()),
+        ("first-seq", s.first_seq.to_string()),
+        ("last-seq", s.last_seq.to_string()),
+        ("consumer-count", s.consumer_count.to_string()),
+        ("current-tubes", o.tubes.len().to_string()),
+        ("current-jobs-ready", sum(JsTube::ready)),
+        ("current-jobs-reserved", sum(JsTube::reserved)),
+        ("current-jobs-buried", sum(|t| t.buried)),
+        ("current-waiting", sum(JsTube::waiting)),
+    ]
+}
+
+/// A consumer's record, under its own names.
+fn consumer_pairs(c: &ConsumerRow) -> Vec<(&'static str, String)> {
+    vec![
+        ("consumer", c.name.clone()),
+        ("tube", c.tube().unwrap_or_default().to_owned()),
+        ("filter-subject", c.filter.clone()),
+        ("num-pending", c.pending.to_string()),
+        ("num-ack-pending", c.ack_pending.to_string()),
+        ("num-redelivered", c.redelivered.to_string()),
+        ("num-waiting", c.waiting.to_string()),
+        ("delivered", c.delivered.to_string()),
+        ("ack-wait", c.ack_wait.as_secs().to_string()),
+        ("max-deliver", c.max_deliver.to_string()),
+        ("leader", c.leader.clone().unwrap_or_default()),
+    ]
+}
+
+/// One tube under beanstalkd's `stats-tube` names, then its consumer's record.
+fn tube_pairs(t: &JsTube) -> Vec<(&'static str, String)> {
+    let mut pairs = vec![
+        ("name", t.name.clone()),
+        ("current-jobs-ready", t.ready().to_string()),
+        ("current-jobs-reserved", t.reserved().to_string()),
+        ("current-jobs-buried", t.buried.to_string()),
+        ("current-waiting", t.waiting().to_string()),
+        ("stored", t.stored.to_string()),
+    ];
+    if let Some(c) = &t.consumer {
+        pairs.extend(consumer_pairs(c).into_iter().filter(|(k, _)| *k != "tube"));
+    }
+    pairs
 }
 
 /// `key  value` lines, the values aligned.
-fn to_table(pairs: &[(&str, &str)]) -> String {
+fn to_table<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
     let mut t = Table::new().left(1);
     for (k, v) in pairs {
-        t.row([k, v]);
+        t.row([k.as_ref(), v.as_ref()]);
     }
     t.to_string()
 }
 
 /// One JSON object in the server's order: numbers and booleans typed, the rest strings.
-fn to_json(pairs: &[(&str, &str)]) -> String {
-    let fields: Vec<String> = pairs
+fn to_json<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
+    format!("{{{}}}\n", json_fields(pairs).join(","))
+}
+
+/// The `"key":value` members of [`to_json`]'s object.
+fn json_fields<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> Vec<String> {
+    pairs
         .iter()
         .map(|(k, v)| {
-            let value = if TEXT_KEYS.contains(k) {
-                serde_json::Value::from(*v)
+            let (k, v) = (k.as_ref(), v.as_ref());
+            let value = if TEXT_KEYS.contains(&k) {
+                serde_json::Value::from(v)
             } else {
                 json_value(v)
             };
-            format!("{}:{}", serde_json::Value::from(*k), value)
+            format!("{}:{}", serde_json::Value::from(k), value)
         })
-        .collect();
-    format!("{{{}}}\n", fields.join(","))
+        .collect()
 }
 
-/// Fields that are text even when they look like numbers (a version "1.12", an id of digits).
+/// Fields that are text even when they look like numbers (a version "1.12",
+/// an id of digits; on JetStream the names of streams, consumers, subjects and nodes).
 const TEXT_KEYS: &[&str] = &[
-    "version", "id", "hostname", "os", "platform", "name", "tube", "state",
+    "version",
+    "id",
+    "hostname",
+    "os",
+    "platform",
+    "name",
+    "tube",
+    "state",
+    "engine",
+    "stream",
+    "subjects",
+    "retention",
+    "leader",
+    "consumer",
+    "filter-subject",
 ];
 
 fn json_value(v: &str) -> serde_json::Value {

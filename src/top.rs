@@ -360,6 +360,12 @@ pub fn run(args: TopArgs) -> ExitCode {
 }
 
 fn top(args: TopArgs) -> Result<ExitCode, String> {
+    args.server
+        .beanstalkd_only(
+            "top",
+            "the live view reads beanstalkd's per-tube counters; use taskq stats or taskq tubes",
+        )
+        .map_err(|e| e.to_string())?;
     for t in &args.tubes {
         validate_tube(t).map_err(|e| format!("--tube {t:?}: {e}"))?;
     }

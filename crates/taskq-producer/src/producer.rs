@@ -500,7 +500,13 @@ impl Producer {
                         std::thread::sleep(RESOLVE_PAUSE);
                     }
                     from = e.replied;
-                    out[from..].fill(PutOutcome::NotSent);
+                    // A job sent once stays unknown (it may be stored) until
+                    // its re-send, with the same message id, is answered.
+                    for o in &mut out[from..] {
+                        if !matches!(o, PutOutcome::Unknown) {
+                            *o = PutOutcome::NotSent;
+                        }
+                    }
                 }
                 Err(e) => return Err(e),
             }

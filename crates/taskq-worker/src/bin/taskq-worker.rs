@@ -18,7 +18,8 @@ use taskq_worker::{Config, Snapshot, Worker};
 struct Args {
     /// Server address (repeat for several beanstalkd servers), or one
     /// `nats://HOST:PORT[,HOST:PORT...]` JetStream cluster; defaults to
-    /// $TASKQ_ADDR, then 127.0.0.1:11300.
+    /// $TASKQ_ADDR (beanstalkd servers separated by commas, or one nats://
+    /// cluster), then 127.0.0.1:11300.
     #[arg(long = "addr", value_name = "HOST:PORT")]
     addrs: Vec<String>,
     /// JetStream: the stream (capturing `<name in lower case>.>`).
@@ -123,6 +124,11 @@ fn run(args: Args) -> Result<(), String> {
     }
     let servers = if args.addrs.is_empty() {
         match std::env::var("TASKQ_ADDR") {
+            // One JetStream cluster (its seeds are comma-separated), or
+            // beanstalkd servers separated by commas.
+            Ok(a) if taskq_proto::Address::parse(&a).is_ok_and(|a| a.is_nats()) => {
+                vec![a.trim().to_owned()]
+            }
             Ok(a) if !a.trim().is_empty() => a.split(',').map(|s| s.trim().to_owned()).collect(),
             _ => vec!["127.0.0.1:11300".to_owned()],
         }

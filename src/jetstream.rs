@@ -1,0 +1,551 @@
+//! The operators' commands on NATS JetStream: the one place that knows how
+//! taskq's layout (`taskq_proto::Layout`) looks to an operator. `stats`,
+//! `tubes`, `peek`, `kick`, `kick-job`, `delete` and `demo` read and move
+//! jobs through [`Js`]; what has no JetStream meaning is refused with
+//! [`Unsupported`].
+//!
+//! A tube is the union of what the stream holds on `taskq.T` and
+//! `taskq.T.buried` and of the durable consumer `taskq-T`: its ready jobs are
+//! the consumer's pending messages (or, before any worker made the consumer,
+//! the messages stored on `taskq.T`), its reserved jobs the consumer's
+//! deliveries not yet acked, its buried jobs the messages on `taskq.T.buried`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use taskq_proto::nats::{
+    ApiError, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, NatsError, StoredMsg, StreamInfo,
+};
+use taskq_proto::{Address, Engine, Layout};
+
+/// How long an API request is asked again while the cluster answers
+/// "no responders" (a leader election, a node still starting JetStream).
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// The header that dedups a publish; a kicked copy gets its own.
+const MSG_ID: &[u8] = b"Nats-Msg-Id";
+
+/// `--stream` of the commands that read or move jobs.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StreamArgs {
+    /// JetStream (nats:// addresses): the stream, capturing `<NAME in lower case>.>`.
+    #[arg(long, value_name = "NAME", default_value = taskq_proto::DEFAULT_STREAM)]
+    pub stream: String,
+}
+
+/// `--stream` and `--replicas` of the commands that may create the stream.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    pub stream: StreamArgs,
+    /// JetStream: replicas of the stream when this command creates it
+    /// (default: 3 on a cluster of 3 or more nodes, else 1); an existing
+    /// stream is used as it is.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=5))]
+    pub replicas: Option<u64>,
+}
+
+impl CreateArgs {
+    /// The producer settings these options stand for.
+    pub fn producer(&self, b: taskq_producer::Builder) -> taskq_producer::Builder {
+        let b = b.stream(&self.stream.stream);
+        match self.replicas {
+            Some(n) => b.replicas(n as usize),
+            None => b,
+        }
+    }
+
+    /// The worker settings these options stand for.
+    pub fn worker(&self) -> taskq_worker::JetStreamConfig {
+        taskq_worker::JetStreamConfig {
+            stream: self.stream.stream.clone(),
+            replicas: self.replicas.map(|n| n as usize),
+            ..taskq_worker::JetStreamConfig::default()
+        }
+    }
+}
+
+/// The engine an address selects, for the commands that serve both.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// beanstalkd at this `HOST:PORT`.
+    Beanstalkd(String),
+    /// A JetStream cluster.
+    Nats(Address),
+}
+
+/// Parses `addr` and says which engine serves it.
+pub fn route(addr: &str) -> Result<Route, String> {
+    let a = Address::parse(addr).map_err(|e| format!("{addr}: {e}"))?;
+    Ok(match a.engine() {
+        Engine::Nats => Route::Nats(a),
+        Engine::Beanstalkd => Route::Beanstalkd(a.hosts()[0].clone()),
+    })
+}
+
+/// True when `addr` selects JetStream (an address that does not parse is
+/// left to the command's own error).
+pub fn is_nats(addr: &str) -> bool {
+    Address::parse(addr).is_ok_and(|a| a.is_nats())
+}
+
+/// A tube name JetStream can carry (one subject token), checked before
+/// anything is sent.
+pub fn check_tube(tube: &str) -> Result<(), String> {
+    taskq_proto::validate_subject_tube(tube).map_err(|e| format!("tube {tube:?}: {e}"))
+}
+
+/// A command, or a form of one, that has no meaning on an engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The command or option refused.
+    pub what: &'static str,
+    /// The engine that cannot do it.
+    pub engine: Engine,
+    /// Why, and what to do instead.
+    pub why: &'static str,
+}
+
+impl Unsupported {
+    /// `what` refused on JetStream.
+    pub fn nats(what: &'static str, why: &'static str) -> Unsupported {
+        Unsupported {
+            what,
+            engine: Engine::Nats,
+            why,
+        }
+    }
+}
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.engine {
+            Engine::Nats => "nats (JetStream)",
+            Engine::Beanstalkd => "beanstalkd",
+        };
+        write!(f, "{} is not supported on {name}: {}", self.what, self.why)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// A durable consumer as the operators' commands show it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsumerRow {
+    /// Its name (`taskq-T` for taskq's).
+    pub name: String,
+    /// Its filter subject (empty for none).
+    pub filter: String,
+    /// Messages not delivered yet.
+    pub pending: u64,
+    /// Deliveries not acked yet.
+    pub ack_pending: u64,
+    /// Messages among the unacked ones delivered more than once.
+    pub redelivered: u64,
+    /// Pull requests waiting.
+    pub waiting: u64,
+    /// Deliveries made so far (its consumer sequence).
+    pub delivered: u64,
+    /// The stream sequence of the last message it delivered.
+    pub delivered_stream: u64,
+    /// Its ack wait (the lease of every job of the tube).
+    pub ack_wait: Duration,
+    /// Its `max_deliver` (-1: no limit).
+    pub max_deliver: i64,
+    /// Its cluster leader, in a cluster.
+    pub leader: Option<String>,
+}
+
+/// A number at `path` in `v` (0 when absent).
+fn num(v: &Value, path: &[&str]) -> u64 {
+    path.iter()
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+impl ConsumerRow {
+    /// Reads a consumer's info object (as `CONSUMER.INFO` and `CONSUMER.LIST` give it).
+    fn from_json(v: &Value) -> ConsumerRow {
+        let text = |path: &[&str]| {
+            path.iter()
+                .try_fold(v, |v, k| v.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        ConsumerRow {
+            name: text(&["name"]).unwrap_or_default(),
+            filter: text(&["config", "filter_subject"]).unwrap_or_default(),
+            pending: num(v, &["num_pending"]),
+            ack_pending: num(v, &["num_ack_pending"]),
+            redelivered: num(v, &["num_redelivered"]),
+            waiting: num(v, &["num_waiting"]),
+            delivered: num(v, &["delivered", "consumer_seq"]),
+            delivered_stream: num(v, &["delivered", "stream_seq"]),
+            ack_wait: Duration::from_nanos(num(v, &["config", "ack_wait"])),
+            max_deliver: v["config"]["max_deliver"].as_i64().unwrap_or(-1),
+            leader: text(&["cluster", "leader"]),
+        }
+    }
+
+    /// The tube whose consumer this is.
+    pub fn tube(&self) -> Option<&str> {
+        Layout::tube_of_consumer(&self.name)
+    }
+}
+
+/// One tube on the stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JsTube {
+    /// Its name.
+    pub name: String,
+    /// Its consumer `taskq-T`, once a worker made it.
+    pub consumer: Option<ConsumerRow>,
+    /// Messages stored on `taskq.T` (ready, delayed and reserved alike).
+    pub stored: u64,
+    /// Messages stored on `taskq.T.buried`.
+    pub buried: u64,
+}
+
+impl JsTube {
+    /// Jobs no worker holds: the consumer's pending messages, or every
+    /// stored one before there is a consumer.
+    pub fn ready(&self) -> u64 {
+        self.consumer.as_ref().map_or(self.stored, |c| c.pending)
+    }
+
+    /// Jobs delivered and not acked yet.
+    pub fn reserved(&self) -> u64 {
+        self.consumer.as_ref().map_or(0, |c| c.ack_pending)
+    }
+
+    /// Pull requests waiting for a job.
+    pub fn waiting(&self) -> u64 {
+        self.consumer.as_ref().map_or(0, |c| c.waiting)
+    }
+}
+
+/// The stream, its consumers and its tubes, read together.
+#[derive(Debug, Clone)]
+pub struct Overview {
+    /// The stream.
+    pub stream: StreamInfo,
+    /// Every consumer of the stream, by name.
+    pub consumers: Vec<ConsumerRow>,
+    /// taskq's tubes, by name.
+    pub tubes: Vec<JsTube>,
+}
+
+/// An admin connection to a JetStream cluster and the layout it reads.
+pub struct Js {
+    conn: NatsConnection,
+    layout: Layout,
+    addr: String,
+}
+
+/// True for the API's "not found" (no such stream, consumer or message).
+fn not_found(e: &NatsError) -> bool {
+    matches!(e, NatsError::Api(a) if a.code == 404)
+}
+
+/// True when a consumer or message is not found in a stream that exists.
+fn absent(e: &NatsError) -> bool {
+    not_found(e) && !matches!(e, NatsError::Api(a) if a.err_code == 10059)
+}
+
+impl Js {
+    /// Connects to the first seed of `addr` that answers.
+    pub fn connect(addr: &Address, stream: &StreamArgs, io_timeout_ms: u64) -> Result<Js, String> {
+        let layout = Layout::new(&stream.stream)
+            .map_err(|e| format!("--stream {:?}: {e}", stream.stream))?;
+        let t = Duration::from_millis(io_timeout_ms.max(1));
+        let cfg = NatsConfig {
+            connect_timeout: t,
+            io_timeout: t,
+            name: "taskq admin".into(),
+            ..NatsConfig::default()
+        };
+        let conn =
+            NatsConnection::connect(addr.hosts(), cfg).map_err(|e| format!("{addr}: {e}"))?;
+        Ok(Js {
+            conn,
+            layout,
+            addr: addr.to_string(),
+        })
+    }
+
+    /// The layout read.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// An error of request `what`, naming the stream when it is missing.
+    fn failed(&self, what: &str, e: NatsError) -> String {
+        if matches!(&e, NatsError::Api(a) if a.err_code == 10059) {
+            return format!(
+                "no stream {} on {} (nothing was put there yet, or another --stream)",
+                self.layout.stream(),
+                self.addr
+            );
+        }
+        format!("{what}: {e}")
+    }
+
+    /// A JetStream API request with a JSON body; the reply's `error` object
+    /// becomes [`NatsError::Api`]. Asked again while nobody responds.
+    fn api(&mut self, subject: &str, body: &Value) -> Result<Value, NatsError> {
+        let payload = if body.is_null() {
+            Vec::new()
+        } else {
+            body.to_string().into_bytes()
+        };
+        let until = Instant::now() + PATIENCE;
+        loop {
+            let wait = self.conn.config().io_timeout;
+            let reply = match self.conn.request(subject, &payload, wait) {
+                Err(NatsError::NoResponders) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                r => r?,
+            };
+            let v: Value = serde_json::from_slice(&reply)
+                .map_err(|e| NatsError::Mismatch(format!("unreadable JetStream reply: {e}")))?;
+            let Some(e) = v.get("error") else {
+                return Ok(v);
+            };
+            let e = ApiError {
+                code: num(e, &["code"]),
+                err_code: num(e, &["err_code"]),
+                description: e["description"].as_str().unwrap_or_default().to_owned(),
+            };
+            if e.code == 503 && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            return Err(NatsError::Api(e));
+        }
+    }
+
+    /// The stream's info; a missing stream is `Ok(None)`.
+    pub fn stream_info(&mut self) -> Result<Option<StreamInfo>, String> {
+        match self.conn.stream_info(self.layout.stream()) {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(self.failed("stream info", e)),
+        }
+    }
+
+    /// The count of messages on each subject `filter` matches.
+    pub fn subject_counts(&mut self, filter: &str) -> Result<BTreeMap<String, u64>, String> {
+        let subject = format!("$JS.API.STREAM.INFO.{}", self.layout.stream());
+        let v = self
+            .api(&subject, &json!({ "subjects_filter": filter }))
+            .map_err(|e| self.failed("stream info", e))?;
+        let mut counts = BTreeMap::new();
+        if let Some(m) = v["state"]["subjects"].as_object() {
+            for (s, n) in m {
+                counts.insert(s.clone(), n.as_u64().unwrap_or(0));
+            }
+        }
+        Ok(counts)
+    }
+
+    /// The count of messages on subject `subject`.
+    pub fn count_on(&mut self, subject: &str) -> Result<u64, String> {
+        Ok(self
+            .subject_counts(subject)?
+            .get(subject)
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// Every consumer of the stream, by name.
+    pub fn consumers(&mut self) -> Result<Vec<ConsumerRow>, String> {
+        let subject = format!("$JS.API.CONSUMER.LIST.{}", self.layout.stream());
+        let mut out = Vec::new();
+        loop {
+            let v = self
+                .api(&subject, &json!({ "offset": out.len() }))
+                .map_err(|e| self.failed("consumer list", e))?;
+            let page = v["consumers"].as_array().map_or(&[][..], Vec::as_slice);
+            out.extend(page.iter().map(ConsumerRow::from_json));
+            if page.is_empty() || out.len() as u64 >= num(&v, &["total"]) {
+                break;
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Tube `tube`'s consumer, `None` before a worker made it.
+    pub fn consumer(&mut self, tube: &str) -> Result<Option<ConsumerRow>, String> {
+        let subject = format!(
+            "$JS.API.CONSUMER.INFO.{}.{}",
+            self.layout.stream(),
+            Layout::consumer(tube)
+        );
+        match self.api(&subject, &Value::Null) {
+            Ok(v) => Ok(Some(ConsumerRow::from_json(&v))),
+            Err(e) if absent(&e) => Ok(None),
+            Err(e) => Err(self.failed("consumer info", e)),
+        }
+    }
+
+    /// Every tube: those with messages on the stream and those with a consumer.
+    pub fn tubes(&mut self) -> Result<Vec<JsTube>, String> {
+        let consumers = self.consumers()?;
+        Ok(self.tubes_with(&consumers)?.into_values().collect())
+    }
+
+    fn tubes_with(
+        &mut self,
+        consumers: &[ConsumerRow],
+    ) -> Result<BTreeMap<String, JsTube>, String> {
+        let counts = self.subject_counts(&self.layout.capture())?;
+        let mut tubes: BTreeMap<String, JsTube> = BTreeMap::new();
+        fn entry<'a>(tubes: &'a mut BTreeMap<String, JsTube>, name: &str) -> &'a mut JsTube {
+            tubes.entry(name.to_owned()).or_insert_with(|| JsTube {
+                name: name.to_owned(),
+                ..JsTube::default()
+            })
+        }
+        for (subject, n) in &counts {
+            match self.layout.tube_of(subject) {
+                Some((t, true)) => entry(&mut tubes, t).buried += n,
+                Some((t, false)) => entry(&mut tubes, t).stored += n,
+                None => {}
+            }
+        }
+        for c in consumers {
+            if let Some(t) = c.tube() {
+                entry(&mut tubes, t).consumer = Some(c.clone());
+            }
+        }
+        Ok(tubes)
+    }
+
+    /// The stream, its consumers and its tubes; a missing stream is an error.
+    pub fn overview(&mut self) -> Result<Overview, String> {
+        let Some(stream) = self.stream_info()? else {
+            return Err(self.failed("stream info", missing_stream()));
+        };
+        let consumers = self.consumers()?;
+        let tubes = self.tubes_with(&consumers)?.into_values().collect();
+        Ok(Overview {
+            stream,
+            consumers,
+            tubes,
+        })
+    }
+
+    /// Tube `tube` alone, `None` when the stream knows nothing of it.
+    pub fn tube(&mut self, tube: &str) -> Result<Option<JsTube>, String> {
+        let consumer = self.consumer(tube)?;
+        let t = JsTube {
+            name: tube.to_owned(),
+            consumer,
+            stored: self.count_on(&self.layout.subject(tube))?,
+            buried: self.count_on(&self.layout.buried_subject(tube))?,
+        };
+        let known = t.consumer.is_some() || t.stored + t.buried > 0;
+        Ok(known.then_some(t))
+    }
+
+    /// The first message on `subject` at or after sequence `from`.
+    pub fn first_on(&mut self, subject: &str, from: u64) -> Result<Option<StoredMsg>, String> {
+        let which = MsgSelect::NextBySubject { subject, seq: from };
+        match self.conn.msg_get(self.layout.stream(), which) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if absent(&e) => Ok(None),
+            Err(e) => Err(self.failed(&format!("reading {subject}"), e)),
+        }
+    }
+
+    /// The job with id (stream sequence) `seq`, `None` when there is none.
+    pub fn job(&mut self, seq: u64) -> Result<Option<StoredMsg>, String> {
+        match self.conn.msg_get(self.layout.stream(), MsgSelect::Seq(seq)) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if absent(&e) => Ok(None),
+            Err(e) => Err(self.failed(&format!("reading job {seq}"), e)),
+        }
+    }
+
+    /// The job a worker of `tube` would be handed next: the first message on
+    /// `taskq.T` its consumer has not delivered yet.
+    pub fn next_ready(&mut self, tube: &str) -> Result<Option<StoredMsg>, String> {
+        let from = self
+            .consumer(tube)?
+            .map_or(1, |c| c.delivered_stream.saturating_add(1));
+        self.first_on(&self.layout.subject(tube), from)
+    }
+
+    /// Deletes job `seq`; false when there is none.
+    pub fn delete(&mut self, seq: u64) -> Result<bool, String> {
+        match self.conn.msg_delete(self.layout.stream(), seq) {
+            Ok(done) => Ok(done),
+            Err(e) if absent(&e) => Ok(false),
+            Err(e) => Err(self.failed(&format!("deleting job {seq}"), e)),
+        }
+    }
+
+    /// Moves buried copy `m` back to tube `tube`: republishes it with its
+    /// headers and a message id of its own sequence (a kick repeated after a
+    /// crash is stored once), and deletes the buried copy only after the
+    /// PubAck (a crash between the two leaves it twice, never nowhere).
+    /// Returns the job's new id.
+    pub fn kick_one(&mut self, m: &StoredMsg, tube: &str) -> Result<u64, String> {
+        let headers = if m.headers.is_empty() {
+            None
+        } else {
+            Some(
+                HeaderBlock::parse(&m.headers)
+                    .map_err(|e| format!("buried job {}: unreadable headers: {e}", m.seq))?,
+            )
+        };
+        let extra: Vec<(&[u8], &[u8])> = headers
+            .iter()
+            .flat_map(|h| h.iter())
+            .filter(|(k, _)| !k.eq_ignore_ascii_case(MSG_ID))
+            .collect();
+        let id = format!("taskq-kick-{}-{}", self.layout.stream(), m.seq);
+        let subject = self.layout.subject(tube);
+        let ack = self
+            .conn
+            .publish_with(&subject, id.as_bytes(), &extra, &m.data)
+            .map_err(|e| format!("kicking buried job {} to {subject}: {e}", m.seq))?;
+        self.delete(m.seq).map_err(|e| {
+            format!(
+                "{e} (it was kicked as job {}: it is there twice)",
+                ack.stream_seq
+            )
+        })?;
+        Ok(ack.stream_seq)
+    }
+
+    /// Moves up to `bound` of `tube`'s buried jobs back, oldest first; returns how many.
+    pub fn kick(&mut self, tube: &str, bound: u64) -> Result<u64, String> {
+        let buried = self.layout.buried_subject(tube);
+        let (mut kicked, mut from) = (0, 1);
+        while kicked < bound {
+            let Some(m) = self.first_on(&buried, from)? else {
+                break;
+            };
+            self.kick_one(&m, tube)?;
+            from = m.seq + 1;
+            kicked += 1;
+        }
+        Ok(kicked)
+    }
+}
+
+/// The API's answer for a stream that does not exist.
+fn missing_stream() -> NatsError {
+    NatsError::Api(ApiError {
+        code: 404,
+        err_code: 10059,
+        description: "stream not found".into(),
+    })
+}
