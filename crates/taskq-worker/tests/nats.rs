@@ -391,3 +391,47 @@ fn priorities_do_not_reorder_a_tube_on_jetstream() {
         .unwrap();
     assert_eq!((pos.id.get(), pos.ready), (5, None));
 }
+
+#[test]
+fn a_worker_given_one_node_fails_over_to_the_nodes_it_learned() {
+    let mut c = NatsCluster::start(3).unwrap();
+    put_all(&c, "one", &[b"first".to_vec()], PutOptions::default());
+    let done = Arc::new(AtomicU64::new(0));
+    let d2 = done.clone();
+    let running = Worker::new(
+        Config {
+            // Only node 0: the others come from the server's INFO.
+            servers: vec![c.node_url(0)],
+            exit_when_idle: None,
+            ..cfg(&c, "one")
+        },
+        move |_job: &mut Job<'_>| {
+            d2.fetch_add(1, Ordering::SeqCst);
+            Outcome::Done
+        },
+    )
+    .unwrap()
+    .start();
+    let wait_for = |n: u64| {
+        let until = Instant::now() + Duration::from_secs(60);
+        while done.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < until, "job {n} not done within 60 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(1);
+    c.kill(0).unwrap();
+    // Put through the nodes left: connecting on the first put, the producer
+    // retries across the election (a stream without its leader does not answer).
+    let mut p = Producer::builder()
+        .tube("one")
+        .build(format!("nats://{},{}", c.addr(1), c.addr(2)))
+        .unwrap();
+    p.put(b"second", PutOptions::default()).unwrap();
+    wait_for(2);
+    let control = running.control();
+    control.shutdown();
+    let counts = running.join();
+    assert_eq!(counts.deleted, 2);
+    assert!(counts.reconnects >= 1, "{counts}");
+}

@@ -317,6 +317,29 @@ impl Nats {
     }
 }
 
+/// The nodes of cluster `server` (as configured) that the last connection to it
+/// learned from the server's `INFO`: read (`learned` None) or replaced. One
+/// list per configured cluster, shared by the process's worker threads.
+fn known(server: &str, learned: Option<&[String]>) -> Vec<String> {
+    static KNOWN: std::sync::Mutex<Vec<(String, Vec<String>)>> = std::sync::Mutex::new(Vec::new());
+    let mut k = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    let i = match k.iter().position(|(s, _)| s == server) {
+        Some(i) => i,
+        None => {
+            k.push((server.to_owned(), Vec::new()));
+            k.len() - 1
+        }
+    };
+    match learned {
+        Some(list) => {
+            k[i].1.clear();
+            k[i].1.extend(list.iter().cloned());
+            Vec::new()
+        }
+        None => k[i].1.clone(),
+    }
+}
+
 /// Keeps a delivery or status read while a confirmation was awaited.
 fn keep_early(
     d: Delivery<'_>,
@@ -453,12 +476,20 @@ impl Link for Nats {
         let mut seeds = addr.hosts().to_vec();
         let n = seeds.len();
         seeds.rotate_left(fastrand::usize(..n));
+        // Then the nodes an earlier connection learned, so that the worker
+        // finds the cluster even when every node it was given is down.
+        for k in known(server, None) {
+            if !seeds.contains(&k) {
+                seeds.push(k);
+            }
+        }
         let ncfg = NatsConfig {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
             ..NatsConfig::default()
         };
         let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(conn_error)?;
+        known(server, Some(conn.servers()));
         let layout = Layout::new(&cfg.jetstream.stream)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
         let setup = |e: NatsError| {
