@@ -162,8 +162,12 @@ pub(crate) trait JobLink {
 /// One thread's connection to one server, as the worker's loop drives it.
 pub(crate) trait Link: JobLink + Sized {
     /// Opens a connection to `server` and sets it up for the configured tubes
-    /// (the restore hook: run again on every reconnect).
-    fn connect(cfg: &Config, server: &str) -> Result<Self, ConnectionError>;
+    /// (the restore hook: run again on every reconnect). `nth` counts the
+    /// lane's connect attempts, from its thread's index: a server given as
+    /// several seeds (a JetStream cluster) is tried from seed `nth % seeds`
+    /// on, so that threads start on different seeds and each attempt after
+    /// a failure starts on the next one.
+    fn connect(cfg: &Config, server: &str, nth: usize) -> Result<Self, ConnectionError>;
     /// System calls made so far.
     fn io_counts(&self) -> IoCounts;
     /// A handle that cuts the connection from another thread.

@@ -327,7 +327,10 @@ fn keep_early(
         }
         Delivery::Heartbeat | Delivery::Confirmed(_) => return,
         Delivery::NoMessages | Delivery::Timeout => End::Empty,
-        _ => End::Unavailable,
+        other => {
+            tracing::debug!(status = ?other, "pull ended: the cluster cannot serve it now");
+            End::Unavailable
+        }
     };
     if let Some(p) = pull {
         p.ended = Some(end);
@@ -419,14 +422,15 @@ impl JobLink for Nats {
 }
 
 impl Link for Nats {
-    fn connect(cfg: &Config, server: &str) -> Result<Nats, ConnectionError> {
+    fn connect(cfg: &Config, server: &str, nth: usize) -> Result<Nats, ConnectionError> {
         let addr = Address::parse(server)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
         // Threads start on different seeds, so that one node that does not
-        // answer holds back only some of them.
+        // answer holds back only some of them; after a failure the next
+        // attempt starts on the next seed, not on the node that just failed.
         let mut seeds = addr.hosts().to_vec();
         let n = seeds.len();
-        seeds.rotate_left(fastrand::usize(..n));
+        seeds.rotate_left(nth % n.max(1));
         let ncfg = NatsConfig {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
@@ -625,6 +629,7 @@ impl Link for Nats {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
                 Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
                 Err(NatsError::NoResponders) => {
+                    tracing::debug!("pull answered 503: no responders");
                     if let Some(p) = self.pulls.front_mut() {
                         p.ended = Some(End::Unavailable);
                     }

@@ -27,6 +27,9 @@ struct Lane<L> {
     /// The reconnect rule: at once after progress, else with backoff.
     reconnect: Reconnect,
     ever_connected: bool,
+    /// Connect attempts so far, from the thread's index (where a cluster's
+    /// seeds are tried from).
+    connects: usize,
     /// Weighted tubes: this connection's place in the cycle.
     sched: Option<Schedule>,
     /// The connection's system calls already added to the counters.
@@ -65,6 +68,7 @@ impl<L: Link + Send + 'static> Lanes<L> {
                 conn: None,
                 reconnect: Reconnect::new(),
                 ever_connected: false,
+                connects: thread,
                 sched: shared
                     .cfg
                     .is_weighted()
@@ -139,8 +143,9 @@ impl<L: Link + Send + 'static> Lanes<L> {
     fn connect(&mut self, i: usize) -> bool {
         let sh = &*self.shared;
         let addr = sh.cfg.servers[self.lanes[i].server].as_str();
-        let result = L::connect(&sh.cfg, addr);
         let lane = &mut self.lanes[i];
+        let result = L::connect(&sh.cfg, addr, lane.connects);
+        lane.connects = lane.connects.wrapping_add(1);
         match result {
             Ok(conn) => {
                 if let Some(cut) = conn.interrupter() {
