@@ -579,3 +579,104 @@ if [ "$n" -le 3 ]; then exit 75; fi; exit 0"#,
     // Not buried: nothing on taskq.tempfail.buried, nothing left at all.
     assert_eq!(js_admin(&c).stream_info("TASKQ").unwrap().messages, 0);
 }
+
+#[test]
+fn random_resets_lose_nothing_and_counts_bracket_the_streams_record() {
+    random_resets("resets1", 1);
+}
+
+#[test]
+fn random_resets_with_a_pull_batch_of_16_lose_nothing_and_counts_bracket_the_streams_record() {
+    random_resets("resets16", 16);
+}
+
+/// Four threads, each connection holding up to `prefetch` jobs, drain 2,000
+/// jobs from one node through the chaos proxy while resets hit about a
+/// third of the connections every 40 ms (the connects too).
+fn random_resets(tube: &'static str, prefetch: usize) {
+    let _one = heavy();
+    log_from_env();
+    let c = NatsCluster::start(1).unwrap();
+    js_setup(&c, tube, Some(Duration::from_secs(5)));
+    let n = 2000;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("r-{i}").into_bytes()).collect();
+    let produced = produce(&c.url(), tube, &bodies, Duration::ZERO);
+    assert_eq!(produced.acked.len(), n);
+    let seed = std::env::var("TASKQ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand_seed() % 1_000_000);
+    eprintln!("chaos seed {seed} (replay with TASKQ_SEED={seed})");
+    let proxy = taskq_testkit::ChaosProxy::start_seeded(c.addr(0), seed).unwrap();
+    let runs = SharedRuns::default();
+    let worker = Worker::new(
+        Config {
+            concurrency: 4,
+            prefetch,
+            io_timeout: Duration::from_millis(500),
+            reconnect_backoff: Backoff {
+                initial: Duration::from_millis(5),
+                max: Duration::from_millis(100),
+                jitter: taskq_worker::Jitter::Full,
+            },
+            ..cfg(&format!("nats://{}", proxy.addr()), tube)
+        },
+        recording(&runs),
+    )
+    .unwrap();
+    let w = std::thread::spawn(move || run_bounded(worker, Duration::from_secs(150)));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let drained = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rng = seed;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                proxy.clear();
+                proxy.add(
+                    taskq_testkit::Toxic::Reset {
+                        after: Duration::from_millis((rng >> 33) % 20),
+                    },
+                    taskq_testkit::Direction::Both,
+                    0.35,
+                );
+                std::thread::sleep(Duration::from_millis(40));
+            }
+            proxy.clear();
+        });
+        let mut admin = js_admin(&c);
+        let drained = wait_until(Duration::from_secs(90), || {
+            admin.stream_info("TASKQ").is_ok_and(|s| s.messages == 0)
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drained
+    });
+    let counts = w.join().unwrap();
+    let runs = runs.lock().unwrap();
+    let duplicates = runs.count.values().map(|&k| u64::from(k - 1)).sum::<u64>();
+    eprintln!(
+        "prefetch {prefetch}, seed {seed}: {} connections through the proxy; duplicates {duplicates}; {counts}",
+        proxy.opened()
+    );
+    assert!(drained, "not drained; seed {seed}: {counts}");
+    check_drained(&c, tube, &bodies, &produced.acked, &runs, &counts);
+    assert!(counts.reconnects >= 20, "the resets hit: {counts}");
+    // A fault repeats at most a job its connection held.
+    assert!(
+        duplicates <= counts.ack_unknown + counts.lease_dropped + counts.lost_lease,
+        "duplicates {duplicates} beyond the faults that hit a held job: {counts}"
+    );
+    // The stream removed each job once: on a confirmed ack, or on an ack
+    // whose confirmation was lost.
+    let n = n as u64;
+    assert!(counts.deleted <= n, "{counts}");
+    assert!(n <= counts.deleted + counts.ack_unknown, "{counts}");
+}
+
+fn fastrand_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}

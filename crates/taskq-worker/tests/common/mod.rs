@@ -387,3 +387,52 @@ pub fn js_setup(c: &taskq_testkit::NatsCluster, tube: &str, ack_wait: Option<Dur
         .expect("create the consumer");
     }
 }
+
+/// Runs `python3 ARGS...` with a 30 s limit; panics with its output on failure.
+pub fn python3(args: &[&std::ffi::OsStr]) {
+    let out = Command::new("timeout")
+        .args(["30", "python3"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Puts `bodies` (none holding NUL) into `tube` at `addr` with the `taskq
+/// put --null` command; returns the ids it printed, one per job in order.
+pub fn taskq_put_null(addr: &str, tube: &str, bodies: &[&Vec<u8>]) -> Vec<u64> {
+    let mut input = Vec::new();
+    for b in bodies {
+        assert!(!b.contains(&0), "a NUL ends a job on `taskq put --null`");
+        input.extend_from_slice(b);
+        input.push(0);
+    }
+    let mut put = Command::new(taskq_cli())
+        .args(["put", "--null", "--tube", tube, "--addr", addr])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut put.stdin.take().unwrap(), &input).unwrap();
+    let out = put.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "taskq put: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(ids.len(), bodies.len(), "one id per job, in input order");
+    ids
+}
