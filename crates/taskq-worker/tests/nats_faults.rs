@@ -193,20 +193,25 @@ fn place_consumer_leader(
 
 #[test]
 fn the_stream_leader_killed_with_the_consumer_leader_loses_no_acknowledged_put() {
-    leader_killed("elect1", true);
+    leader_killed("elect1", true, 1);
 }
 
 #[test]
 fn the_stream_leader_killed_under_a_consumer_led_elsewhere_loses_no_acknowledged_put() {
-    leader_killed("elect2", false);
+    leader_killed("elect2", false, 1);
+}
+
+#[test]
+fn the_stream_leader_killed_under_a_pull_batch_of_16_loses_no_acknowledged_put() {
+    leader_killed("elect16", true, 16);
 }
 
 /// A producer thread puts 3,000 jobs over about 10 s while three worker
-/// threads drain them; the stream's leader (leading the consumer too when
+/// threads (each connection holding up to `prefetch`) drain them; the stream's leader (leading the consumer too when
 /// `together`) is killed with SIGKILL after 300 are done and restarted 3 s
 /// later. The worker must ride out the election (not idle: its pulls go
 /// unanswered) and exit by itself once the queue is empty.
-fn leader_killed(tube: &str, together: bool) {
+fn leader_killed(tube: &str, together: bool, prefetch: usize) {
     let _one = heavy();
     log_from_env();
     let mut c = NatsCluster::start(3).unwrap();
@@ -220,6 +225,7 @@ fn leader_killed(tube: &str, together: bool) {
     let worker = Worker::new(
         Config {
             concurrency: 3,
+            prefetch,
             ..cfg(&c.url(), tube)
         },
         recording(&runs),
@@ -263,7 +269,7 @@ fn leader_killed(tube: &str, together: bool) {
     let runs = runs.lock().unwrap();
     let gap = longest_gap(&runs.times);
     eprintln!(
-        "killed n{} (stream leader; consumer leader n{}, meta leader n{}) after {done_at_kill} jobs; \
+        "prefetch {prefetch}: killed n{} (stream leader; consumer leader n{}, meta leader n{}) after {done_at_kill} jobs; \
          a new stream leader after {elected:?}; longest pause between jobs {gap:?}; \
          {} puts acked, {} failed; worker ran {:?}: {counts}",
         leader + 1,
@@ -679,4 +685,64 @@ fn fastrand_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64
+}
+
+#[test]
+fn a_silent_server_is_not_idle_time() {
+    silent_is_not_idle("quiet1", 1);
+}
+
+#[test]
+fn a_silent_server_is_not_idle_time_under_a_pull_batch_of_16() {
+    silent_is_not_idle("quiet16", 16);
+}
+
+/// A worker that exits after 2.5 s idle, through the chaos proxy to one
+/// node: the node goes silent for 5 s right after a job. The pull then
+/// under way is not answered (its deadline is 2 s off), nor are the
+/// reconnects: none of that is idle time, and the worker is still there to
+/// do the job put once the node speaks again.
+fn silent_is_not_idle(tube: &'static str, prefetch: usize) {
+    let _one = heavy();
+    log_from_env();
+    let c = one_job(tube, b"first", None);
+    let proxy = taskq_testkit::ChaosProxy::start(c.addr(0)).unwrap();
+    let runs = SharedRuns::default();
+    let worker = Worker::new(
+        Config {
+            prefetch,
+            exit_when_idle: Some(Duration::from_millis(2500)),
+            ..cfg(&format!("nats://{}", proxy.addr()), tube)
+        },
+        recording(&runs),
+    )
+    .unwrap();
+    let control = worker.control();
+    let w = std::thread::spawn(move || run_bounded(worker, Duration::from_secs(60)));
+    assert!(wait_until(Duration::from_secs(10), || runs_done(&runs) == 1));
+    // Back in a pull, then nothing more comes back.
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.add(
+        taskq_testkit::Toxic::Silence,
+        taskq_testkit::Direction::Downstream,
+        1.0,
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let stopped_while_silent = control.is_stopping();
+    proxy.clear();
+    let put = produce(&c.url(), tube, &[b"second".to_vec()], Duration::ZERO);
+    assert_eq!(put.acked.len(), 1);
+    let counts = w.join().unwrap();
+    eprintln!("prefetch {prefetch}: silent 5 s; {counts}");
+    assert!(
+        !stopped_while_silent,
+        "idle exit while the server was silent: {counts}"
+    );
+    assert_eq!(
+        runs_done(&runs),
+        2,
+        "the job put after the silence was done: {counts}"
+    );
+    assert!(counts.io_timeouts >= 1, "{counts}");
+    assert_eq!(js_admin(&c).stream_info("TASKQ").unwrap().messages, 0);
 }
