@@ -346,10 +346,24 @@ type Peer = (Vec<u8>, std::net::SocketAddr);
 
 #[test]
 fn a_frozen_follower_under_the_worker_is_detected_and_work_goes_on_through_another_node() {
+    follower_lost("frozen", false);
+}
+
+#[test]
+fn a_worker_given_one_node_goes_on_through_the_nodes_it_was_told_of_when_that_one_dies() {
+    follower_lost("learned", true);
+}
+
+/// A worker's one thread is connected to a node that leads nothing, which
+/// then fails: frozen (SIGSTOP) with every node among the worker's seeds, it
+/// first, or killed (SIGKILL) when the worker was given that node alone and
+/// knows the others only from what the cluster announced. The failure must be
+/// noticed by the time the pull under way was due, and a job published
+/// meanwhile through another node done through another node.
+fn follower_lost(tube: &str, killed: bool) {
     let _one = heavy();
     log_from_env();
-    let c = NatsCluster::start(3).unwrap();
-    let tube = "frozen";
+    let mut c = NatsCluster::start(3).unwrap();
     let consumer = format!("taskq-{tube}");
     js_setup(&c, tube, Some(Duration::from_secs(3)));
     let produced = produce(&c.url(), tube, &[b"before".to_vec()], Duration::ZERO);
@@ -361,13 +375,17 @@ fn a_frozen_follower_under_the_worker_is_detected_and_work_goes_on_through_anoth
     });
     let victim = (0..3).find(|&i| i != s && i != k && i != m).unwrap();
     let others: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
-    // The frozen node first: the worker's one thread connects there.
-    let addr = format!(
-        "nats://{},{},{}",
-        c.addr(victim),
-        c.addr(others[0]),
-        c.addr(others[1])
-    );
+    // The failing node first: the worker's one thread connects there.
+    let addr = if killed {
+        c.node_url(victim)
+    } else {
+        format!(
+            "nats://{},{},{}",
+            c.addr(victim),
+            c.addr(others[0]),
+            c.addr(others[1])
+        )
+    };
     let peers: Arc<Mutex<Vec<Peer>>> = Arc::default();
     let p2 = peers.clone();
     let config = Config {
@@ -391,14 +409,19 @@ fn a_frozen_follower_under_the_worker_is_detected_and_work_goes_on_through_anoth
     assert_eq!(
         peers.lock().unwrap()[0].1,
         c.addr(victim),
-        "connected to the node to freeze"
+        "connected to the node that fails"
     );
-    // Waiting in a pull on the node, which goes silent.
+    // Waiting in a pull on the node, which goes silent or dies.
     std::thread::sleep(Duration::from_millis(300));
     let frozen = Instant::now();
-    c.stop(victim).unwrap();
+    if killed {
+        c.kill(victim).unwrap();
+    } else {
+        c.stop(victim).unwrap();
+    }
     let detected = wait_until(Duration::from_secs(10), || {
-        control.counters().io_timeouts >= 1
+        let n = control.counters();
+        n.io_timeouts >= 1 || n.reconnects >= 1
     })
     .then(|| frozen.elapsed());
     // Published meanwhile through another node.
@@ -410,13 +433,16 @@ fn a_frozen_follower_under_the_worker_is_detected_and_work_goes_on_through_anoth
     );
     let done = wait_until(Duration::from_secs(15), || control.counters().deleted == 2)
         .then(|| frozen.elapsed());
-    c.cont(victim).unwrap();
+    if !killed {
+        c.cont(victim).unwrap();
+    }
     control.shutdown();
     let counts = running.join();
     let peers = peers.lock().unwrap();
     eprintln!(
-        "froze n{} (leaders: stream n{}, consumer n{}, meta n{}): detected after {detected:?}, \
+        "{} n{} (leaders: stream n{}, consumer n{}, meta n{}): detected after {detected:?}, \
          the job published meanwhile done after {done:?}, through {:?}; {counts}",
+        if killed { "killed" } else { "froze" },
         victim + 1,
         s + 1,
         k + 1,
@@ -424,7 +450,7 @@ fn a_frozen_follower_under_the_worker_is_detected_and_work_goes_on_through_anoth
         peers.get(1).map(|p| p.1)
     );
     let due = slice + io + Duration::from_millis(500);
-    let detected = detected.expect("the silence was never detected");
+    let detected = detected.expect("the failure was never detected");
     assert!(
         detected <= due,
         "detected after {detected:?}, due by {due:?}"

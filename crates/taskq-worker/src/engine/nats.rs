@@ -422,7 +422,12 @@ impl JobLink for Nats {
 }
 
 impl Link for Nats {
-    fn connect(cfg: &Config, server: &str, nth: usize) -> Result<Nats, ConnectionError> {
+    fn connect(
+        cfg: &Config,
+        server: &str,
+        nth: usize,
+        learned: &[String],
+    ) -> Result<Nats, ConnectionError> {
         let addr = Address::parse(server)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
         // Threads start on different seeds, so that one node that does not
@@ -431,6 +436,13 @@ impl Link for Nats {
         let mut seeds = addr.hosts().to_vec();
         let n = seeds.len();
         seeds.rotate_left(nth % n.max(1));
+        // Then the nodes the cluster announced (`connect_urls`), so that a
+        // worker given one node goes on through the others when it fails.
+        for a in learned {
+            if !seeds.contains(a) {
+                seeds.push(a.clone());
+            }
+        }
         let ncfg = NatsConfig {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
@@ -498,6 +510,10 @@ impl Link for Nats {
             current: Early::default(),
             slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
         })
+    }
+
+    fn learned(&self) -> &[String] {
+        self.conn.servers()
     }
 
     fn io_counts(&self) -> IoCounts {
