@@ -7,7 +7,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -27,23 +27,6 @@ fn cfg(addr: SocketAddr) -> Config {
             jitter: taskq_worker::Jitter::Full,
         },
         ..Config::default()
-    }
-}
-
-/// Runs a worker to its end, or aborts it and fails after `limit`.
-fn run_bounded(worker: Worker, limit: Duration) -> Snapshot {
-    let control = worker.control();
-    let running = worker.start();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(running.join());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(s) => s,
-        Err(_) => {
-            control.abort();
-            panic!("worker did not finish within {limit:?}");
-        }
     }
 }
 

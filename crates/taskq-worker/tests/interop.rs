@@ -3,7 +3,8 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -23,19 +24,9 @@ fn python_with_greenstalk() {
 
 /// Runs a Python script with a time limit; panics with its output on failure.
 fn python(script: &str, args: &[String]) {
-    let out = Command::new("timeout")
-        .args(["30", "python3", "-c", script])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut argv = vec![OsStr::new("-c"), OsStr::new(script)];
+    argv.extend(args.iter().map(OsStr::new));
+    python3(&argv);
 }
 
 fn bodies() -> Vec<Vec<u8>> {
@@ -103,38 +94,7 @@ fn taskq_puts_greenstalk_does() {
     // sent through the library.
     let (cli, lib): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) = bodies.iter().partition(|b| !b.contains(&0));
     assert!(!cli.is_empty() && !lib.is_empty());
-    let mut input = Vec::new();
-    for b in &cli {
-        input.extend_from_slice(b);
-        input.push(0);
-    }
-    let mut put = Command::new(taskq_cli())
-        .args([
-            "put",
-            "--null",
-            "--tube",
-            "interop",
-            "--addr",
-            &server.addr().to_string(),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut put.stdin.take().unwrap(), &input).unwrap();
-    let out = put.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "taskq put: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut ids: Vec<u64> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(ids.len(), cli.len(), "one id per job, in input order");
+    let mut ids = taskq_put_null(&server.addr().to_string(), "interop", &cli);
     let mut p = taskq_producer::Producer::connect(server.addr()).unwrap();
     p.use_tube("interop").unwrap();
     for b in &lib {

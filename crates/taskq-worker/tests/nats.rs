@@ -2,26 +2,18 @@
 //! loopback: every job done once and counted against the stream's and the
 //! consumer's own record; releases, delays, burial and lease loss.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{js_admin, js_consumer};
 use taskq_producer::{Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::{ConsumerInfo, ConsumerSpec, MsgSelect, NatsConfig, NatsConnection};
+use taskq_proto::nats::{ConsumerSpec, MsgSelect};
 use taskq_testkit::NatsCluster;
 use taskq_worker::{Config, JetStreamConfig, Job, Outcome, Worker};
-
-fn admin(c: &NatsCluster) -> NatsConnection {
-    let seeds: Vec<String> = (0..c.len()).map(|i| c.addr(i).to_string()).collect();
-    NatsConnection::connect(&seeds, NatsConfig::default()).expect("admin connection")
-}
-
-fn consumer(c: &NatsCluster, tube: &str) -> ConsumerInfo {
-    admin(c)
-        .consumer_info("TASKQ", &format!("taskq-{tube}"))
-        .expect("consumer info")
-}
 
 fn put_all(c: &NatsCluster, tube: &str, bodies: &[Vec<u8>], opts: PutOptions) -> Vec<u64> {
     let mut p = Producer::builder().tube(tube).connect(c.url()).unwrap();
@@ -105,9 +97,9 @@ fn drain(c: &NatsCluster, k: usize, prefetch: usize) {
     }
     assert_eq!(counts.lost_lease + counts.released, 0);
     // The stream's and the consumer's own record.
-    let s = admin(c).stream_info("TASKQ").unwrap();
+    let s = js_admin(c).stream_info("TASKQ").unwrap();
     assert_eq!(s.messages, 0, "nothing left in the stream");
-    let ci = consumer(c, "bulk");
+    let ci = js_consumer(c, "bulk");
     assert_eq!(
         (ci.num_pending, ci.num_ack_pending, ci.num_redelivered),
         (0, 0, 0)
@@ -187,7 +179,7 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     assert_eq!(counts.deleted, 1);
     assert_eq!(counts.buried, 2);
     // The buried jobs wait on taskq.work.buried, byte-exact; nothing else is left.
-    let mut ad = admin(&c);
+    let mut ad = js_admin(&c);
     let s = ad.stream_info("TASKQ").unwrap();
     assert_eq!(s.messages, 2);
     let mut buried = Vec::new();
@@ -207,7 +199,7 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     assert!(ids
         .iter()
         .all(|&id| ad.msg_get("TASKQ", MsgSelect::Seq(id)).is_err()));
-    let ci = consumer(&c, "work");
+    let ci = js_consumer(&c, "work");
     assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
 }
 
@@ -257,7 +249,7 @@ fn an_existing_consumers_ack_wait_is_the_lease_and_is_never_changed() {
     let c = NatsCluster::start(1).unwrap();
     put_all(&c, "short", &[b"slow".to_vec()], PutOptions::default());
     // The operator's consumer: a 2 s ack wait.
-    admin(&c)
+    js_admin(&c)
         .ensure_consumer(
             "TASKQ",
             "taskq-short",
@@ -299,11 +291,11 @@ fn an_existing_consumers_ack_wait_is_the_lease_and_is_never_changed() {
         2,
         "redelivered after the ack wait"
     );
-    assert_eq!(consumer(&c, "short").ack_wait, Duration::from_secs(2));
+    assert_eq!(js_consumer(&c, "short").ack_wait, Duration::from_secs(2));
     // The second run was acked; the first run's late ack was confirmed too
     // (JetStream acks by sequence) or found the job gone.
     assert!(counts.deleted >= 1);
-    assert_eq!(admin(&c).stream_info("TASKQ").unwrap().messages, 0);
+    assert_eq!(js_admin(&c).stream_info("TASKQ").unwrap().messages, 0);
 }
 
 /// Which tube each job came from, in the order taken, for a worker on `specs`.

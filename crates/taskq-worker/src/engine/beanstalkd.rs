@@ -61,7 +61,12 @@ impl JobLink for Beanstalkd {
 }
 
 impl Link for Beanstalkd {
-    fn connect(cfg: &Config, server: &str) -> Result<Beanstalkd, ConnectionError> {
+    fn connect(
+        cfg: &Config,
+        server: &str,
+        _nth: usize,
+        _learned: &[String],
+    ) -> Result<Beanstalkd, ConnectionError> {
         let pcfg = taskq_proto::ConnectionConfig {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,

@@ -162,8 +162,24 @@ pub(crate) trait JobLink {
 /// One thread's connection to one server, as the worker's loop drives it.
 pub(crate) trait Link: JobLink + Sized {
     /// Opens a connection to `server` and sets it up for the configured tubes
-    /// (the restore hook: run again on every reconnect).
-    fn connect(cfg: &Config, server: &str) -> Result<Self, ConnectionError>;
+    /// (the restore hook: run again on every reconnect). `nth` counts the
+    /// lane's connect attempts, from its thread's index: a server given as
+    /// several seeds (a JetStream cluster) is tried from seed `nth % seeds`
+    /// on, so that threads start on different seeds and each attempt after
+    /// a failure starts on the next one. `learned` are the addresses an
+    /// earlier connection to this server was told of ([`learned`](Self::learned)),
+    /// tried after the configured ones.
+    fn connect(
+        cfg: &Config,
+        server: &str,
+        nth: usize,
+        learned: &[String],
+    ) -> Result<Self, ConnectionError>;
+    /// Addresses the server announced for later connects (a cluster's
+    /// nodes); none by default.
+    fn learned(&self) -> &[String] {
+        &[]
+    }
     /// System calls made so far.
     fn io_counts(&self) -> IoCounts;
     /// A handle that cuts the connection from another thread.

@@ -317,29 +317,6 @@ impl Nats {
     }
 }
 
-/// The nodes of cluster `server` (as configured) that the last connection to it
-/// learned from the server's `INFO`: read (`learned` None) or replaced. One
-/// list per configured cluster, shared by the process's worker threads.
-fn known(server: &str, learned: Option<&[String]>) -> Vec<String> {
-    static KNOWN: std::sync::Mutex<Vec<(String, Vec<String>)>> = std::sync::Mutex::new(Vec::new());
-    let mut k = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
-    let i = match k.iter().position(|(s, _)| s == server) {
-        Some(i) => i,
-        None => {
-            k.push((server.to_owned(), Vec::new()));
-            k.len() - 1
-        }
-    };
-    match learned {
-        Some(list) => {
-            k[i].1.clear();
-            k[i].1.extend(list.iter().cloned());
-            Vec::new()
-        }
-        None => k[i].1.clone(),
-    }
-}
-
 /// Keeps a delivery or status read while a confirmation was awaited.
 fn keep_early(
     d: Delivery<'_>,
@@ -376,7 +353,10 @@ fn keep_early(
         }
         Delivery::Heartbeat | Delivery::Confirmed(_) => return,
         Delivery::NoMessages | Delivery::Timeout => End::Empty,
-        _ => End::Unavailable,
+        other => {
+            tracing::debug!(status = ?other, "pull ended: the cluster cannot serve it now");
+            End::Unavailable
+        }
     };
     if let Some(p) = pull {
         p.ended = Some(end);
@@ -468,19 +448,25 @@ impl JobLink for Nats {
 }
 
 impl Link for Nats {
-    fn connect(cfg: &Config, server: &str) -> Result<Nats, ConnectionError> {
+    fn connect(
+        cfg: &Config,
+        server: &str,
+        nth: usize,
+        learned: &[String],
+    ) -> Result<Nats, ConnectionError> {
         let addr = Address::parse(server)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
         // Threads start on different seeds, so that one node that does not
-        // answer holds back only some of them.
+        // answer holds back only some of them; after a failure the next
+        // attempt starts on the next seed, not on the node that just failed.
         let mut seeds = addr.hosts().to_vec();
         let n = seeds.len();
-        seeds.rotate_left(fastrand::usize(..n));
-        // Then the nodes an earlier connection learned, so that the worker
-        // finds the cluster even when every node it was given is down.
-        for k in known(server, None) {
-            if !seeds.contains(&k) {
-                seeds.push(k);
+        seeds.rotate_left(nth % n.max(1));
+        // Then the nodes the cluster announced (`connect_urls`), so that a
+        // worker given one node goes on through the others when it fails.
+        for a in learned {
+            if !seeds.contains(a) {
+                seeds.push(a.clone());
             }
         }
         let ncfg = NatsConfig {
@@ -489,7 +475,6 @@ impl Link for Nats {
             ..NatsConfig::default()
         };
         let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(conn_error)?;
-        known(server, Some(conn.servers()));
         let layout = Layout::new(&cfg.jetstream.stream)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
         let setup = |e: NatsError| {
@@ -552,6 +537,10 @@ impl Link for Nats {
             current: Early::default(),
             slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
         })
+    }
+
+    fn learned(&self) -> &[String] {
+        self.conn.servers()
     }
 
     fn io_counts(&self) -> IoCounts {
@@ -696,6 +685,7 @@ impl Link for Nats {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
                 Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
                 Err(NatsError::NoResponders) => {
+                    tracing::debug!("pull answered 503: no responders");
                     if let Some(p) = self.pulls.front_mut() {
                         p.ended = Some(End::Unavailable);
                     }

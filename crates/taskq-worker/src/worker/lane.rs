@@ -27,6 +27,12 @@ struct Lane<L> {
     /// The reconnect rule: at once after progress, else with backoff.
     reconnect: Reconnect,
     ever_connected: bool,
+    /// Connect attempts so far, from the thread's index (where a cluster's
+    /// seeds are tried from).
+    connects: usize,
+    /// The addresses the last connection was told of, tried after the
+    /// configured ones on the next connect.
+    learned: Vec<String>,
     /// Weighted tubes: this connection's place in the cycle.
     sched: Option<Schedule>,
     /// The connection's system calls already added to the counters.
@@ -66,6 +72,8 @@ impl<L: Link + Send + 'static> Lanes<L> {
                 conn: None,
                 reconnect: Reconnect::new(),
                 ever_connected: false,
+                connects: thread,
+                learned: Vec::new(),
                 sched: shared
                     .cfg
                     .is_weighted()
@@ -140,10 +148,13 @@ impl<L: Link + Send + 'static> Lanes<L> {
     fn connect(&mut self, i: usize) -> bool {
         let sh = &*self.shared;
         let addr = sh.cfg.servers[self.lanes[i].server].as_str();
-        let result = L::connect(&sh.cfg, addr);
         let lane = &mut self.lanes[i];
+        let result = L::connect(&sh.cfg, addr, lane.connects, &lane.learned);
+        lane.connects = lane.connects.wrapping_add(1);
         match result {
             Ok(conn) => {
+                lane.learned.clear();
+                lane.learned.extend_from_slice(conn.learned());
                 if let Some(cut) = conn.interrupter() {
                     *self.shared.lanes[self.thread * self.shared.cfg.servers.len() + i]
                         .cut

@@ -836,7 +836,7 @@ mod tests {
     }
 
     impl Link for Scripted {
-        fn connect(_: &Config, _: &str) -> Result<Self, ConnectionError> {
+        fn connect(_: &Config, _: &str, _: usize, _: &[String]) -> Result<Self, ConnectionError> {
             Ok(Scripted::default())
         }
         fn io_counts(&self) -> IoCounts {

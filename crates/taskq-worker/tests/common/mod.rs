@@ -315,3 +315,124 @@ pub fn ten_thousand_jobs_four_threads(prefetch: usize) -> taskq_worker::Snapshot
     assert_eq!(server.job_count(), 0);
     counts
 }
+
+/// Runs a worker to its end, or aborts it and fails after `limit`.
+pub fn run_bounded(worker: taskq_worker::Worker, limit: Duration) -> taskq_worker::Snapshot {
+    let control = worker.control();
+    let running = worker.start();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(running.join());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(s) => s,
+        Err(_) => {
+            control.abort();
+            panic!("worker did not finish within {limit:?}");
+        }
+    }
+}
+
+/// JetStream: a management connection to every node of `c` as seeds.
+pub fn js_admin(c: &taskq_testkit::NatsCluster) -> taskq_proto::nats::NatsConnection {
+    let seeds: Vec<String> = (0..c.len()).map(|i| c.addr(i).to_string()).collect();
+    taskq_proto::nats::NatsConnection::connect(&seeds, taskq_proto::nats::NatsConfig::default())
+        .expect("admin connection")
+}
+
+/// JetStream: the record of tube `tube`'s consumer `taskq-TUBE` on stream `TASKQ`.
+pub fn js_consumer(c: &taskq_testkit::NatsCluster, tube: &str) -> taskq_proto::nats::ConsumerInfo {
+    js_admin(c)
+        .consumer_info("TASKQ", &format!("taskq-{tube}"))
+        .expect("consumer info")
+}
+
+/// Sends the library worker's logs to the test's output when `RUST_LOG` is
+/// set (`RUST_LOG=taskq_worker=debug cargo test ... -- --nocapture`).
+pub fn log_from_env() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// JetStream: creates taskq's stream `TASKQ` (3 replicas on 3 nodes or
+/// more) and, with `ack_wait`, tube `tube`'s consumer, before any worker or
+/// producer starts: a fresh cluster can take longer to create them than a
+/// client's I/O deadline.
+pub fn js_setup(c: &taskq_testkit::NatsCluster, tube: &str, ack_wait: Option<Duration>) {
+    use taskq_proto::nats::{ConsumerSpec, StreamSpec};
+    let mut a = js_admin(c);
+    a.ensure_stream(&StreamSpec {
+        name: "TASKQ".into(),
+        subjects: vec!["taskq.>".into()],
+        replicas: c.len().min(3),
+        duplicate_window: None,
+    })
+    .expect("create the stream");
+    if let Some(ack_wait) = ack_wait {
+        a.ensure_consumer(
+            "TASKQ",
+            &format!("taskq-{tube}"),
+            &ConsumerSpec {
+                filter_subject: format!("taskq.{tube}"),
+                ack_wait,
+                max_deliver: -1,
+                max_ack_pending: 1000,
+                max_waiting: 512,
+            },
+        )
+        .expect("create the consumer");
+    }
+}
+
+/// Runs `python3 ARGS...` with a 30 s limit; panics with its output on failure.
+pub fn python3(args: &[&std::ffi::OsStr]) {
+    let out = Command::new("timeout")
+        .args(["30", "python3"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Puts `bodies` (none holding NUL) into `tube` at `addr` with the `taskq
+/// put --null` command; returns the ids it printed, one per job in order.
+pub fn taskq_put_null(addr: &str, tube: &str, bodies: &[&Vec<u8>]) -> Vec<u64> {
+    let mut input = Vec::new();
+    for b in bodies {
+        assert!(!b.contains(&0), "a NUL ends a job on `taskq put --null`");
+        input.extend_from_slice(b);
+        input.push(0);
+    }
+    let mut put = Command::new(taskq_cli())
+        .args(["put", "--null", "--tube", tube, "--addr", addr])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut put.stdin.take().unwrap(), &input).unwrap();
+    let out = put.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "taskq put: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(ids.len(), bodies.len(), "one id per job, in input order");
+    ids
+}
