@@ -142,6 +142,45 @@ pub(crate) fn record(
     Ok(())
 }
 
+/// A chunk whose write failed: every job of it is `Unknown` in `out` when
+/// some of the write may have left (else they stay `NotSent`).
+#[cold]
+pub(crate) fn chunk_write_failed(
+    e: Error,
+    out: &mut [PutOutcome],
+    (from, end): (usize, usize),
+) -> BatchError {
+    if e.outcome_unknown() {
+        out[from..end].fill(PutOutcome::Unknown);
+    }
+    BatchError {
+        replied: from,
+        error: e,
+    }
+}
+
+/// Reads a written chunk's replies in order (`next` reads one) into
+/// `out[from..end]` and `report`; at the first that is neither an id nor a
+/// rejection, the rest of the chunk is `Unknown` and the batch breaks off.
+#[inline]
+pub(crate) fn read_chunk(
+    out: &mut [PutOutcome],
+    report: &mut BatchReport,
+    (from, end): (usize, usize),
+    mut next: impl FnMut() -> Result<JobId, Error>,
+) -> Result<(), BatchError> {
+    for i in from..end {
+        if let Err(e) = record(next(), &mut out[i], report) {
+            out[i..end].fill(PutOutcome::Unknown);
+            return Err(BatchError {
+                replied: i,
+                error: e,
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     //! The producer's outcome rules, through the protocol session with

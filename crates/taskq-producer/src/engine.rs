@@ -11,7 +11,9 @@ use std::net::SocketAddr;
 
 use taskq_proto::{Command, Connection, ConnectionConfig, IoCounts, Reply, TubeStats};
 
-use crate::classify::{not_inserted, record, use_failed_on_reconnect, using};
+use crate::classify::{
+    chunk_write_failed, not_inserted, read_chunk, use_failed_on_reconnect, using,
+};
 use crate::error::Error;
 use crate::nats::{NatsLink, NatsSetup};
 use crate::producer::{BatchError, BatchReport, PutOutcome};
@@ -135,29 +137,21 @@ impl Link {
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<(), BatchError> {
-        let broke = |replied: usize, error: Error| BatchError { replied, error };
         match self {
             Link::Beanstalkd(c) => {
                 for body in &bodies[from..end] {
                     if let Err(e) = c.queue(&opts.command(body.as_ref())) {
                         c.clear_queue();
-                        return Err(broke(from, Error::from_conn(e)));
+                        return Err(BatchError {
+                            replied: from,
+                            error: Error::from_conn(e),
+                        });
                     }
                 }
                 if let Err(e) = c.flush() {
-                    let e = Error::from_conn(e);
-                    if e.outcome_unknown() {
-                        out[from..end].fill(PutOutcome::Unknown);
-                    }
-                    return Err(broke(from, e));
+                    return Err(chunk_write_failed(Error::from_conn(e), out, (from, end)));
                 }
-                for i in from..end {
-                    if let Err(e) = record(put_reply(c), &mut out[i], report) {
-                        out[i..end].fill(PutOutcome::Unknown);
-                        return Err(broke(i, e));
-                    }
-                }
-                Ok(())
+                read_chunk(out, report, (from, end), || put_reply(c))
             }
             Link::Nats(n) => n.put_chunk(bodies, (from, end), first, opts, out, report),
         }

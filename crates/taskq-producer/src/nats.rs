@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use taskq_proto::nats::{NatsConfig, NatsConnection, NatsError, StreamSpec};
 use taskq_proto::{ConnectionError, Layout, READY_AT_HEADER};
 
+use crate::classify::{chunk_write_failed, read_chunk};
 use crate::error::{Error, Invalid, NotSent, Rejection};
 use crate::producer::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
@@ -176,14 +177,9 @@ impl NatsLink {
         self.last = k;
         let mut buf = IdBuf::new();
         let id = self.ids.id(k, &mut buf);
-        let r = if opts.delay == 0 {
-            self.conn.publish(&self.subject, id, body)
-        } else {
-            let mut at = itoa::Buffer::new();
-            let at = at.format(ready_at_ms(opts.delay)).as_bytes();
-            self.conn
-                .publish_with(&self.subject, id, &[(READY_AT_HEADER, at)], body)
-        };
+        let r = with_ready_at(opts.delay, |extra| {
+            self.conn.publish_with(&self.subject, id, extra, body)
+        });
         match r {
             Ok(ack) => Ok(JobId::new(ack.stream_seq)),
             Err(e) => Err(from_nats(e)),
@@ -201,55 +197,54 @@ impl NatsLink {
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<(), BatchError> {
-        let broke = |replied: usize, error: Error| BatchError { replied, error };
         let mut buf = IdBuf::new();
-        let mut at = itoa::Buffer::new();
-        let at = at.format(ready_at_ms(opts.delay)).as_bytes();
-        let extra: &[(&[u8], &[u8])] = if opts.delay == 0 {
-            &[]
-        } else {
-            &[(READY_AT_HEADER, at)]
-        };
-        for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
-            let id = self.ids.id(first + i as u64, &mut buf);
-            if let Err(e) = self
-                .conn
-                .queue_publish(&self.subject, id, extra, body.as_ref())
-            {
-                // Nothing of the chunk was written yet: drop what was queued.
-                self.conn.mark_broken();
-                return Err(broke(from, from_nats(e)));
+        let queued = with_ready_at(opts.delay, |extra| {
+            for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
+                let id = self.ids.id(first + i as u64, &mut buf);
+                self.conn
+                    .queue_publish(&self.subject, id, extra, body.as_ref())?;
             }
+            Ok(())
+        });
+        if let Err(e) = queued {
+            // Nothing of the chunk was written yet: drop what was queued.
+            self.conn.mark_broken();
+            return Err(BatchError {
+                replied: from,
+                error: from_nats(e),
+            });
         }
         if let Err(e) = self.conn.flush() {
-            let e = from_nats(e);
-            if e.outcome_unknown() {
-                out[from..end].fill(PutOutcome::Unknown);
-            }
-            return Err(broke(from, e));
+            return Err(chunk_write_failed(from_nats(e), out, (from, end)));
         }
-        for i in from..end {
-            let r = self
-                .conn
-                .recv_puback()
+        let conn = &mut self.conn;
+        let r = read_chunk(out, report, (from, end), || {
+            conn.recv_puback()
                 .map(|a| JobId::new(a.stream_seq))
-                .map_err(from_nats);
-            if let Err(e) = crate::classify::record(r, &mut out[i], report) {
-                out[i..end].fill(PutOutcome::Unknown);
-                if !self.conn.is_broken() {
-                    // PubAcks still owed would be read as this chunk's.
-                    self.conn.mark_broken();
-                }
-                return Err(broke(i, e));
-            }
+                .map_err(from_nats)
+        });
+        if r.is_err() && !self.conn.is_broken() {
+            // PubAcks still owed would be read as the next chunk's.
+            self.conn.mark_broken();
         }
-        Ok(())
+        r
     }
 
     /// Closes the connection.
     pub(crate) fn quit(self) {
         drop(self.conn);
     }
+}
+
+/// Runs `f` with a put's extra headers: none, or the ready time of a job
+/// delayed `delay` seconds (formatted on the stack).
+#[inline]
+fn with_ready_at<R>(delay: u32, f: impl FnOnce(&[(&[u8], &[u8])]) -> R) -> R {
+    if delay == 0 {
+        return f(&[]);
+    }
+    let mut at = itoa::Buffer::new();
+    f(&[(READY_AT_HEADER, at.format(ready_at_ms(delay)).as_bytes())])
 }
 
 /// When a job put now with `delay` seconds becomes ready, in Unix milliseconds.
