@@ -13,93 +13,23 @@
 //! the next one in one write (as taskq sends them), reading to the end of both
 //! answers; with a batch, one pull for 64 and 64 acks in one write.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use nats_raw::{env_usize, median, Raw};
 use taskq_producer::{Producer, PutOptions, PutOutcome};
 use taskq_proto::nats::{ConsumerSpec, NatsConfig, NatsConnection, StreamSpec};
 use taskq_testkit::NatsCluster;
 use taskq_worker::{Config, Job, Outcome, Worker};
 
+#[path = "common/nats_raw.rs"]
+mod nats_raw;
+
 const TUBE: &str = "drain";
 const CONSUMER: &str = "taskq-drain";
 const BATCH: usize = 64;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// A bare NATS connection reading whole operations.
-struct Raw {
-    s: TcpStream,
-    buf: Vec<u8>,
-    len: usize,
-}
-
-/// One operation read: its control line and its payload.
-struct Op {
-    line: Vec<u8>,
-}
-
-impl Raw {
-    fn connect(addr: SocketAddr) -> Raw {
-        let s = TcpStream::connect(addr).expect("connect");
-        s.set_nodelay(true).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut r = Raw {
-            s,
-            buf: vec![0; 1 << 16],
-            len: 0,
-        };
-        r.op(); // INFO
-        r.s.write_all(
-            b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"no_responders\":true}\r\nSUB _INBOX.raw.* 1\r\nPING\r\n",
-        )
-        .unwrap();
-        while r.op().line != b"PONG" {}
-        r
-    }
-
-    fn fill(&mut self) {
-        let n = self.s.read(&mut self.buf[self.len..]).expect("read");
-        assert!(n > 0, "server closed");
-        self.len += n;
-    }
-
-    /// Reads the next operation other than PING (answered), payload skipped.
-    fn op(&mut self) -> Op {
-        loop {
-            let Some(i) = self.buf[..self.len].windows(2).position(|w| w == b"\r\n") else {
-                self.fill();
-                continue;
-            };
-            let line = self.buf[..i].to_vec();
-            let mut end = i + 2;
-            if line.starts_with(b"MSG ") || line.starts_with(b"HMSG ") {
-                let n: usize = std::str::from_utf8(line.rsplit(|&b| b == b' ').next().unwrap())
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                while self.len < end + n + 2 {
-                    self.fill();
-                }
-                end += n + 2;
-            }
-            self.buf.copy_within(end..self.len, 0);
-            self.len -= end;
-            if line == b"PING" {
-                self.s.write_all(b"PONG\r\n").unwrap();
-                continue;
-            }
-            return Op { line };
-        }
-    }
-}
 
 /// The raw loop: `jobs` jobs, `batch` per pull, every ack confirmed.
 fn raw_drain(addr: SocketAddr, jobs: usize, batch: usize) -> Duration {
@@ -109,49 +39,45 @@ fn raw_drain(addr: SocketAddr, jobs: usize, batch: usize) -> Duration {
         "PUB $JS.API.CONSUMER.MSG.NEXT.TASKQ.{CONSUMER} _INBOX.raw.p {}\r\n{pull}\r\n",
         pull.len()
     );
-    let mut out = Vec::new();
-    let mut acks: Vec<Vec<u8>> = Vec::new();
+    // The acks of the jobs taken, written with the next pull.
+    let mut next = Vec::new();
+    let mut acks = 0;
     let start = Instant::now();
     let mut done = 0;
     while done < jobs {
-        out.clear();
-        let confirms = acks.len();
-        for a in acks.drain(..) {
-            out.extend_from_slice(b"PUB ");
-            out.extend_from_slice(&a);
-            out.extend_from_slice(b" _INBOX.raw.a 4\r\n+ACK\r\n");
-        }
-        out.extend_from_slice(pull.as_bytes());
-        r.s.write_all(&out).unwrap();
-        let mut got = 0;
-        let mut seen_confirms = 0;
-        while got < batch.min(jobs - done) || seen_confirms < confirms {
-            let op = r.op();
-            let words: Vec<&[u8]> = op.line.split(|&b| b == b' ').collect();
-            match (words[0], words[1]) {
-                (b"MSG", b"_INBOX.raw.a") => seen_confirms += 1,
-                (_, b"_INBOX.raw.p") => panic!("status: {}", String::from_utf8_lossy(&op.line)),
-                // A job (HMSG: it carries its Nats-Msg-Id): the reply is its ack subject.
-                (b"MSG" | b"HMSG", _) => {
-                    acks.push(words[3].to_vec());
-                    got += 1;
+        let confirms = std::mem::take(&mut acks);
+        next.extend_from_slice(pull.as_bytes());
+        r.s.write_all(&next).unwrap();
+        next.clear();
+        let (mut got, mut seen) = (0, 0);
+        while got < batch.min(jobs - done) || seen < confirms {
+            r.op(|line, _| {
+                let mut words = line.split(|&b| b == b' ');
+                match (words.next(), words.next()) {
+                    (Some(b"MSG"), Some(b"_INBOX.raw.a")) => seen += 1,
+                    (_, Some(b"_INBOX.raw.p")) => {
+                        panic!("status: {}", String::from_utf8_lossy(line))
+                    }
+                    // A job (HMSG: it carries its Nats-Msg-Id): the reply
+                    // after the sid is its ack subject.
+                    (Some(b"MSG" | b"HMSG"), _) => {
+                        let ack = words.nth(1).expect("an ack subject");
+                        next.extend_from_slice(b"PUB ");
+                        next.extend_from_slice(ack);
+                        next.extend_from_slice(b" _INBOX.raw.a 4\r\n+ACK\r\n");
+                        acks += 1;
+                        got += 1;
+                    }
+                    _ => {}
                 }
-                _ => {}
-            }
+            });
         }
         done += got;
     }
     // The last acks, confirmed.
-    out.clear();
-    let n = acks.len();
-    for a in acks.drain(..) {
-        out.extend_from_slice(b"PUB ");
-        out.extend_from_slice(&a);
-        out.extend_from_slice(b" _INBOX.raw.a 4\r\n+ACK\r\n");
-    }
-    r.s.write_all(&out).unwrap();
-    for _ in 0..n {
-        r.op();
+    r.s.write_all(&next).unwrap();
+    for _ in 0..acks {
+        r.op(|_, _| ());
     }
     start.elapsed()
 }
@@ -213,11 +139,6 @@ fn fill(p: &mut Producer, n: usize) {
         p.put_batch(&bodies, PutOptions::default(), &mut out)
             .unwrap();
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn main() {

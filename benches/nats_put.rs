@@ -11,98 +11,34 @@
 //! with the message id's digits rewritten in place, one write per put, and a
 //! read to the end of the PubAck (answering the server's PING on the way).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use taskq_producer::{Producer, PutOptions, PutOutcome};
 use taskq_testkit::NatsCluster;
 
+#[path = "common/nats_raw.rs"]
+mod nats_raw;
+use nats_raw::{env_usize, median, Raw};
+
 const SUBJECT: &str = "taskq.bench";
 const BATCH: usize = 64;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// A NATS connection on a bare TcpStream: just enough protocol for the loop.
-struct Raw {
-    s: TcpStream,
-    buf: Vec<u8>,
-    len: usize,
-}
-
-impl Raw {
-    fn connect(addr: SocketAddr) -> Raw {
-        let s = TcpStream::connect(addr).expect("connect");
-        s.set_nodelay(true).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut r = Raw {
-            s,
-            buf: vec![0; 1 << 16],
-            len: 0,
-        };
-        r.line(); // INFO
-        r.s.write_all(
-            b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"no_responders\":true}\r\nSUB _INBOX.raw.* 1\r\nPING\r\n",
-        )
-        .unwrap();
-        while r.line() != b"PONG" {}
-        r
-    }
-
-    /// Reads one control line (without CRLF), answering PINGs.
-    fn line(&mut self) -> Vec<u8> {
-        loop {
-            if let Some(i) = self.buf[..self.len].windows(2).position(|w| w == b"\r\n") {
-                let line = self.buf[..i].to_vec();
-                self.consume(i + 2);
-                if line == b"PING" {
-                    self.s.write_all(b"PONG\r\n").unwrap();
-                    continue;
-                }
-                return line;
-            }
-            self.fill();
-        }
-    }
-
-    fn fill(&mut self) {
-        let n = self.s.read(&mut self.buf[self.len..]).expect("read");
-        assert!(n > 0, "server closed");
-        self.len += n;
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.buf.copy_within(n..self.len, 0);
-        self.len -= n;
-    }
-
-    /// Reads to the end of the next MSG (a PubAck) and checks it is one.
-    fn puback(&mut self) {
-        let line = self.line();
+/// Reads to the end of the next MSG (a PubAck) and checks it is one.
+fn puback(r: &mut Raw) {
+    r.op(|line, payload| {
         assert!(
             line.starts_with(b"MSG "),
             "{}",
-            String::from_utf8_lossy(&line)
+            String::from_utf8_lossy(line)
         );
-        let n: usize = std::str::from_utf8(line.rsplit(|&b| b == b' ').next().unwrap())
-            .unwrap()
-            .parse()
-            .unwrap();
-        while self.len < n + 2 {
-            self.fill();
-        }
         assert!(
-            self.buf[..n].windows(5).any(|w| w == b"\"seq\""),
+            payload.windows(5).any(|w| w == b"\"seq\""),
             "not a PubAck: {}",
-            String::from_utf8_lossy(&self.buf[..n])
+            String::from_utf8_lossy(payload)
         );
-        self.consume(n + 2);
-    }
+    });
 }
 
 /// `HPUB` bytes for one put with a 20-digit message id, and where the digits are.
@@ -157,7 +93,7 @@ impl Side for RawSide {
             }
             self.r.s.write_all(&self.out).unwrap();
             for _ in 0..batch {
-                self.r.puback();
+                puback(&mut self.r);
             }
         }
     }
@@ -277,11 +213,6 @@ fn purge(rt: &tokio::runtime::Runtime, addr: SocketAddr) {
         let js = async_nats::jetstream::new(client);
         js.get_stream("TASKQ").await.unwrap().purge().await.unwrap();
     });
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -20,9 +20,16 @@ fn allocations_for(n: usize, concurrency: usize, prefetch: usize) -> u64 {
     let bodies: Vec<Vec<u8>> = (0..n).map(|i| vec![b'j'; 1 + i % 700]).collect();
     put_all(server.addr(), "default", 60, &bodies);
     drop(bodies);
+    drain_counted(server.addr().to_string(), n, concurrency, prefetch)
+}
+
+/// Allocations while a worker on `server` of `concurrency` threads, whose
+/// connections hold up to `prefetch` jobs, drains the `n` jobs queued there
+/// (each a body of `j`s).
+fn drain_counted(server: String, n: usize, concurrency: usize, prefetch: usize) -> u64 {
     let worker = Worker::new(
         Config {
-            servers: vec![server.addr().to_string()],
+            servers: vec![server],
             concurrency,
             max_jobs: Some(n as u64),
             io_timeout: Duration::from_secs(2),
@@ -74,45 +81,8 @@ fn allocations_for_nats(n: usize, prefetch: usize) -> u64 {
     // The consumer exists before the worker starts, so that every connection
     // sets up the same way (who creates it, and how often the API is asked
     // while it is created, would vary the setup's allocations).
-    let mut admin = taskq_proto::nats::NatsConnection::connect(
-        &[cluster.addr(0).to_string()],
-        taskq_proto::nats::NatsConfig::default(),
-    )
-    .unwrap();
-    admin
-        .ensure_consumer(
-            "TASKQ",
-            "taskq-default",
-            &taskq_proto::nats::ConsumerSpec {
-                filter_subject: "taskq.default".into(),
-                ack_wait: Duration::from_secs(60),
-                max_deliver: -1,
-                max_ack_pending: 20_000,
-                max_waiting: 512,
-            },
-        )
-        .unwrap();
-    drop(admin);
-    let worker = Worker::new(
-        Config {
-            servers: vec![cluster.url()],
-            concurrency: 2,
-            max_jobs: Some(n as u64),
-            io_timeout: Duration::from_secs(2),
-            prefetch,
-            ..Config::default()
-        },
-        |job: &mut Job<'_>| {
-            assert_eq!(job.body()[0], b'j');
-            Outcome::Done
-        },
-    )
-    .unwrap();
-    let before = alloc::total();
-    let counts = worker.run();
-    let used = alloc::total() - before;
-    assert_eq!(counts.deleted, n as u64);
-    used
+    common::js_setup(&cluster, "default", Some(Duration::from_secs(60)));
+    drain_counted(cluster.url(), n, 2, prefetch)
 }
 
 #[test]
