@@ -206,7 +206,7 @@ fn setup(args: &DemoArgs) -> Result<Setup, Box<dyn std::error::Error + Send + Sy
             // The stream is made here, once, before producers and workers
             // start and each look for it.
             args.js
-                .producer(Producer::builder())
+                .producer(Producer::builder(), addr.as_str())
                 .io_timeout(io_timeout)
                 .connect(addr.as_str())
                 .map_err(|e| format!("cannot set the stream up on {addr}: {e}"))?;
@@ -243,7 +243,7 @@ fn drive(
                 max: Duration::from_secs(1),
                 jitter: taskq_worker::Jitter::None,
             },
-            jetstream: args.js.worker(),
+            jetstream: args.js.worker(addr.as_str()),
             ..WorkerConfig::default()
         },
         handle,
@@ -256,7 +256,7 @@ fn drive(
     let mut producers = Vec::new();
     let builder = args
         .js
-        .producer(Producer::builder())
+        .producer(Producer::builder(), addr.as_str())
         .io_timeout(io_timeout)
         .tube(tube);
     for p in 0..args.producers as u64 {

@@ -48,20 +48,24 @@ pub struct CreateArgs {
 }
 
 impl CreateArgs {
-    /// The producer settings these options stand for.
-    pub fn producer(&self, b: taskq_producer::Builder) -> taskq_producer::Builder {
-        let b = b.stream(&self.stream.stream);
+    /// The producer settings these options stand for, for `addr` (with its
+    /// credentials and TLS as `main` read them).
+    pub fn producer(&self, b: taskq_producer::Builder, addr: &str) -> taskq_producer::Builder {
+        let b = b
+            .stream(&self.stream.stream)
+            .nats_access(crate::access::for_str(addr));
         match self.replicas {
             Some(n) => b.replicas(n as usize),
             None => b,
         }
     }
 
-    /// The worker settings these options stand for.
-    pub fn worker(&self) -> taskq_worker::JetStreamConfig {
+    /// The worker settings these options stand for, for `addr`.
+    pub fn worker(&self, addr: &str) -> taskq_worker::JetStreamConfig {
         taskq_worker::JetStreamConfig {
             stream: self.stream.stream.clone(),
             replicas: self.replicas.map(|n| n as usize),
+            access: crate::access::for_str(addr),
             ..taskq_worker::JetStreamConfig::default()
         }
     }
@@ -265,6 +269,7 @@ impl Js {
             connect_timeout: t,
             io_timeout: t,
             name: "taskq admin".into(),
+            access: crate::access::for_address(addr),
             ..NatsConfig::default()
         };
         let conn =

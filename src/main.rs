@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod access;
 mod admin;
 mod bench;
 mod demo;
@@ -23,6 +24,8 @@ pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    #[command(flatten)]
+    nats: taskq_worker::nats_cli::NatsArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -58,7 +61,8 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv = access::lift(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
             // --help and --version are not failures.
@@ -67,6 +71,10 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Err(e) = access::init(&cli.nats) {
+        eprintln!("taskq: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Cmd::Put(a) => return put::run(a),
         Cmd::Stats(a) => stats::run(a),

@@ -96,7 +96,7 @@ pub(crate) fn connect(
 ) -> Result<Producer, String> {
     let t = Duration::from_millis(io_timeout_ms.max(1));
     let mut b = js
-        .producer(Producer::builder())
+        .producer(Producer::builder(), addr)
         .connect_timeout(t)
         .io_timeout(t)
         .max_job_size(max_job_size);

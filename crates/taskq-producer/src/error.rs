@@ -53,6 +53,14 @@ pub enum NotSent {
     /// The JetStream stream could not be set up, or an existing one does not
     /// fit taskq's layout (it was left unchanged): what is wrong.
     Layout(String),
+    /// The NATS server refused the connection (wrong or expired
+    /// credentials, a bad signature, none where some are required).
+    Refused(taskq_proto::nats::Refusal),
+    /// TLS failed while connecting (an unknown issuer, a name mismatch, no
+    /// client certificate, a server without TLS).
+    Tls(taskq_proto::nats::TlsError),
+    /// A credentials, nkey or TLS file could not be used (its path and why).
+    Credentials(String),
     /// A fresh connection could not `use` the tube, so the job was not sent on it.
     UseFailed {
         /// The tube.
@@ -75,6 +83,9 @@ impl fmt::Display for NotSent {
                 f.write_str("JetStream has no responder for the stream (503); nothing stored")
             }
             NotSent::Layout(what) => write!(f, "JetStream stream not usable: {what}"),
+            NotSent::Refused(r) => r.fmt(f),
+            NotSent::Tls(e) => e.fmt(f),
+            NotSent::Credentials(what) => f.write_str(what),
             NotSent::UseFailed { tube, cause } => {
                 write!(f, "reconnected, but `use {tube}` failed: {cause}")
             }
@@ -134,6 +145,9 @@ pub enum Rejection {
     BadFormat,
     /// `UNKNOWN_COMMAND`. Nothing queued.
     UnknownCommand,
+    /// The NATS account may not publish to the tube's subject (`-ERR
+    /// 'Permissions Violation for Publish ...'`); nothing stored.
+    Permission,
     /// JetStream refused the publish (its API error); nothing stored.
     JetStream {
         /// The HTTP-like status (`503`, ...).
@@ -171,6 +185,7 @@ impl Rejection {
             Rejection::BadFormat => "BAD_FORMAT",
             Rejection::UnknownCommand => "UNKNOWN_COMMAND",
             Rejection::JetStream { .. } => "JETSTREAM_ERROR",
+            Rejection::Permission => "PERMISSIONS_VIOLATION",
         }
     }
 
@@ -193,6 +208,11 @@ impl Error {
     /// True when nothing reached the server, so sending again cannot duplicate the job.
     pub fn not_sent(&self) -> bool {
         matches!(self, Error::Invalid(_) | Error::NotSent(_))
+    }
+
+    /// True when a NATS server refused the connection's credentials.
+    pub fn auth_refused(&self) -> bool {
+        matches!(self, Error::NotSent(NotSent::Refused(r)) if r.is_auth())
     }
 
     /// True when the request was sent and no complete reply came.
@@ -254,6 +274,9 @@ impl fmt::Display for Rejection {
             Rejection::JetStream { code, err_code } => {
                 write!(f, "JetStream error {code} (err_code {err_code})")
             }
+            Rejection::Permission => f.write_str(
+                "Permissions Violation: the account may not publish to this tube's subject",
+            ),
             other => f.write_str(other.word()),
         }
     }

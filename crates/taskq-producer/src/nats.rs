@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use taskq_proto::nats::{NatsConfig, NatsConnection, NatsError, StreamSpec};
+use taskq_proto::nats::{NatsAccess, NatsConfig, NatsConnection, NatsError, StreamSpec};
 use taskq_proto::{ConnectionError, Layout, READY_AT_HEADER};
 
 use crate::classify::{chunk_write_failed, read_chunk};
@@ -36,15 +36,27 @@ pub(crate) struct NatsSetup {
     /// The cluster's nodes as the last connection learned them (`INFO`),
     /// tried after the seeds on the next connect.
     pub(crate) known: Vec<String>,
+    /// Credentials and TLS.
+    pub(crate) access: NatsAccess,
+    /// The seeds as given (`host:port`, names kept for TLS); empty when the
+    /// producer was given socket addresses.
+    pub(crate) seeds: Vec<String>,
 }
 
 impl NatsSetup {
-    pub(crate) fn new(layout: Layout, replicas: Option<usize>) -> NatsSetup {
+    pub(crate) fn new(
+        layout: Layout,
+        replicas: Option<usize>,
+        access: NatsAccess,
+        seeds: Vec<String>,
+    ) -> NatsSetup {
         NatsSetup {
             layout,
             replicas,
             ids: MsgIds::new(),
             known: Vec::new(),
+            access,
+            seeds,
         }
     }
 }
@@ -118,7 +130,15 @@ impl NatsLink {
         setup: &mut NatsSetup,
         tube: &str,
     ) -> Result<NatsLink, Error> {
-        let mut nodes: Vec<String> = seeds.iter().map(SocketAddr::to_string).collect();
+        let mut nodes: Vec<String> = if setup.seeds.is_empty() {
+            seeds.iter().map(SocketAddr::to_string).collect()
+        } else {
+            setup.seeds.clone()
+        };
+        let cfg = NatsConfig {
+            access: setup.access.clone(),
+            ..cfg
+        };
         for k in &setup.known {
             if !nodes.contains(k) {
                 nodes.push(k.clone());
@@ -284,6 +304,13 @@ pub(crate) fn from_nats(e: NatsError) -> Error {
         NatsError::Io(io) => Error::Unknown(ConnectionError::Io(io)),
         NatsError::Mismatch(what) => Error::NotSent(NotSent::Layout(what)),
         NatsError::Unsupported(what) => Error::NotSent(NotSent::Layout(what.to_owned())),
+        NatsError::Refused(r) => Error::NotSent(NotSent::Refused(r)),
+        NatsError::Tls(t) => Error::NotSent(NotSent::Tls(t)),
+        NatsError::Credentials(what) => Error::NotSent(NotSent::Credentials(what)),
+        NatsError::Permission(_) => Error::Rejected(Rejection::Permission),
+        e @ NatsError::Handshake { .. } => {
+            Error::NotSent(NotSent::Io(std::io::Error::other(e.to_string())))
+        }
         e if e.outcome_unknown() => {
             Error::Unknown(ConnectionError::Io(std::io::Error::other(e.to_string())))
         }

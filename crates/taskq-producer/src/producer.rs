@@ -9,6 +9,7 @@ use taskq_proto::{Backoff, ConnectionConfig, IoCounts};
 use crate::nats::NatsSetup;
 use crate::reconnects::Reconnects;
 use crate::target::IntoTarget;
+use taskq_proto::nats::NatsAccess;
 
 use crate::classify::{check_tube, chunk_end, in_backoff, start_batch, too_big};
 use crate::engine::Link;
@@ -125,6 +126,7 @@ pub struct Builder {
     pub(crate) stream: Option<String>,
     pub(crate) replicas: Option<usize>,
     pub(crate) resolve_for: Option<Duration>,
+    pub(crate) access: NatsAccess,
 }
 
 impl Builder {
@@ -196,6 +198,14 @@ impl Builder {
         self
     }
 
+    /// JetStream: credentials and TLS (the address's own user info, and
+    /// `tls://`, take precedence). Not read from the environment: the
+    /// commands do that.
+    pub fn nats_access(mut self, access: NatsAccess) -> Self {
+        self.access = access;
+        self
+    }
+
     /// Connects now; fails with [`Error::NotSent`] when the server cannot be reached.
     ///
     /// `addr` is an address string (`nats://HOST:PORT[,HOST:PORT...]` selects
@@ -221,7 +231,11 @@ impl Builder {
                     .unwrap_or(taskq_proto::DEFAULT_STREAM);
                 let layout = taskq_proto::Layout::new(stream)
                     .map_err(|e| Error::from(taskq_proto::EncodeError::BadTubeName(e)))?;
-                Some(NatsSetup::new(layout, self.replicas))
+                let (access, seeds) = match target.address() {
+                    Some(a) => (self.access.for_address(a), a.hosts().to_vec()),
+                    None => (self.access.clone(), Vec::new()),
+                };
+                Some(NatsSetup::new(layout, self.replicas, access, seeds))
             }
         };
         let addrs = target.addrs().to_vec();

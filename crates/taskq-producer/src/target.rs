@@ -13,6 +13,9 @@ use taskq_proto::{Address, Engine};
 pub struct Target {
     engine: Engine,
     addrs: Vec<SocketAddr>,
+    /// The address string as parsed, when one was given: its host names
+    /// (which TLS verifies), its user info and its scheme.
+    address: Option<Address>,
 }
 
 impl Target {
@@ -26,10 +29,16 @@ impl Target {
         &self.addrs
     }
 
+    /// The address string as parsed, when the target came from one.
+    pub fn address(&self) -> Option<&Address> {
+        self.address.as_ref()
+    }
+
     fn beanstalkd(addr: impl ToSocketAddrs) -> io::Result<Target> {
         Ok(Target {
             engine: Engine::Beanstalkd,
             addrs: addr.to_socket_addrs()?.collect(),
+            address: None,
         })
     }
 }
@@ -53,6 +62,7 @@ impl IntoTarget for &str {
         Ok(Target {
             engine: a.engine(),
             addrs,
+            address: Some(a),
         })
     }
 }
@@ -165,7 +175,8 @@ mod tests {
                 t,
                 Target {
                     engine: Engine::Beanstalkd,
-                    addrs: vec![a]
+                    addrs: vec![a],
+                    address: None,
                 }
             );
         }

@@ -3,10 +3,18 @@
 //! `nats://HOST:PORT[,HOST:PORT...]` selects NATS JetStream, the listed nodes
 //! being seeds (the client learns the rest of the cluster from the server).
 //! `beanstalk://HOST:PORT` and a bare `HOST:PORT` select beanstalkd, as every
-//! taskq address did before there was a second engine.
+//! taskq address did before there was a second engine. `tls://` is a NATS
+//! address that requires TLS.
+//!
+//! A NATS address may carry credentials as user info, as the official NATS
+//! clients read it: `nats://USER:PASS@HOST` (user and password) or
+//! `nats://TOKEN@HOST` (a token), percent-decoded. They are kept as
+//! [`Secret`]s: an address is always shown as `nats://USER:***@HOST:PORT`.
 
 use std::fmt;
 use std::str::FromStr;
+
+use crate::secret::Secret;
 
 /// The queue server an address selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -30,11 +38,30 @@ impl Engine {
 /// NATS's own default client port, taken when a `nats://` host has none.
 pub const NATS_DEFAULT_PORT: u16 = 4222;
 
-/// A parsed address: an engine and one or more `HOST:PORT`s.
+/// Credentials given in a NATS address's user info.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UserInfo {
+    /// `USER:PASS@`: sent as `user` and `pass`.
+    UserPass {
+        /// The user name (shown in messages).
+        user: String,
+        /// The password (never shown).
+        pass: Secret,
+    },
+    /// `TOKEN@`: sent as `auth_token` (never shown).
+    Token(Secret),
+}
+
+/// A parsed address: an engine, one or more `HOST:PORT`s, and for NATS the
+/// credentials of its user info and whether it requires TLS.
+///
+/// `Debug` and `Display` never show a password or token.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Address {
     engine: Engine,
     hosts: Vec<String>,
+    user_info: Option<UserInfo>,
+    tls: bool,
 }
 
 /// Why an address was refused.
@@ -57,6 +84,12 @@ pub enum AddressError {
     },
     /// beanstalkd takes one server per address; repeat the option for more.
     ManyBeanstalkd,
+    /// User info on a beanstalkd address (beanstalkd has no authentication).
+    CredentialsOnBeanstalkd,
+    /// Entries of one NATS address with different credentials.
+    MixedCredentials,
+    /// A `%` not followed by two hex digits in the user info.
+    BadEscape,
 }
 
 impl fmt::Display for AddressError {
@@ -74,6 +107,15 @@ impl fmt::Display for AddressError {
             AddressError::ManyBeanstalkd => f.write_str(
                 "a beanstalkd address names one server (give the option once per server)",
             ),
+            AddressError::CredentialsOnBeanstalkd => {
+                f.write_str("beanstalkd takes no credentials (user info in a beanstalkd address)")
+            }
+            AddressError::MixedCredentials => {
+                f.write_str("the entries of one nats:// address carry different credentials")
+            }
+            AddressError::BadEscape => {
+                f.write_str("bad percent escape in the address's user info")
+            }
         }
     }
 }
@@ -81,7 +123,9 @@ impl fmt::Display for AddressError {
 impl std::error::Error for AddressError {}
 
 impl Address {
-    /// Parses `nats://H:P[,H:P...]`, `beanstalk://H:P` or `H:P`.
+    /// Parses `nats://[CREDS@]H:P[,H:P...]`, `tls://...`, `beanstalk://H:P`
+    /// or `H:P`. Each entry of a NATS list may repeat the scheme and the
+    /// credentials (`nats://u:p@a:1,nats://u:p@b:2`); they must agree.
     ///
     /// A bare address is passed on as written (name resolution comes later);
     /// `nats://` entries are checked here, and one without a port gets 4222.
@@ -90,34 +134,73 @@ impl Address {
         if s.is_empty() {
             return Err(AddressError::Empty);
         }
-        let (engine, rest) = match s.split_once("://") {
-            None => (Engine::Beanstalkd, s),
-            Some((scheme, rest)) => match scheme.to_ascii_lowercase().as_str() {
-                "nats" => (Engine::Nats, rest),
-                "beanstalk" | "beanstalkd" => (Engine::Beanstalkd, rest),
-                _ => {
-                    return Err(AddressError::UnknownScheme {
-                        scheme: scheme.to_owned(),
-                    })
-                }
-            },
+        let (engine, tls, rest) = match scheme(s)? {
+            None => (Engine::Beanstalkd, false, s),
+            Some((e, tls, rest)) => (e, tls, rest),
         };
         let rest = rest.trim_end_matches('/');
         let mut hosts = Vec::new();
+        let mut user_info: Option<UserInfo> = None;
+        let mut tls = tls;
         for entry in rest.split(',') {
-            let entry = entry.trim();
-            if entry.is_empty() {
+            let mut entry = entry.trim().trim_end_matches('/');
+            if engine == Engine::Nats {
+                // A later entry may repeat a NATS scheme.
+                if let Some((Engine::Nats, t, after)) = scheme(entry)? {
+                    tls |= t;
+                    entry = after;
+                }
+            }
+            let (creds, host) = match entry.rfind('@') {
+                Some(at) => (Some(&entry[..at]), &entry[at + 1..]),
+                None => (None, entry),
+            };
+            if let Some(c) = creds {
+                if engine == Engine::Beanstalkd {
+                    return Err(AddressError::CredentialsOnBeanstalkd);
+                }
+                let info = parse_user_info(c)?;
+                match &user_info {
+                    Some(had) if *had != info => return Err(AddressError::MixedCredentials),
+                    _ => user_info = Some(info),
+                }
+            }
+            if host.is_empty() {
                 return Err(AddressError::EmptyHost);
             }
             hosts.push(match engine {
-                Engine::Nats => with_port(entry)?,
-                Engine::Beanstalkd => entry.to_owned(),
+                Engine::Nats => with_port(host)?,
+                Engine::Beanstalkd => host.to_owned(),
             });
         }
         if engine == Engine::Beanstalkd && hosts.len() > 1 {
             return Err(AddressError::ManyBeanstalkd);
         }
-        Ok(Address { engine, hosts })
+        Ok(Address {
+            engine,
+            hosts,
+            user_info,
+            tls,
+        })
+    }
+
+    /// The credentials of the address's user info, if any.
+    pub fn user_info(&self) -> Option<&UserInfo> {
+        self.user_info.as_ref()
+    }
+
+    /// The same address without its user info (what logs, metrics and a
+    /// job's `TASKQ_ADDR` may show once the credentials were taken out).
+    pub fn without_credentials(&self) -> Address {
+        Address {
+            user_info: None,
+            ..self.clone()
+        }
+    }
+
+    /// True for a `tls://` address: the connection must be encrypted.
+    pub fn requires_tls(&self) -> bool {
+        self.tls
     }
 
     /// The engine selected.
@@ -144,12 +227,102 @@ impl FromStr for Address {
 }
 
 impl fmt::Display for Address {
+    /// The address as given, with any password or token shown as `***`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.engine == Engine::Nats {
-            f.write_str("nats://")?;
+            f.write_str(if self.tls { "tls://" } else { "nats://" })?;
+            match &self.user_info {
+                Some(UserInfo::UserPass { user, .. }) => write!(f, "{user}:***@")?,
+                Some(UserInfo::Token(_)) => f.write_str("***@")?,
+                None => {}
+            }
         }
         f.write_str(&self.hosts.join(","))
     }
+}
+
+/// `s` with the password or token of any user info shown as `***`, for
+/// messages about an address that may not even parse.
+pub fn redact_address(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, entry) in s.split(',').enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let (scheme, rest) = match entry.find("://") {
+            Some(k) => entry.split_at(k + 3),
+            None => ("", entry),
+        };
+        out.push_str(scheme);
+        match rest.rfind('@') {
+            Some(at) => {
+                match rest[..at].split_once(':') {
+                    Some((user, _)) => {
+                        out.push_str(user);
+                        out.push_str(":***");
+                    }
+                    None => out.push_str("***"),
+                }
+                out.push_str(&rest[at..]);
+            }
+            None => out.push_str(rest),
+        }
+    }
+    out
+}
+
+/// The scheme of `s`, if it has one: the engine, whether it requires TLS,
+/// and what follows `://`.
+fn scheme(s: &str) -> Result<Option<(Engine, bool, &str)>, AddressError> {
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return Ok(None);
+    };
+    let (engine, tls) = match scheme.to_ascii_lowercase().as_str() {
+        "nats" => (Engine::Nats, false),
+        "tls" => (Engine::Nats, true),
+        "beanstalk" | "beanstalkd" => (Engine::Beanstalkd, false),
+        _ => {
+            return Err(AddressError::UnknownScheme {
+                scheme: scheme.to_owned(),
+            })
+        }
+    };
+    Ok(Some((engine, tls, rest)))
+}
+
+/// `USER:PASS` or `TOKEN`, percent-decoded.
+fn parse_user_info(s: &str) -> Result<UserInfo, AddressError> {
+    Ok(match s.split_once(':') {
+        Some((user, pass)) => UserInfo::UserPass {
+            user: percent_decode(user)?,
+            pass: Secret::new(percent_decode(pass)?),
+        },
+        None => UserInfo::Token(Secret::new(percent_decode(s)?)),
+    })
+}
+
+/// Decodes `%XX` escapes (user info may hold `@`, `:` or `/` that way).
+fn percent_decode(s: &str) -> Result<String, AddressError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = |c: u8| (c as char).to_digit(16);
+            match (
+                b.get(i + 1).and_then(|&c| hex(c)),
+                b.get(i + 2).and_then(|&c| hex(c)),
+            ) {
+                (Some(h), Some(l)) => out.push((h * 16 + l) as u8),
+                _ => return Err(AddressError::BadEscape),
+            }
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| AddressError::BadEscape)
 }
 
 /// `HOST:PORT` with the port checked, or `HOST` given NATS's default port.
@@ -236,6 +409,54 @@ mod tests {
         for (s, want) in table {
             assert_eq!(Address::parse(s).unwrap_err(), *want, "{s:?}");
         }
+    }
+
+    #[test]
+    fn user_info_is_read_percent_decoded_and_never_shown() {
+        let a = Address::parse("nats://alice:s3%40cret@h1:4222,nats://alice:s3%40cret@h2").unwrap();
+        assert_eq!(a.hosts(), ["h1:4222", "h2:4222"]);
+        assert_eq!(
+            a.user_info(),
+            Some(&UserInfo::UserPass {
+                user: "alice".into(),
+                pass: Secret::new("s3@cret")
+            })
+        );
+        assert_eq!(a.to_string(), "nats://alice:***@h1:4222,h2:4222");
+        assert!(!format!("{a:?}").contains("s3"), "{a:?}");
+        let t = Address::parse("tls://T0k3n@h:5").unwrap();
+        assert_eq!(t.user_info(), Some(&UserInfo::Token(Secret::new("T0k3n"))));
+        assert!(t.requires_tls() && t.is_nats());
+        assert_eq!(t.to_string(), "tls://***@h:5");
+        assert!(!format!("{t:?}").contains("T0k3n"));
+        // A password with a colon: only the first one splits.
+        let c = Address::parse("nats://u:a:b@h").unwrap();
+        assert_eq!(
+            c.user_info(),
+            Some(&UserInfo::UserPass {
+                user: "u".into(),
+                pass: Secret::new("a:b")
+            })
+        );
+        let table: &[(&str, AddressError)] = &[
+            ("u:p@h:1", AddressError::CredentialsOnBeanstalkd),
+            ("nats://u:p@a,nats://u:q@b", AddressError::MixedCredentials),
+            ("nats://u:p%4@a", AddressError::BadEscape),
+            ("nats://u:p@", AddressError::EmptyHost),
+        ];
+        for (s, want) in table {
+            let e = Address::parse(s).unwrap_err();
+            assert_eq!(e, *want, "{s:?}");
+            assert!(!e.to_string().contains("p%4"), "{e}");
+        }
+        assert_eq!(
+            redact_address("nats://u:pw@a:1,nats://u:pw@b:x, tok@c"),
+            "nats://u:***@a:1,nats://u:***@b:x,***@c"
+        );
+        assert_eq!(redact_address("127.0.0.1:11300"), "127.0.0.1:11300");
+        // A bad port names the entry without its credentials.
+        let e = Address::parse("nats://u:secret@a:x").unwrap_err();
+        assert!(!e.to_string().contains("secret"), "{e}");
     }
 
     #[test]

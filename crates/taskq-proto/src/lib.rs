@@ -31,12 +31,13 @@ mod job_id;
 pub mod layout;
 pub mod nats;
 mod reply;
+mod secret;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod session;
 pub mod yaml;
 
-pub use address::{Address, AddressError, Engine, NATS_DEFAULT_PORT};
+pub use address::{redact_address, Address, AddressError, Engine, UserInfo, NATS_DEFAULT_PORT};
 pub use backoff::{Backoff, Jitter, Reconnect};
 pub use command::{
     is_tube_byte, secs_ceil, validate_tube, Command, CommandKind, MAX_RESERVE_TIMEOUT,
@@ -47,6 +48,7 @@ pub use error::{ConnectionError, EncodeError, ReplyError, TubeNameError, YamlErr
 pub use job_id::JobId;
 pub use layout::{validate_subject_tube, Layout, DEFAULT_STREAM, READY_AT_HEADER};
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
+pub use secret::Secret;
 pub use session::{Framed, RecvBuf, Request, Session, INLINE_REQUEST};
 pub use yaml::{JobStats, ServerStats, TubeStats};
 

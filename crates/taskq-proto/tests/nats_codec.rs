@@ -272,8 +272,7 @@ fn encoders() {
     let opts = ConnectOptions {
         name: "w\"1\n",
         version: "0.1",
-        user_pass: None,
-        token: None,
+        ..ConnectOptions::default()
     };
     encode_connect(&mut c, &opts);
     let c = String::from_utf8(c).unwrap();
@@ -281,6 +280,7 @@ fn encoders() {
     for part in [
         "\"verbose\":false",
         "\"pedantic\":false",
+        "\"tls_required\":false",
         "\"headers\":true",
         "\"no_responders\":true",
         "\"lang\":\"rust\"",
@@ -289,6 +289,31 @@ fn encoders() {
     ] {
         assert!(c.contains(part), "{part} in {c}");
     }
+    for key in ["user", "pass", "auth_token", "jwt", "nkey", "sig"] {
+        assert!(!c.contains(&format!("\"{key}\"")), "no {key} in {c}");
+    }
+    // Each credential goes in its own field, escaped; the JSON stays valid.
+    let mut c = Vec::new();
+    encode_connect(
+        &mut c,
+        &ConnectOptions {
+            user_pass: Some(("al\"ice", "p\\w")),
+            token: Some("tok"),
+            jwt: Some("eyJ.x.y"),
+            nkey: Some("UABC"),
+            sig: Some("c2ln"),
+            tls_required: true,
+            ..ConnectOptions::default()
+        },
+    );
+    let json: serde_json::Value = serde_json::from_slice(&c[8..c.len() - 2]).unwrap();
+    assert_eq!(json["user"], "al\"ice");
+    assert_eq!(json["pass"], "p\\w");
+    assert_eq!(json["auth_token"], "tok");
+    assert_eq!(json["jwt"], "eyJ.x.y");
+    assert_eq!(json["nkey"], "UABC");
+    assert_eq!(json["sig"], "c2ln");
+    assert_eq!(json["tls_required"], true);
 }
 
 #[test]

@@ -179,7 +179,16 @@ fn handshake_failures_are_typed() {
         p.send("-ERR 'Authorization Violation'\r\n");
     });
     match NatsConnection::connect(&[addr], cfg()) {
-        Err(NatsError::Server(t)) => assert_eq!(t, "Authorization Violation"),
+        Err(e @ NatsError::Refused(_)) => {
+            assert!(e.is_auth_refused() && !e.outcome_unknown(), "{e}");
+            let NatsError::Refused(r) = &e else {
+                unreachable!()
+            };
+            assert_eq!(
+                (r.reason.as_str(), r.auth.as_str()),
+                ("Authorization Violation", "none")
+            );
+        }
         r => panic!("{r:?}"),
     }
     h.join().unwrap();
@@ -189,11 +198,19 @@ fn handshake_failures_are_typed() {
         Err(NatsError::Unsupported(_))
     ));
     h.join().unwrap();
+    // Bytes that are not NATS: the handshake failed, nothing was sent.
     let (addr, h) = peer("HELLO\r\n", |_| {});
-    assert!(matches!(
-        NatsConnection::connect(&[addr], cfg()),
-        Err(NatsError::Protocol(_))
-    ));
+    match NatsConnection::connect(&[addr], cfg()) {
+        Err(e @ NatsError::Handshake { .. }) => {
+            assert!(!e.outcome_unknown(), "{e}");
+            let NatsError::Handshake { during, error } = &e else {
+                unreachable!()
+            };
+            assert_eq!(*during, "waiting for INFO");
+            assert!(matches!(**error, NatsError::Protocol(_)), "{error:?}");
+        }
+        r => panic!("{r:?}"),
+    }
     h.join().unwrap();
     // Nothing listens: not sent.
     let free = TcpListener::bind("127.0.0.1:0")

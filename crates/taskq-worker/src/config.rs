@@ -3,9 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use taskq_proto::nats::NatsAccess;
 use taskq_proto::{
-    validate_subject_tube, validate_tube, Address, AddressError, Engine, Limits, TubeNameError,
-    DEFAULT_STREAM,
+    redact_address, validate_subject_tube, validate_tube, Address, AddressError, Engine, Limits,
+    TubeNameError, DEFAULT_STREAM,
 };
 
 use taskq_proto::{Backoff, Jitter};
@@ -74,6 +75,9 @@ pub struct JetStreamConfig {
     /// The ack wait (every job's lease, the engine's TTR) of a tube's consumer
     /// when the worker creates it. An existing consumer keeps its own.
     pub ack_wait: Duration,
+    /// Credentials and TLS. User info in a `nats://` address takes the place
+    /// of the user, password or token given here.
+    pub access: NatsAccess,
 }
 
 impl Default for JetStreamConfig {
@@ -82,6 +86,7 @@ impl Default for JetStreamConfig {
             stream: DEFAULT_STREAM.to_owned(),
             replicas: None,
             ack_wait: Duration::from_secs(60),
+            access: NatsAccess::default(),
         }
     }
 }
@@ -310,7 +315,7 @@ impl Config {
         let mut engine = None;
         for addr in &self.servers {
             let a = Address::parse(addr).map_err(|error| ConfigError::BadAddress {
-                addr: addr.clone(),
+                addr: redact_address(addr),
                 error,
             })?;
             match engine {
@@ -320,6 +325,20 @@ impl Config {
             }
         }
         engine.ok_or(ConfigError::NoServers)
+    }
+
+    /// Moves the credentials of a `nats://` address's user info (and what
+    /// `tls://` asks) into [`JetStreamConfig::access`], leaving the address
+    /// without them: the addresses that reach logs, metrics and a job's
+    /// `TASKQ_ADDR` then carry no secret.
+    pub(crate) fn lift_credentials(&mut self) {
+        for s in &mut self.servers {
+            let Ok(a) = Address::parse(s) else { continue };
+            if a.is_nats() && (a.user_info().is_some() || a.requires_tls()) {
+                self.jetstream.access = self.jetstream.access.for_address(&a);
+                *s = a.without_credentials().to_string();
+            }
+        }
     }
 
     /// True when tubes are weighted (more than one tube, with weights).

@@ -64,6 +64,8 @@ mod fair;
 mod job;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+#[cfg(feature = "cli")]
+pub mod nats_cli;
 pub mod table;
 mod worker;
 

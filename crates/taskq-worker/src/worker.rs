@@ -197,8 +197,9 @@ pub struct Running {
 
 impl Worker {
     /// Checks the settings and prepares a worker running `handler` on each job.
-    pub fn new<H: Handler>(cfg: Config, handler: H) -> Result<Worker, ConfigError> {
+    pub fn new<H: Handler>(mut cfg: Config, handler: H) -> Result<Worker, ConfigError> {
         cfg.validate()?;
+        cfg.lift_credentials();
         let lanes = (0..cfg.concurrency * cfg.servers.len())
             .map(|_| LaneShared {
                 state: AtomicU8::new(IDLE),

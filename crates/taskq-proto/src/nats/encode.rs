@@ -25,6 +25,14 @@ pub struct ConnectOptions<'a> {
     pub user_pass: Option<(&'a str, &'a str)>,
     /// An authentication token, when the server requires one.
     pub token: Option<&'a str>,
+    /// A user JWT (from a credentials file).
+    pub jwt: Option<&'a str>,
+    /// The public nkey (`U...`) whose seed signed the nonce (nkey authentication).
+    pub nkey: Option<&'a str>,
+    /// The server's nonce signed with the seed, base64url without padding.
+    pub sig: Option<&'a str>,
+    /// True when the connection is encrypted.
+    pub tls_required: bool,
 }
 
 impl Default for ConnectOptions<'_> {
@@ -34,6 +42,10 @@ impl Default for ConnectOptions<'_> {
             version: env!("CARGO_PKG_VERSION"),
             user_pass: None,
             token: None,
+            jwt: None,
+            nkey: None,
+            sig: None,
+            tls_required: false,
         }
     }
 }
@@ -76,9 +88,10 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
 
 /// Appends `CONNECT {json}`: not verbose, not pedantic, headers and no-responders on.
 pub fn encode_connect(out: &mut Vec<u8>, opts: &ConnectOptions<'_>) {
+    out.extend_from_slice(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"tls_required\":");
+    out.extend_from_slice(if opts.tls_required { b"true" } else { b"false" });
     out.extend_from_slice(
-        b"CONNECT {\"verbose\":false,\"pedantic\":false,\"tls_required\":false,\
-\"headers\":true,\"no_responders\":true,\"protocol\":1,\"lang\":\"rust\",\"version\":",
+        b",\"headers\":true,\"no_responders\":true,\"protocol\":1,\"lang\":\"rust\",\"version\":",
     );
     json_str(out, opts.version);
     out.extend_from_slice(b",\"name\":");
@@ -92,6 +105,16 @@ pub fn encode_connect(out: &mut Vec<u8>, opts: &ConnectOptions<'_>) {
     if let Some(token) = opts.token {
         out.extend_from_slice(b",\"auth_token\":");
         json_str(out, token);
+    }
+    for (key, value) in [
+        (&b",\"jwt\":"[..], opts.jwt),
+        (b",\"nkey\":", opts.nkey),
+        (b",\"sig\":", opts.sig),
+    ] {
+        if let Some(v) = value {
+            out.extend_from_slice(key);
+            json_str(out, v);
+        }
     }
     out.extend_from_slice(b"}\r\n");
 }

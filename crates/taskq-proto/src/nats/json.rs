@@ -272,6 +272,16 @@ pub struct InfoRef<'a> {
     pub headers: bool,
     /// `jetstream`: whether JetStream is on.
     pub jetstream: bool,
+    /// `version`: the server's release (`2.9.10`).
+    pub version: &'a [u8],
+    /// `nonce`: what the client signs for nkey and JWT authentication.
+    pub nonce: &'a [u8],
+    /// `tls_required`: the server takes only encrypted connections.
+    pub tls_required: bool,
+    /// `tls_available`: the server takes encrypted connections too.
+    pub tls_available: bool,
+    /// `auth_required`: the server wants credentials.
+    pub auth_required: bool,
 }
 
 /// Reads an `INFO` object, handing each of its `connect_urls` to `url`.
@@ -283,6 +293,7 @@ pub struct InfoRef<'a> {
 ///     |u| urls.push(u.to_vec()),
 /// ).unwrap();
 /// assert_eq!((i.server_id, i.max_payload, i.headers), (&b"N1"[..], 1 << 20, true));
+/// assert!(!i.tls_required && i.nonce.is_empty());
 /// assert_eq!(urls, [b"127.0.0.1:4223".to_vec()]);
 /// ```
 pub fn parse_info<'a>(
@@ -298,6 +309,11 @@ pub fn parse_info<'a>(
             b"max_payload" => info.max_payload = s.u64()?,
             b"headers" => info.headers = s.bool()?,
             b"jetstream" => info.jetstream = s.bool()?,
+            b"version" => info.version = s.string()?,
+            b"nonce" => info.nonce = s.string()?,
+            b"tls_required" => info.tls_required = s.bool()?,
+            b"tls_available" => info.tls_available = s.bool()?,
+            b"auth_required" => info.auth_required = s.bool()?,
             b"connect_urls" => {
                 s.eat(b'[')?;
                 if s.peek() == Some(b']') {

@@ -24,6 +24,7 @@
 //! assert_eq!(ack.ok().map(|a| a.seq), Some(1));
 //! ```
 
+pub mod access;
 mod ack;
 #[cfg(feature = "blocking")]
 mod client;
@@ -33,9 +34,14 @@ mod headers;
 pub(crate) mod json;
 pub(crate) mod op;
 
+#[cfg(feature = "blocking")]
+pub use access::{NatsAccess, TlsSettings};
 pub use ack::{AckInfo, AckKind};
 #[cfg(feature = "blocking")]
-pub use client::{ApiError, Delivery, NatsConfig, NatsConnection, NatsError, PubAck};
+pub use client::{
+    ApiError, Delivery, NatsConfig, NatsConnection, NatsError, PubAck, Refusal, TlsError,
+    TlsFailure,
+};
 #[cfg(feature = "jetstream")]
 pub use client::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
 pub use encode::{

@@ -22,6 +22,8 @@ struct Args {
     /// cluster), then 127.0.0.1:11300.
     #[arg(long = "addr", value_name = "HOST:PORT")]
     addrs: Vec<String>,
+    #[command(flatten)]
+    nats: taskq_worker::nats_cli::NatsArgs,
     /// JetStream: the stream (capturing `<name in lower case>.>`).
     #[arg(long, value_name = "NAME", default_value = taskq_proto::DEFAULT_STREAM)]
     stream: String,
@@ -104,6 +106,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: logs in a file or a pipe stay plain text.
+        .with_ansi(use_colour())
         .init();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -114,6 +118,12 @@ fn main() -> ExitCode {
     }
 }
 
+/// True when standard error is a terminal and `NO_COLOR` is not set.
+fn use_colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 fn run(args: Args) -> Result<(), String> {
     let (program, rest) = args.command.split_first().ok_or("no command given")?;
     if resolve_program(Path::new(program)).is_none() {
@@ -122,6 +132,7 @@ fn run(args: Args) -> Result<(), String> {
             program.to_string_lossy()
         ));
     }
+    let (access, context_url) = args.nats.from_env()?;
     let servers = if args.addrs.is_empty() {
         match std::env::var("TASKQ_ADDR") {
             // One JetStream cluster (its seeds are comma-separated), or
@@ -130,7 +141,11 @@ fn run(args: Args) -> Result<(), String> {
                 vec![a.trim().to_owned()]
             }
             Ok(a) if !a.trim().is_empty() => a.split(',').map(|s| s.trim().to_owned()).collect(),
-            _ => vec!["127.0.0.1:11300".to_owned()],
+            // A `nats` CLI context's servers, as `nats --context` uses them.
+            _ => match context_url {
+                Some(url) => vec![taskq_worker::nats_cli::context_address(&url)],
+                None => vec!["127.0.0.1:11300".to_owned()],
+            },
         }
     } else {
         args.addrs
@@ -150,6 +165,7 @@ fn run(args: Args) -> Result<(), String> {
             replicas: args.replicas.map(|n| n as usize),
             ack_wait: seconds("--ack-wait", Some(args.ack_wait))?
                 .unwrap_or(Duration::from_secs(60)),
+            access,
         },
         // Any job the server accepts must be readable, or it would come back
         // forever: allow beanstalkd's own ceiling. The buffer grows only when a

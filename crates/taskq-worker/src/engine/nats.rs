@@ -472,6 +472,7 @@ impl Link for Nats {
         let ncfg = NatsConfig {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
+            access: cfg.jetstream.access.for_address(&addr),
             ..NatsConfig::default()
         };
         let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(conn_error)?;

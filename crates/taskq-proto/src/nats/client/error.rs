@@ -58,6 +58,124 @@ pub enum NatsError {
     Unsupported(&'static str),
     /// An existing stream or consumer is not what taskq needs; it was left unchanged.
     Mismatch(String),
+    /// The server refused the connection at `CONNECT` (`-ERR` before the
+    /// handshake's `PONG`): a wrong or expired credential, a bad signature, no
+    /// credentials where some are required. Nothing of the caller's was sent.
+    Refused(Refusal),
+    /// The server refused a request for the account's permissions (`-ERR
+    /// 'Permissions Violation for ...'`): it was not processed. The
+    /// connection is replaced all the same.
+    Permission(String),
+    /// TLS failed, at connect (nothing sent) or while reading a reply (then
+    /// the outcome is unknown and this is reported as [`NatsError::Io`]).
+    Tls(TlsError),
+    /// The connection could not be set up: the socket broke, went silent or
+    /// carried bytes that are not NATS before the handshake's `PONG`. Nothing
+    /// of the caller's was sent.
+    Handshake {
+        /// The step: `"waiting for INFO"`, `"waiting for PONG"`, `"in the TLS handshake"`.
+        during: &'static str,
+        /// What failed.
+        error: Box<NatsError>,
+    },
+    /// A credentials, nkey or TLS file could not be read or is not what it
+    /// should be (the file's path and what is wrong, never its contents).
+    /// Nothing was sent.
+    Credentials(String),
+}
+
+/// The handshake's first step.
+pub(crate) const WAITING_FOR_INFO: &str = "waiting for INFO";
+
+/// Why the server refused a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The server's `-ERR` text (`Authorization Violation`, ...). Servers do
+    /// not echo credentials in it.
+    pub reason: String,
+    /// What the client authenticated with (`user alice`, `token`, `nkey file
+    /// PATH`, ...), never a secret.
+    pub auth: String,
+}
+
+impl Refusal {
+    /// True when the refusal is about credentials (as opposed to, say, the
+    /// server's connection limit).
+    pub fn is_auth(&self) -> bool {
+        let r = self.reason.to_ascii_lowercase();
+        r.contains("authorization") || r.contains("authentication") || r.contains("expired")
+    }
+}
+
+/// What failed in TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server's certificate is not signed by a trusted authority.
+    UnknownIssuer,
+    /// The server's certificate does not name the host connected to.
+    NameMismatch,
+    /// The server's certificate has expired or is not valid yet.
+    Expired,
+    /// The server asked for a client certificate and none (or a refused one) was given.
+    ClientCertificate,
+    /// The client wants TLS and the server does not offer it.
+    ServerWithoutTls,
+    /// The server requires TLS and this build has no TLS (feature `secure`).
+    ServerRequiresTls,
+    /// The server sent no `INFO`: it may expect the TLS handshake first.
+    NoInfo,
+    /// Anything else (the detail says what).
+    Other,
+}
+
+/// A TLS failure: what failed, and the TLS library's words for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsError {
+    /// What failed.
+    pub failure: TlsFailure,
+    /// The detail.
+    pub detail: String,
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.failure {
+            TlsFailure::UnknownIssuer => {
+                "the server's certificate is not signed by a trusted CA (give the CA with --tls-ca)"
+            }
+            TlsFailure::NameMismatch => {
+                "the server's certificate does not name the host connected to"
+            }
+            TlsFailure::Expired => "the server's certificate has expired or is not valid yet",
+            TlsFailure::ClientCertificate => {
+                "the server wants a client certificate it accepts (give --tls-cert and --tls-key)"
+            }
+            TlsFailure::ServerWithoutTls => "TLS was asked for, but the server does not offer it",
+            TlsFailure::ServerRequiresTls => {
+                "the server requires TLS, and this build has none (feature secure)"
+            }
+            TlsFailure::NoInfo => {
+                "the server sent no INFO (if it wants the TLS handshake first, use --tls-first)"
+            }
+            TlsFailure::Other => "TLS failed",
+        };
+        write!(f, "TLS: {what}")?;
+        if !self.detail.is_empty() {
+            write!(f, " ({})", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the server refused the connection: {} (authenticating with {})",
+            self.reason, self.auth
+        )
+    }
 }
 
 impl NatsError {
@@ -84,6 +202,11 @@ impl NatsError {
                 | NatsError::Api(_)
                 | NatsError::Mismatch(_)
         )
+    }
+
+    /// True when the server refused the connection's credentials.
+    pub fn is_auth_refused(&self) -> bool {
+        matches!(self, NatsError::Refused(r) if r.is_auth())
     }
 
     /// True for a missed reply deadline.
@@ -145,10 +268,28 @@ impl fmt::Display for NatsError {
             NatsError::Api(e) => e.fmt(f),
             NatsError::Unsupported(what) => write!(f, "server does not support {what}"),
             NatsError::Mismatch(what) => write!(f, "existing JetStream object differs: {what}"),
+            NatsError::Refused(r) => write!(f, "{r}; not sent"),
+            NatsError::Permission(t) => write!(f, "refused by the server: {t}; not processed"),
+            NatsError::Tls(e) => write!(f, "{e}; not sent"),
+            NatsError::Credentials(what) => write!(f, "{what}; not sent"),
+            NatsError::Handshake { during, error } => {
+                write!(f, "connecting failed {during}: ")?;
+                match &**error {
+                    NatsError::Timeout { waited } => write!(f, "no reply within {waited:?}")?,
+                    NatsError::Closed => f.write_str("the server closed the connection")?,
+                    NatsError::Io(e) => write!(f, "{e}")?,
+                    e => write!(f, "{e}")?,
+                }
+                if *during == WAITING_FOR_INFO && error.is_timeout() {
+                    f.write_str(" (if the server wants the TLS handshake first, use --tls-first)")?;
+                }
+                f.write_str("; not sent")
+            }
         }
     }
 }
 
 impl std::error::Error for ApiError {}
+impl std::error::Error for TlsError {}
 /// `Display` already names the inner error.
 impl std::error::Error for NatsError {}

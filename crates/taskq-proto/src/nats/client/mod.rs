@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn::sock::SockIo;
 use crate::conn::{Interrupter, IoCounts};
+use crate::nats::access::NatsAccess;
 use crate::nats::op::{parse_frame, Frame, MsgFrame};
 use crate::nats::{
     encode_connect, encode_ping, encode_sub, parse_info, ConnectOptions, NatsLimits,
@@ -25,14 +26,21 @@ use crate::nats::{
 use crate::reply::Status;
 use crate::session::{RecvBuf, INITIAL_RECV};
 
+#[cfg(feature = "secure")]
+mod creds;
 mod error;
 #[cfg(feature = "jetstream")]
 mod js;
 mod publish;
 mod pull;
 mod request;
+#[cfg(feature = "secure")]
+mod tls;
+mod wire;
 
-pub use error::{ApiError, NatsError};
+use self::error::WAITING_FOR_INFO;
+use self::wire::Wire;
+pub use error::{ApiError, NatsError, Refusal, TlsError, TlsFailure};
 #[cfg(feature = "jetstream")]
 pub use js::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
 pub use publish::PubAck;
@@ -54,10 +62,8 @@ pub struct NatsConfig {
     pub limits: NatsLimits,
     /// The connection's name in the server's monitoring.
     pub name: String,
-    /// User and password, when the server requires them.
-    pub user_pass: Option<(String, String)>,
-    /// Authentication token, when the server requires one.
-    pub token: Option<String>,
+    /// Credentials and TLS.
+    pub access: NatsAccess,
     /// How long the JetStream management calls (`ensure_stream`,
     /// `ensure_consumer`) retry while the cluster has no leader.
     pub api_patience: Duration,
@@ -71,11 +77,28 @@ impl Default for NatsConfig {
             keepalive: Some(Duration::from_secs(30)),
             limits: NatsLimits::default(),
             name: "taskq".into(),
-            user_pass: None,
-            token: None,
+            access: NatsAccess::default(),
             api_patience: Duration::from_secs(10),
         }
     }
+}
+
+/// What `CONNECT` carries for nkey or JWT authentication.
+pub(crate) struct Signed {
+    /// The user JWT (JWT authentication).
+    pub(crate) jwt: Option<crate::Secret>,
+    /// The public nkey (nkey authentication).
+    pub(crate) nkey: Option<String>,
+    /// The nonce's signature, base64url without padding.
+    pub(crate) sig: String,
+}
+
+/// What the handshake needs of the server's first `INFO`.
+#[derive(Debug, Default)]
+struct Hello {
+    nonce: String,
+    tls_required: bool,
+    tls_available: bool,
 }
 
 /// A pull request under way.
@@ -106,7 +129,7 @@ enum Event {
 /// error, a server `-ERR` or bytes it cannot decode the connection is broken
 /// for good and refuses further requests with [`NatsError::Broken`].
 pub struct NatsConnection {
-    io: SockIo,
+    io: Wire,
     peer: SocketAddr,
     cfg: NatsConfig,
     rx: RecvBuf,
@@ -120,6 +143,10 @@ pub struct NatsConnection {
     next_token: u64,
     servers: Vec<String>,
     server_id: String,
+    /// The server's release, from `INFO`.
+    version: String,
+    /// The handshake's step, for its errors.
+    step: &'static str,
     broken: bool,
     pull: Option<PullState>,
     /// PubAcks owed, by token, in the order their publishes were queued.
@@ -137,6 +164,15 @@ impl std::fmt::Debug for NatsConnection {
             .field("broken", &self.broken)
             .finish()
     }
+}
+
+/// The host of `host:port` (an IPv6 literal without its brackets).
+fn host_of(seed: &str) -> &str {
+    let host = match seed.rfind(':') {
+        Some(i) if !seed[i..].contains(']') => &seed[..i],
+        _ => seed,
+    };
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// A random inbox prefix, `_INBOX.<22 base-36 digits>.`, from the standard
@@ -162,14 +198,32 @@ fn inbox_prefix() -> Vec<u8> {
 
 impl NatsConnection {
     /// Connects to the first of `seeds` (`host:port`) that completes the
-    /// handshake: `INFO`, then `CONNECT`, the inbox `SUB` and `PING` in one
-    /// write, answered by `PONG` (or `-ERR`).
+    /// handshake: `INFO` (TLS when the settings or the server want it), then
+    /// `CONNECT` with the credentials, the inbox `SUB` and `PING` in one
+    /// write, answered by `PONG` (or `-ERR`: [`NatsError::Refused`]).
+    ///
+    /// Over TLS each seed's certificate must name its host; a seed given as
+    /// an IP address (a node learned from the cluster) is checked against
+    /// the first seed given by name, as the official clients do.
+    ///
+    /// No error of a connect means anything was sent: none is
+    /// [`outcome_unknown`](NatsError::outcome_unknown).
     pub fn connect(
         seeds: &[impl AsRef<str>],
         cfg: NatsConfig,
     ) -> Result<NatsConnection, NatsError> {
         let mut last = None;
+        let named = seeds
+            .iter()
+            .map(|s| host_of(s.as_ref()))
+            .find(|h| h.parse::<std::net::IpAddr>().is_err())
+            .map(str::to_owned);
         for seed in seeds {
+            let host = host_of(seed.as_ref());
+            let tls_name = match (&named, host.parse::<std::net::IpAddr>()) {
+                (Some(n), Ok(_)) => n.as_str(),
+                _ => host,
+            };
             let addrs = match seed.as_ref().to_socket_addrs() {
                 Ok(a) => a,
                 Err(e) => {
@@ -178,8 +232,11 @@ impl NatsConnection {
                 }
             };
             for a in addrs {
-                match NatsConnection::connect_addr(a, cfg.clone()) {
+                match NatsConnection::open(a, tls_name, cfg.clone()) {
                     Ok(c) => return Ok(c),
+                    // Credentials the server refused, or that cannot be read,
+                    // are refused by every node alike: say so at once.
+                    Err(e @ (NatsError::Refused(_) | NatsError::Credentials(_))) => return Err(e),
                     Err(e) => last = Some(e),
                 }
             }
@@ -192,13 +249,18 @@ impl NatsConnection {
         }))
     }
 
-    /// Connects to one address.
+    /// Connects to one address (over TLS, its certificate must name the IP address).
     pub fn connect_addr(addr: SocketAddr, cfg: NatsConfig) -> Result<NatsConnection, NatsError> {
-        let io = SockIo::open(addr, cfg.connect_timeout, cfg.io_timeout, cfg.keepalive)
+        NatsConnection::open(addr, &addr.ip().to_string(), cfg)
+    }
+
+    /// Connects to `addr`, the node named `host` (for TLS).
+    fn open(addr: SocketAddr, host: &str, cfg: NatsConfig) -> Result<NatsConnection, NatsError> {
+        let sock = SockIo::open(addr, cfg.connect_timeout, cfg.io_timeout, cfg.keepalive)
             .map_err(NatsError::NotSent)?;
         let inbox = inbox_prefix();
         let mut c = NatsConnection {
-            io,
+            io: Wire::plain(sock),
             peer: addr,
             rx: RecvBuf::new(INITIAL_RECV, cfg.limits.recv_capacity()),
             tx: Vec::with_capacity(4096),
@@ -208,6 +270,8 @@ impl NatsConnection {
             next_token: 1,
             servers: Vec::new(),
             server_id: String::new(),
+            version: String::new(),
+            step: WAITING_FOR_INFO,
             broken: false,
             pull: None,
             pubacks: VecDeque::with_capacity(1024),
@@ -215,42 +279,72 @@ impl NatsConnection {
             pings: 0,
             cfg,
         };
-        c.handshake()?;
+        c.handshake(host).map_err(|e| {
+            c.broken = true;
+            match e {
+                e if e.outcome_unknown() => NatsError::Handshake {
+                    during: c.step,
+                    error: Box::new(e),
+                },
+                e => e,
+            }
+        })?;
         Ok(c)
     }
 
-    fn handshake(&mut self) -> Result<(), NatsError> {
+    fn handshake(&mut self, host: &str) -> Result<(), NatsError> {
         let started = Instant::now();
         let wait = self.cfg.io_timeout;
         let mut first = true;
+        let tls = &self.cfg.access.tls;
+        if tls.first {
+            self.step = "in the TLS handshake";
+            self.start_tls(host, started, wait)?;
+        }
+        self.step = WAITING_FOR_INFO;
         // The server speaks first: INFO.
-        let info_seen = loop {
+        let mut info = loop {
             match parse_frame(self.rx.data(), &self.cfg.limits) {
                 Ok(Status::Complete(Frame::Info(s), n)) => {
                     let base = self.rx.start();
                     let r = self.take_info(base, s, true);
                     self.rx.consume(n);
-                    break r;
+                    break r?;
                 }
                 Ok(Status::Complete(_, _)) => {
-                    break Err(NatsError::Protocol(NatsProtoError::Malformed {
+                    return Err(NatsError::Protocol(NatsProtoError::Malformed {
                         op: "INFO",
                     }))
                 }
                 Ok(Status::Partial) => self.fill(started, wait, &mut first)?,
-                Err(e) => break Err(NatsError::Protocol(e)),
+                Err(e) => return Err(NatsError::Protocol(e)),
             }
         };
-        info_seen.map_err(|e| self.broke(e))?;
+        if !self.io.is_tls() && (info.tls_required || self.cfg.access.tls.wanted()) {
+            if !info.tls_required && !info.tls_available {
+                return Err(NatsError::Tls(TlsError {
+                    failure: TlsFailure::ServerWithoutTls,
+                    detail: format!("{} offers no TLS", self.peer),
+                }));
+            }
+            self.step = "in the TLS handshake";
+            self.start_tls(host, started, wait)?;
+        }
+        let nonce = std::mem::take(&mut info.nonce);
+        let signed = self.sign(nonce.as_bytes())?;
+        let access = &self.cfg.access;
         let opts = ConnectOptions {
             name: &self.cfg.name,
             version: env!("CARGO_PKG_VERSION"),
-            user_pass: self
-                .cfg
-                .user_pass
+            user_pass: access.user.as_ref().map(|(u, p)| (u.as_str(), p.expose())),
+            token: access.token.as_ref().map(|t| t.expose()),
+            jwt: signed
                 .as_ref()
-                .map(|(u, p)| (u.as_str(), p.as_str())),
-            token: self.cfg.token.as_deref(),
+                .and_then(|s| s.jwt.as_ref())
+                .map(|j| j.expose()),
+            nkey: signed.as_ref().and_then(|s| s.nkey.as_deref()),
+            sig: signed.as_ref().map(|s| s.sig.as_str()),
+            tls_required: self.io.is_tls(),
         };
         encode_connect(&mut self.tx, &opts);
         self.scratch.clear();
@@ -258,13 +352,63 @@ impl NatsConnection {
         self.scratch.push(b'*');
         encode_sub(&mut self.tx, &self.scratch, INBOX_SID)?;
         encode_ping(&mut self.tx);
-        self.flush_tx()?;
-        // PONG answers our PING once CONNECT and SUB were processed.
+        self.step = "sending CONNECT";
+        let sent = self.flush_tx();
+        // The CONNECT line holds the credentials: leave no copy behind.
+        self.tx.fill(0);
+        self.tx.clear();
+        sent?;
+        self.step = "waiting for PONG";
+        // PONG answers our PING once CONNECT and SUB were processed; -ERR
+        // means the server refused them (and closes the connection).
         loop {
-            if let (Event::Pong, _) = self.next_event(started, wait, &mut first)? {
-                return Ok(());
+            match self.next_event(started, wait, &mut first) {
+                Ok((Event::Pong, _)) => {
+                    self.step = "";
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(NatsError::Server(reason)) | Err(NatsError::Permission(reason)) => {
+                    return Err(NatsError::Refused(Refusal {
+                        reason,
+                        auth: self.cfg.access.describe(),
+                    }))
+                }
+                Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Starts TLS with the server named `host`.
+    #[cfg(feature = "secure")]
+    fn start_tls(&mut self, host: &str, started: Instant, wait: Duration) -> Result<(), NatsError> {
+        let config = tls::client_config(&self.cfg.access.tls)?;
+        let session = Box::new(tls::Tls::new(config, host)?);
+        self.io.start_tls(session, started, wait)
+    }
+
+    #[cfg(not(feature = "secure"))]
+    fn start_tls(&mut self, _: &str, _: Instant, _: Duration) -> Result<(), NatsError> {
+        Err(NatsError::Tls(TlsError {
+            failure: TlsFailure::ServerRequiresTls,
+            detail: String::new(),
+        }))
+    }
+
+    /// The nonce signed for nkey or JWT authentication, when configured.
+    #[cfg(feature = "secure")]
+    fn sign(&self, nonce: &[u8]) -> Result<Option<Signed>, NatsError> {
+        creds::sign(&self.cfg.access, nonce)
+    }
+
+    #[cfg(not(feature = "secure"))]
+    fn sign(&self, _: &[u8]) -> Result<Option<Signed>, NatsError> {
+        if self.cfg.access.creds_file.is_some() || self.cfg.access.nkey_file.is_some() {
+            return Err(NatsError::Unsupported(
+                "nkey and JWT credentials (feature secure)",
+            ));
+        }
+        Ok(None)
     }
 
     /// Takes what an `INFO` says: the server's id, its payload limit, and
@@ -276,7 +420,7 @@ impl NatsConnection {
         base: usize,
         s: crate::nats::Span,
         handshake: bool,
-    ) -> Result<(), NatsError> {
+    ) -> Result<Hello, NatsError> {
         let json = s.of(self.rx.from(base));
         let mut urls: Vec<String> = Vec::new();
         let info = parse_info(json, |u| urls.push(String::from_utf8_lossy(u).into_owned()))
@@ -289,12 +433,29 @@ impl NatsConnection {
             self.cfg.limits.max_payload = self.cfg.limits.max_payload.min(max);
         }
         self.server_id = String::from_utf8_lossy(info.server_id).into_owned();
+        if !info.version.is_empty() {
+            self.version = String::from_utf8_lossy(info.version).into_owned();
+        }
         let me = self.peer.to_string();
         if !urls.contains(&me) {
             urls.insert(0, me);
         }
         self.servers = urls;
-        Ok(())
+        Ok(Hello {
+            nonce: String::from_utf8_lossy(info.nonce).into_owned(),
+            tls_required: info.tls_required,
+            tls_available: info.tls_available,
+        })
+    }
+
+    /// The server's release as its `INFO` gave it (`2.9.10`).
+    pub fn server_version(&self) -> &str {
+        &self.version
+    }
+
+    /// True when the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.io.is_tls()
     }
 
     /// The server's address.
@@ -335,7 +496,7 @@ impl NatsConnection {
 
     /// System calls made so far.
     pub fn io_counts(&self) -> IoCounts {
-        self.io.counts
+        self.io.counts()
     }
 
     /// Server `PING`s answered so far (each one write of `PONG`).
@@ -346,7 +507,7 @@ impl NatsConnection {
     /// A handle that can cut this connection from another thread; a blocked
     /// read then fails with [`NatsError::Closed`] or an I/O error.
     pub fn interrupter(&self) -> std::io::Result<Interrupter> {
-        Interrupter::new(&self.io.sock)
+        Interrupter::new(&self.io.sock.sock)
     }
 
     /// Marks the connection broken and hands `e` back.
@@ -382,13 +543,13 @@ impl NatsConnection {
     fn flush_tx(&mut self) -> Result<(), NatsError> {
         let r = self.io.write_all(&mut [IoSlice::new(&self.tx)]);
         self.tx.clear();
-        r.map_err(|e| self.broke(e.into()))
+        r.map_err(|e| self.broke(e))
     }
 
     /// Answers a server `PING`.
     fn pong(&mut self) -> Result<(), NatsError> {
         self.pings += 1;
-        self.io.send(b"PONG\r\n").map_err(|e| self.broke(e.into()))
+        self.io.send(b"PONG\r\n").map_err(|e| self.broke(e))
     }
 
     /// Reads more bytes before the deadline.
@@ -407,7 +568,12 @@ impl NatsConnection {
                 self.rx.filled(n);
                 Ok(())
             }
-            Err(e) => Err(self.broke(e.into())),
+            // After the handshake a TLS failure breaks a request whose
+            // outcome is then unknown.
+            Err(NatsError::Tls(t)) if self.step.is_empty() => {
+                Err(self.broke(NatsError::Io(std::io::Error::other(t.to_string()))))
+            }
+            Err(e) => Err(self.broke(e)),
         }
     }
 
@@ -449,7 +615,14 @@ impl NatsConnection {
                         }
                         Frame::Err(s) => {
                             let text = String::from_utf8_lossy(s.of(self.rx.from(base)));
-                            let e = NatsError::Server(text.into_owned());
+                            // The server keeps the connection after a
+                            // permissions violation, but which request it
+                            // answers is not certain: replace it all the same.
+                            let e = if text.starts_with("Permissions Violation") {
+                                NatsError::Permission(text.into_owned())
+                            } else {
+                                NatsError::Server(text.into_owned())
+                            };
                             return Err(self.broke(e));
                         }
                     }

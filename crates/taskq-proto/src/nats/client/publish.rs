@@ -61,7 +61,7 @@ impl NatsConnection {
         };
         self.tx.clear();
         if let Err(e) = r {
-            return Err(self.broke(e.into()));
+            return Err(self.broke(e));
         }
         let (m, base) = self.wait_reply(token, started, self.cfg.io_timeout)?;
         self.puback(m, base)

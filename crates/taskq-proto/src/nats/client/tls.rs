@@ -1,0 +1,250 @@
+//! TLS under the NATS driver, with rustls: the client configuration built
+//! from [`TlsSettings`] (the CA file or the system's roots, a client
+//! certificate for mutual TLS), the handshake held to a deadline, and
+//! encrypted reads and writes over the shared socket layer.
+//!
+//! Each flush of plaintext becomes TLS records written with one send call;
+//! what one write carries (a put, a batch of 64) is one record when it fits
+//! in 16 KiB. rustls allocates per record, so a TLS put is not allocation
+//! free as a plain TCP one is.
+
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{AlertDescription, CertificateError, ClientConfig, ClientConnection, RootCertStore};
+
+use crate::conn::sock::SockIo;
+use crate::error::ConnectionError;
+use crate::nats::access::TlsSettings;
+
+use super::error::{TlsError, TlsFailure};
+use super::NatsError;
+
+/// Ciphertext read from the socket in one go: the largest TLS record.
+const CIPHER_BUF: usize = 18 * 1024;
+
+/// A TLS session over a connection's socket.
+pub(crate) struct Tls {
+    conn: ClientConnection,
+    /// Ciphertext read but not yet handed to rustls: `inbuf[start..end]`.
+    inbuf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Records to send, reused from one write to the next.
+    out: Vec<u8>,
+}
+
+/// The rustls client configuration for `settings`.
+pub(crate) fn client_config(settings: &TlsSettings) -> Result<Arc<ClientConfig>, NatsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| other(e.to_string()))?;
+    let mut roots = RootCertStore::empty();
+    match &settings.ca_file {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| file_error(path, "CA certificates", &e.to_string()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| file_error(path, "CA certificates", &e.to_string()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| file_error(path, "CA certificates", &e.to_string()))?;
+            }
+            if roots.is_empty() {
+                return Err(file_error(path, "CA certificates", "no certificate in it"));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+        }
+    }
+    let builder = builder.with_root_certificates(roots);
+    let config = match (&settings.cert_file, &settings.key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| file_error(cert, "client certificate", &e.to_string()))?;
+            if chain.is_empty() {
+                return Err(file_error(
+                    cert,
+                    "client certificate",
+                    "no certificate in it",
+                ));
+            }
+            // The key's own error could quote the file; say only what failed.
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|_| file_error(key, "client key", "no PEM private key in it"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| NatsError::Credentials(format!("client certificate and key: {e}")))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => {
+            return Err(NatsError::Credentials(
+                "a client certificate needs both --tls-cert and --tls-key".into(),
+            ))
+        }
+    };
+    Ok(Arc::new(config))
+}
+
+fn file_error(path: &std::path::Path, what: &str, why: &str) -> NatsError {
+    NatsError::Credentials(format!("{what} file {}: {why}", path.display()))
+}
+
+fn other(detail: String) -> NatsError {
+    NatsError::Tls(TlsError {
+        failure: TlsFailure::Other,
+        detail,
+    })
+}
+
+/// Sorts a rustls error into what a user can act on.
+pub(crate) fn tls_error(e: &rustls::Error) -> NatsError {
+    let failure = match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                TlsFailure::UnknownIssuer
+            }
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                TlsFailure::NameMismatch
+            }
+            CertificateError::Expired
+            | CertificateError::ExpiredContext { .. }
+            | CertificateError::NotValidYet
+            | CertificateError::NotValidYetContext { .. } => TlsFailure::Expired,
+            _ => TlsFailure::Other,
+        },
+        rustls::Error::AlertReceived(
+            AlertDescription::CertificateRequired
+            | AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::CertificateUnknown,
+        ) => TlsFailure::ClientCertificate,
+        _ => TlsFailure::Other,
+    };
+    NatsError::Tls(TlsError {
+        failure,
+        detail: e.to_string(),
+    })
+}
+
+impl Tls {
+    /// Starts a session with the server named `host` (a DNS name or an IP address).
+    pub(crate) fn new(config: Arc<ClientConfig>, host: &str) -> Result<Tls, NatsError> {
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|_| other(format!("{host:?} is not a name a certificate can hold")))?;
+        let conn = ClientConnection::new(config, name).map_err(|e| tls_error(&e))?;
+        Ok(Tls {
+            conn,
+            inbuf: vec![0; CIPHER_BUF].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            out: Vec::with_capacity(CIPHER_BUF),
+        })
+    }
+
+    /// Runs the handshake to its end within `wait` of `started`.
+    pub(crate) fn handshake(
+        &mut self,
+        sock: &mut SockIo,
+        started: Instant,
+        wait: Duration,
+    ) -> Result<(), NatsError> {
+        let mut first = false;
+        while self.conn.is_handshaking() {
+            if self.conn.wants_write() {
+                self.send_records(sock)?;
+            }
+            if self.conn.is_handshaking() && self.conn.wants_read() {
+                self.read_records(sock, started, wait, &mut first)?;
+            }
+        }
+        // The client's Finished (and any ticket request) goes out now.
+        if self.conn.wants_write() {
+            self.send_records(sock)?;
+        }
+        Ok(())
+    }
+
+    /// Encrypts `bufs` and sends the records with one send call.
+    pub(crate) fn write_all(
+        &mut self,
+        sock: &mut SockIo,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Result<(), NatsError> {
+        let mut w = self.conn.writer();
+        for b in bufs {
+            w.write_all(b).map_err(NatsError::NotSent)?;
+        }
+        self.send_records(sock)
+    }
+
+    fn send_records(&mut self, sock: &mut SockIo) -> Result<(), NatsError> {
+        self.out.clear();
+        while self.conn.wants_write() {
+            self.conn
+                .write_tls(&mut self.out)
+                .map_err(NatsError::NotSent)?;
+        }
+        sock.send(&self.out).map_err(NatsError::from)
+    }
+
+    /// Reads plaintext into `room`, reading and decrypting records until some
+    /// arrives or the deadline passes.
+    pub(crate) fn fill(
+        &mut self,
+        sock: &mut SockIo,
+        room: &mut [u8],
+        started: Instant,
+        wait: Duration,
+        first: &mut bool,
+    ) -> Result<usize, NatsError> {
+        loop {
+            match self.conn.reader().read(room) {
+                Ok(0) => return Err(NatsError::Closed),
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Err(NatsError::Closed)
+                }
+                Err(e) => return Err(NatsError::Io(e)),
+            }
+            self.read_records(sock, started, wait, first)?;
+            // A key update or an alert may want an answer.
+            if self.conn.wants_write() {
+                self.send_records(sock)?;
+            }
+        }
+    }
+
+    /// Hands rustls the ciphertext read earlier, or reads more first.
+    fn read_records(
+        &mut self,
+        sock: &mut SockIo,
+        started: Instant,
+        wait: Duration,
+        first: &mut bool,
+    ) -> Result<(), NatsError> {
+        if self.start == self.end {
+            let n = sock
+                .fill(&mut self.inbuf, started, wait, first)
+                .map_err(|e| match e {
+                    ConnectionError::Closed => NatsError::Closed,
+                    e => NatsError::from(e),
+                })?;
+            self.start = 0;
+            self.end = n;
+        }
+        let mut pending = &self.inbuf[self.start..self.end];
+        let n = self.conn.read_tls(&mut pending).map_err(NatsError::Io)?;
+        self.start += n;
+        self.conn.process_new_packets().map_err(|e| tls_error(&e))?;
+        Ok(())
+    }
+}
