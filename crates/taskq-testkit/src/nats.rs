@@ -475,6 +475,12 @@ impl NatsCluster {
         (0..self.nodes.len()).filter(|&i| self.nodes[i].child.is_some())
     }
 
+    /// Node `i`'s whole log (its standard error), for tests that count what
+    /// the server saw.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.nodes[i].log).unwrap_or_default()
+    }
+
     /// The last lines of node `i`'s log, for a failing test's message.
     pub fn log_tail(&self, i: usize) -> String {
         tail(&self.nodes[i].log)
