@@ -10,12 +10,20 @@
 //! The raw loop is the floor of what a client can cost: pre-built `HPUB` bytes
 //! with the message id's digits rewritten in place, one write per put, and a
 //! read to the end of the PubAck (answering the server's PING on the way).
+//!
+//! `TASKQ_BENCH_TLS=1` runs the same over TLS: the cluster's client port
+//! requires it (certificates made by the bench), the raw loop is a rustls
+//! stream (one write of the pre-built bytes, one TLS record), taskq goes
+//! through `tls://` and async-nats with `require_tls`.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use taskq_producer::{Producer, PutOptions, PutOutcome};
+use taskq_proto::nats::NatsAccess;
+use taskq_testkit::pki::TestCerts;
 use taskq_testkit::NatsCluster;
 
 #[path = "common/nats_raw.rs"]
@@ -26,7 +34,7 @@ const SUBJECT: &str = "taskq.bench";
 const BATCH: usize = 64;
 
 /// Reads to the end of the next MSG (a PubAck) and checks it is one.
-fn puback(r: &mut Raw) {
+fn puback<S: Read + Write>(r: &mut Raw<S>) {
     r.op(|line, payload| {
         assert!(
             line.starts_with(b"MSG "),
@@ -70,15 +78,15 @@ trait Side {
     fn puts(&mut self, n: usize, batch: usize);
 }
 
-struct RawSide {
-    r: Raw,
+struct RawSide<S: Read + Write> {
+    r: Raw<S>,
     t: Vec<u8>,
     at: usize,
     out: Vec<u8>,
     id: u64,
 }
 
-impl Side for RawSide {
+impl<S: Read + Write> Side for RawSide<S> {
     fn name(&self) -> &'static str {
         "raw loop"
     }
@@ -179,10 +187,19 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn ensure_stream(rt: &tokio::runtime::Runtime, addr: SocketAddr) {
+/// An async-nats client of `addr`, over TLS trusting `ca` when given.
+async fn async_client(addr: SocketAddr, ca: Option<&PathBuf>) -> async_nats::Client {
+    let mut o = async_nats::ConnectOptions::new();
+    if let Some(ca) = ca {
+        o = o.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    o.connect(addr.to_string()).await.unwrap()
+}
+
+fn ensure_stream(rt: &tokio::runtime::Runtime, addr: SocketAddr, ca: Option<&PathBuf>) {
     use async_nats::jetstream::stream::{Config, RetentionPolicy};
     rt.block_on(async {
-        let client = async_nats::connect(addr.to_string()).await.unwrap();
+        let client = async_client(addr, ca).await;
         let js = async_nats::jetstream::new(client);
         let until = Instant::now() + Duration::from_secs(30);
         loop {
@@ -207,9 +224,9 @@ fn ensure_stream(rt: &tokio::runtime::Runtime, addr: SocketAddr) {
     });
 }
 
-fn purge(rt: &tokio::runtime::Runtime, addr: SocketAddr) {
+fn purge(rt: &tokio::runtime::Runtime, addr: SocketAddr, ca: Option<&PathBuf>) {
     rt.block_on(async {
-        let client = async_nats::connect(addr.to_string()).await.unwrap();
+        let client = async_client(addr, ca).await;
         let js = async_nats::jetstream::new(client);
         js.get_stream("TASKQ").await.unwrap().purge().await.unwrap();
     });
@@ -223,29 +240,47 @@ fn main() {
     let jobs = env_usize("TASKQ_BENCH_JOBS", 3200);
     let rounds = env_usize("TASKQ_BENCH_ROUNDS", 5);
     let chunk = BATCH * 4;
-    let cluster = NatsCluster::start(3).expect("nats cluster");
+    let tls = std::env::var("TASKQ_BENCH_TLS").is_ok_and(|v| v == "1");
+    let dir = std::env::temp_dir().join(format!("taskq-bench-tls-{}", std::process::id()));
+    let certs = tls.then(|| {
+        std::fs::create_dir_all(&dir).unwrap();
+        TestCerts::generate(&dir).expect("certificates (openssl)")
+    });
+    let mut builder = NatsCluster::builder().nodes(3);
+    if let Some(c) = &certs {
+        builder = builder.config(format!(
+            "tls {{ cert_file: {:?}, key_file: {:?} }}",
+            c.server_cert, c.server_key
+        ));
+    }
+    let cluster = builder.start().expect("nats cluster");
     let addr = cluster.addr(0);
+    let ca = certs.as_ref().map(|c| c.ca.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    ensure_stream(&rt, addr);
-    let js = rt.block_on(async {
-        async_nats::jetstream::new(async_nats::connect(addr.to_string()).await.unwrap())
-    });
+    ensure_stream(&rt, addr, ca.as_ref());
+    let js = rt.block_on(async { async_nats::jetstream::new(async_client(addr, ca.as_ref()).await) });
     let (t, at) = template(&[b'x'; 64]);
+    let id = u64::from(std::process::id()) << 32;
+    let raw: Box<dyn Side> = match &ca {
+        None => Box::new(RawSide { r: Raw::connect(addr), t, at, out: Vec::new(), id }),
+        Some(ca) => Box::new(RawSide { r: Raw::connect_tls(addr, ca), t, at, out: Vec::new(), id }),
+    };
+    let mut access = NatsAccess::default();
+    access.tls.ca_file = ca.clone();
+    let url = match &ca {
+        None => cluster.node_url(0),
+        Some(_) => format!("tls://{addr}"),
+    };
     let mut sides: Vec<Box<dyn Side + '_>> = vec![
-        Box::new(RawSide {
-            r: Raw::connect(addr),
-            t,
-            at,
-            out: Vec::new(),
-            id: u64::from(std::process::id()) << 32,
-        }),
+        raw,
         Box::new(TaskqSide {
             p: Producer::builder()
                 .tube("bench")
-                .connect(cluster.node_url(0))
+                .nats_access(access)
+                .connect(url)
                 .expect("taskq connect"),
             body: [b'x'; 64],
             out: vec![PutOutcome::NotSent; BATCH],
@@ -259,7 +294,8 @@ fn main() {
     ];
     println!(
         "{jobs} puts of 64 B per side and round, {rounds} rounds, R3 stream on a 3-node cluster, \
-         through node 0; the sides take turns every {chunk} puts"
+         through node 0{}; the sides take turns every {chunk} puts",
+        if tls { ", over TLS" } else { "" }
     );
     for batch in [1, BATCH] {
         let (mut vs_raw, mut vs_async) = (Vec::new(), Vec::new());
@@ -277,7 +313,7 @@ fn main() {
                     cpu[i] += thread_cpu() - c0;
                 }
             }
-            purge(&rt, addr);
+            purge(&rt, addr, ca.as_ref());
             let n = (jobs / chunk * chunk) as f64;
             let rate = |i: usize| n / wall[i].as_secs_f64();
             let us = |i: usize| cpu[i].as_secs_f64() * 1e6 / n;
@@ -296,4 +332,7 @@ fn main() {
             median(vs_async)
         );
     }
+    drop(sides);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
 }
