@@ -23,7 +23,7 @@ pub mod proxy;
 pub mod server;
 
 pub use beanstalkd::Beanstalkd;
-pub use nats::NatsCluster;
+pub use nats::{current_server_binary, NatsBuilder, NatsCluster, ServerVersion};
 pub use proxy::{ChaosProxy, Direction, Toxic};
 pub use server::{
     ConnCounts, Defects, Fault, FaultPlan, JobHistory, Ledger, LedgerReport, ServerConfig, Target,

