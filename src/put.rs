@@ -27,7 +27,9 @@ Standard error: every job not acknowledged, by input position (1-based), and at 
 
 A broken connection is reopened and the jobs not yet sent go on; a job whose outcome is unknown
 (sent, no reply) is never sent again unless --at-least-once. After --retry-for seconds without a
-reply the rest of the input is read and counted as not sent. The first connection is not retried.
+reply the rest of the input is read and counted as not sent. The first connection is not retried,
+except on JetStream while a server that answered breaks the connection, does not reply, or has no
+leader (an election): then it is tried again, with backoff, for up to --retry-for seconds.
 
 Exit status:
   0  every job was acknowledged
@@ -70,7 +72,8 @@ pub struct PutArgs {
     pub max_job_size: usize,
     /// After a broken connection, keep reconnecting for this many seconds without
     /// a reply before giving up on the rest. On JetStream a put whose PubAck did
-    /// not come is sent again with its message id for as long (stored once).
+    /// not come is sent again with its message id for as long (stored once),
+    /// and so is the first connection and the stream's lookup during an election.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub retry_for: u64,
     /// Send jobs whose outcome is unknown again after reconnecting (a job may

@@ -854,3 +854,130 @@ fn put_gives_up_after_retry_for_on_a_frozen_cluster_and_stores_each_job_once() {
         "every acknowledged job is stored"
     );
 }
+
+/// The length of the `INFO` line node `i` sends a new client, CRLF included.
+fn info_len(c: &NatsCluster, i: usize) -> usize {
+    use std::io::BufRead;
+    let s = std::net::TcpStream::connect(c.addr(i)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.starts_with("INFO "), "{line}");
+    line.len()
+}
+
+/// A proxy to node 0 that closes every connection partway through the reply
+/// to the stream's lookup: the server's `INFO` and the handshake's `PONG` go
+/// through, then 10 bytes of the `MSG` carrying the lookup's answer. (A
+/// later client's `INFO` differs only in its client id's digits.)
+fn cut_at_stream_lookup(c: &NatsCluster) -> taskq_testkit::ChaosProxy {
+    let proxy = taskq_testkit::ChaosProxy::start_seeded(c.addr(0), 16).unwrap();
+    let pong = "PONG\r\n".len();
+    proxy.add(
+        taskq_testkit::Toxic::LimitData {
+            bytes: (info_len(c, 0) + pong + 10) as u64,
+        },
+        taskq_testkit::Direction::Downstream,
+        1.0,
+    );
+    proxy
+}
+
+/// A connection cut while `taskq put` looks its stream up is a broken
+/// connection like any other: reconnected with the backoff, not the end of
+/// the run. Then, with one connection in three reset at a random moment,
+/// every line is acknowledged and stored once.
+#[test]
+fn put_rides_out_a_cut_stream_lookup_and_resets_and_stores_each_line_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let c = NatsCluster::start(1).unwrap();
+    let proxy = cut_at_stream_lookup(&c);
+    let n = 3000;
+    let input: String = (0..n).map(|i| format!("line {i}\n")).collect();
+    let url = format!("nats://{}", proxy.addr());
+    let stop = AtomicBool::new(false);
+    let (out, took) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // At least two lookups cut, then resets at random moments: every
+            // 40 ms the toxics are drawn anew.
+            eventually("two stream lookups cut", Duration::from_secs(20), || {
+                proxy.closed() >= 2
+            });
+            let mut k = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                k += 1;
+                proxy.clear();
+                proxy.add(
+                    taskq_testkit::Toxic::Reset {
+                        after: Duration::from_millis(k * 7 % 20),
+                    },
+                    taskq_testkit::Direction::Both,
+                    0.35,
+                );
+                std::thread::sleep(Duration::from_millis(40));
+            }
+            proxy.clear();
+        });
+        let r = taskq(
+            &["put", "--addr", &url, "--tube", "cut"],
+            input.as_bytes(),
+            Duration::from_secs(120),
+        );
+        stop.store(true, Ordering::Relaxed);
+        r
+    });
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{took:?}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "acknowledged {n}, rejected 0, unknown 0, not sent 0"
+        )),
+        "{err}"
+    );
+    let acked = ids(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(acked.len(), n);
+    assert!(
+        proxy.opened() >= 4,
+        "the cuts and resets hit: {}",
+        proxy.opened()
+    );
+
+    let mut a = admin(&c);
+    let stored = on_subject(&mut a, "TASKQ", "taskq.cut");
+    assert_eq!(stored.len(), n, "each line stored once");
+    for (i, m) in stored.iter().enumerate() {
+        assert_eq!(m.data, format!("line {i}").into_bytes(), "in input order");
+        assert_eq!(m.seq, acked[i], "the id printed is the job's sequence");
+    }
+}
+
+/// A stream lookup cut every time, for longer than `--retry-for`: put gives
+/// up after about that long and says the jobs were not sent (exit 1, no id),
+/// and nothing about an unknown outcome: no job had been written.
+#[test]
+fn put_whose_stream_lookup_is_always_cut_gives_up_as_not_sent() {
+    let c = NatsCluster::start(1).unwrap();
+    let proxy = cut_at_stream_lookup(&c);
+    let url = format!("nats://{}", proxy.addr());
+    let (out, took) = taskq(
+        &["put", "--addr", &url, "--retry-for", "3"],
+        b"one\ntwo\n",
+        Duration::from_secs(30),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty(), "no id");
+    assert!(err.starts_with("taskq: "), "{err}");
+    assert!(err.contains("not sent"), "{err}");
+    assert!(err.contains("looking up the stream"), "{err}");
+    assert!(!err.contains("unknown"), "nothing was written: {err}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "retried for --retry-for: {took:?}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(proxy.opened() >= 3, "reconnected: {}", proxy.opened());
+    assert!(admin(&c)
+        .stream_info("TASKQ")
+        .is_err_and(|e| e.to_string().contains("404")));
+}

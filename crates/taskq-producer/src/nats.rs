@@ -144,7 +144,8 @@ impl NatsLink {
                 nodes.push(k.clone());
             }
         }
-        let mut conn = NatsConnection::connect(&nodes, cfg).map_err(from_nats)?;
+        let mut conn =
+            NatsConnection::connect(&nodes, cfg).map_err(|e| setup_failed("connecting", e))?;
         setup.known.clear();
         setup.known.extend(conn.servers().iter().cloned());
         let replicas = setup
@@ -156,7 +157,8 @@ impl NatsLink {
             replicas,
             duplicate_window: None,
         };
-        conn.ensure_stream(&spec).map_err(setup_failed)?;
+        conn.ensure_stream(&spec)
+            .map_err(|e| setup_failed("looking up the stream", e))?;
         Ok(NatsLink {
             conn,
             layout: setup.layout.clone(),
@@ -275,16 +277,59 @@ fn ready_at_ms(delay: u32) -> u64 {
     u64::try_from((now + Duration::from_secs(u64::from(delay))).as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A failure setting the stream up: nothing of the caller's put was sent.
-fn setup_failed(e: NatsError) -> Error {
+/// A failure while `step` (connecting, the handshake, the stream's lookup or
+/// creation): none of the caller's puts was written yet, so whatever the
+/// step's own request came to, the put is not sent. A connection that broke
+/// or a reply that did not come is said as such, without the "outcome
+/// unknown" of a put.
+fn setup_failed(step: &str, e: NatsError) -> Error {
+    use std::io::{Error as IoError, ErrorKind};
+    let io = |kind: ErrorKind, what: String| Error::NotSent(NotSent::Io(IoError::new(kind, what)));
     match e {
         NatsError::Mismatch(what) => Error::NotSent(NotSent::Layout(what)),
         NatsError::Unsupported(what) => Error::NotSent(NotSent::Layout(what.to_owned())),
+        NatsError::NoResponders => Error::NotSent(NotSent::Unavailable),
+        // The cluster has no leader (yet): what a 503 no-responders says too.
+        NatsError::Api(a) if a.code == 503 || a.err_code == 10008 => {
+            Error::NotSent(NotSent::Unavailable)
+        }
         NatsError::Api(a) => Error::NotSent(NotSent::Layout(a.to_string())),
-        e => match from_nats(e) {
-            Error::Unknown(c) => Error::NotSent(NotSent::Io(std::io::Error::other(c.to_string()))),
-            other => other,
-        },
+        NatsError::NotSent(e) => Error::NotSent(NotSent::Io(e)),
+        NatsError::Broken => Error::NotSent(NotSent::Broken),
+        NatsError::Timeout { waited } => io(
+            ErrorKind::TimedOut,
+            format!("no reply within {waited:?} while {step}"),
+        ),
+        NatsError::Closed => io(
+            ErrorKind::ConnectionAborted,
+            format!("the server closed the connection while {step}"),
+        ),
+        NatsError::Io(e) => io(e.kind(), format!("connection broke while {step}: {e}")),
+        NatsError::Invalid(e) => Error::Invalid(Invalid::Nats(e)),
+        e => io(ErrorKind::Other, format!("{step}: {e}")),
+    }
+}
+
+/// True when a JetStream producer's connection failed in a way that comes and
+/// goes: the server was reached and the connection broke, a reply did not
+/// come in time, or the cluster had no leader (an election). Opened again,
+/// with the reconnect backoff, within `resolve_for`. Nobody listening, a
+/// server's refusal and a stream that does not fit are answers: not retried.
+pub(crate) fn open_again(e: &Error) -> bool {
+    use std::io::ErrorKind;
+    match e {
+        Error::NotSent(NotSent::Unavailable | NotSent::Broken) => true,
+        Error::NotSent(NotSent::Io(io)) => matches!(
+            io.kind(),
+            ErrorKind::TimedOut
+                | ErrorKind::WouldBlock
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof
+                | ErrorKind::Interrupted
+        ),
+        _ => false,
     }
 }
 
@@ -337,6 +382,45 @@ mod tests {
         // A clone (a reconnect's link) continues the same counter.
         let c = a.clone();
         assert_eq!(c.take(1), k + 3);
+    }
+
+    #[test]
+    fn a_failed_setup_is_not_sent_and_only_what_comes_and_goes_is_tried_again() {
+        use std::io::{Error as IoError, ErrorKind};
+        let again = |e: NatsError| {
+            let e = setup_failed("looking up the stream", e);
+            assert!(e.not_sent(), "{e}");
+            assert!(!e.to_string().contains("unknown"), "{e}");
+            (open_again(&e), e.to_string())
+        };
+        let (yes, text) = again(NatsError::Timeout {
+            waited: Duration::from_secs(1),
+        });
+        assert!(yes);
+        assert!(text.contains("no reply within 1s while looking up the stream"));
+        let (yes, text) = again(NatsError::Closed);
+        assert!(yes);
+        assert!(text.contains("closed the connection while looking up the stream"));
+        let reset = IoError::from(ErrorKind::ConnectionReset);
+        assert!(again(NatsError::Io(reset)).0);
+        assert!(again(NatsError::NotSent(IoError::from(ErrorKind::BrokenPipe))).0);
+        assert!(again(NatsError::NoResponders).0);
+        assert!(again(NatsError::Broken).0);
+        let api = |code, err_code| {
+            NatsError::Api(taskq_proto::nats::ApiError {
+                code,
+                err_code,
+                description: String::new(),
+            })
+        };
+        assert!(again(api(503, 10008)).0, "no leader yet");
+        // Answers, not weather: nobody listening, a refusal, a misfit.
+        let refused = IoError::from(ErrorKind::ConnectionRefused);
+        assert!(!again(NatsError::NotSent(refused)).0);
+        assert!(!again(NatsError::Server("'Authorization Violation'".into())).0);
+        assert!(!again(NatsError::Mismatch("retention limits".into())).0);
+        assert!(!again(api(400, 10052)).0);
+        assert!(!again(NatsError::Unsupported("message headers")).0);
     }
 
     #[test]

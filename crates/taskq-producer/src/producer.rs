@@ -211,9 +211,15 @@ impl Builder {
     /// `addr` is an address string (`nats://HOST:PORT[,HOST:PORT...]` selects
     /// JetStream; `HOST:PORT` or `beanstalk://HOST:PORT` beanstalkd) or socket
     /// addresses (beanstalkd).
+    ///
+    /// On JetStream a connection that was accepted and then broke, a reply
+    /// that did not come, or a cluster without a leader (an election), while
+    /// connecting or looking up the stream, is tried again with the reconnect
+    /// backoff until [`resolve_for`](Self::resolve_for) runs out. No server
+    /// listening, a server's refusal, or a stream that does not fit fails at once.
     pub fn connect(self, addr: impl IntoTarget) -> Result<Producer, Error> {
         let mut p = self.build(addr)?;
-        p.connected(true)?;
+        p.open_first()?;
         Ok(p)
     }
 
@@ -626,6 +632,27 @@ impl Producer {
             self.nats.as_mut(),
         );
         self.reconnects.opened(&mut self.conn, opened)
+    }
+
+    /// The first connection of [`Builder::connect`]: one attempt on
+    /// beanstalkd; on JetStream, attempts while they fail in a way that comes
+    /// and goes, within `resolve_for`.
+    fn open_first(&mut self) -> Result<(), Error> {
+        let until = Instant::now() + self.resolve_for;
+        loop {
+            let e = match self.connected(true) {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            if self.nats.is_none() || !crate::nats::open_again(&e) || !self.before(until) {
+                return Err(e);
+            }
+        }
+    }
+
+    /// True when the next attempt, after what is left of the backoff, starts before `until`.
+    fn before(&self, until: Instant) -> bool {
+        Instant::now() + self.reconnects.wait_left().unwrap_or_default() < until
     }
 
     /// Forgets a connection that broke so the next call opens a new one.

@@ -172,3 +172,43 @@ fn puts_through_random_resets_are_stored_exactly_once() {
     }
     assert_eq!(got.len(), n);
 }
+
+/// The stream's leader killed, a new producer connects to the nodes left at
+/// once: its connect, stream lookup and first put wait the election out
+/// (within `resolve_for`) instead of failing on the first unanswered request.
+#[test]
+fn connect_and_first_put_during_an_election_wait_it_out() {
+    let mut c = NatsCluster::start(3).unwrap();
+    let mut first = Producer::connect(c.url()).unwrap();
+    assert_eq!(
+        first.put(b"before", PutOptions::default()).unwrap().get(),
+        1
+    );
+    drop(first);
+    let until = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        if let Some(l) = c.stream_leader("TASKQ") {
+            break l;
+        }
+        assert!(Instant::now() < until, "no stream leader");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    c.kill(leader).unwrap();
+    let left: Vec<String> = (0..3)
+        .filter(|&i| i != leader)
+        .map(|i| c.addr(i).to_string())
+        .collect();
+    let started = Instant::now();
+    let mut p = Producer::builder()
+        .io_timeout(Duration::from_millis(500))
+        .resolve_for(Duration::from_secs(40))
+        .connect(format!("nats://{}", left.join(",")))
+        .unwrap_or_else(|e| panic!("connect after {:?}: {e}", started.elapsed()));
+    let id = p
+        .put(b"after", PutOptions::default())
+        .unwrap_or_else(|e| panic!("put after {:?}: {e}", started.elapsed()));
+    assert_eq!(id.get(), 2);
+    let got = bodies(&c);
+    assert_eq!(got.get(&b"after"[..]), Some(&1));
+    assert_eq!(got.get(&b"before"[..]), Some(&1));
+}
