@@ -6,11 +6,15 @@ use clap::{Parser, Subcommand};
 
 mod admin;
 mod bench;
+mod clock;
 mod demo;
 mod exporter;
 mod jetstream;
+mod jobs;
 mod put;
 mod serve;
+mod server;
+mod snapshot;
 mod stats;
 mod top;
 
@@ -42,7 +46,7 @@ enum Cmd {
     KickJob(admin::JobsArgs),
     /// Delete jobs by id.
     Delete(admin::JobsArgs),
-    /// Hand out no job of a tube for SECS seconds.
+    /// Hand out no job of a tube for SECS seconds (JetStream: nats-server 2.11+).
     Pause(admin::PauseArgs),
     /// A live view of the server: totals, and per tube jobs by state, rates and trends.
     #[command(after_help = top::TOP_HELP)]

@@ -3,6 +3,7 @@
 //! moving buried jobs back byte-exact (and once after a crash), `peek`,
 //! `delete` and `kick-job` by sequence, the commands JetStream cannot serve
 //! refused, `--stream` and `--replicas`, `bench`, and `demo` on a cluster.
+//! (`top`, the exporter and `pause` on JetStream: tests/cli_nats_ops.rs.)
 
 mod cli_common;
 
@@ -538,27 +539,13 @@ fn delete_and_kick_job_by_sequence_and_what_jetstream_cannot_do_is_refused() {
         "second"
     );
 
-    // What does not map onto JetStream, refused by name.
-    for (args, what) in [
-        (
-            &["pause", "--tube", "d", "5"][..],
-            "pause is not supported on nats (JetStream)",
-        ),
-        (
-            &["peek", "--tube", "d", "--delayed"][..],
-            "peek --delayed is not supported on nats (JetStream)",
-        ),
-        (
-            &["top", "--once"][..],
-            "top is not supported on nats (JetStream)",
-        ),
-        (
-            &["exporter", "--listen", "127.0.0.1:0"][..],
-            "exporter is not supported on nats (JetStream)",
-        ),
-    ] {
-        fails(&url, args, what);
-    }
+    // What does not map onto JetStream, refused by name (pause, by server
+    // version: tests/cli_nats_ops.rs).
+    fails(
+        &url,
+        &["peek", "--tube", "d", "--delayed"],
+        "peek --delayed is not supported on nats (JetStream)",
+    );
     assert_eq!(
         on_subject(&mut a, "TASKQ", "taskq.d").len(),
         1,
