@@ -10,10 +10,10 @@ mod cli_common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cli_common::{ids, ok, taskq};
+use cli_common::{ids, ok, pull_one, taskq};
 use serde_json::Value;
 use taskq_proto::nats::{
-    AckKind, ConsumerSpec, Delivery, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, StoredMsg,
+    AckKind, ConsumerSpec, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, StoredMsg,
 };
 use taskq_testkit::NatsCluster;
 use taskq_worker::{Config, Job, Outcome, Snapshot, Worker};
@@ -102,22 +102,6 @@ fn consumer_spec(tube: &str) -> ConsumerSpec {
         max_deliver: -1,
         max_ack_pending: 1000,
         max_waiting: 512,
-    }
-}
-
-/// Pulls one message from `taskq-<tube>`: its ack subject and delivery count.
-fn pull_one(a: &mut NatsConnection, tube: &str) -> (Vec<u8>, u64) {
-    a.pull(
-        "TASKQ",
-        &format!("taskq-{tube}"),
-        1,
-        Duration::from_secs(5),
-        None,
-    )
-    .unwrap();
-    match a.next_delivery().unwrap() {
-        Delivery::Msg { reply, info, .. } => (reply.to_vec(), info.delivered),
-        other => panic!("no message: {other:?}"),
     }
 }
 
