@@ -90,6 +90,14 @@ pub fn delayed_on_nats() -> Unsupported {
     )
 }
 
+/// Job `id`, `Ok(None)` when the server has none.
+pub fn job(conn: &mut Conn, id: u64) -> Result<Option<JobView>, String> {
+    match conn {
+        Conn::Beanstalkd(c) => beanstalkd_job(c, &Command::Peek { id }),
+        Conn::Nats(js) => Ok(js.job(id)?.map(|m| nats_job(js, m, None))),
+    }
+}
+
 /// Sends a peek and reads the job it finds with `stats-job`.
 fn beanstalkd_job(c: &mut Connection, peek: &Command<'_>) -> Result<Option<JobView>, String> {
     let Some((id, body)) = request(c, peek, |r| match r {

@@ -17,6 +17,7 @@ mod server;
 mod snapshot;
 mod stats;
 mod top;
+mod web;
 
 /// Errors of the command line: printed as one line on stderr, exit status 1.
 pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -53,6 +54,8 @@ enum Cmd {
     Top(top::TopArgs),
     /// Serve servers' statistics at /metrics in the Prometheus text format.
     Exporter(exporter::ExporterArgs),
+    /// Serve a dashboard of servers (both engines) on 127.0.0.1:8080, behind a token.
+    Web(web::WebArgs),
     /// Measure enqueue throughput and latency.
     Bench(bench::BenchArgs),
     /// Run the reference server (for tests and demos; production uses beanstalkd).
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Pause(a) => admin::pause(a),
         Cmd::Top(a) => return top::run(a),
         Cmd::Exporter(a) => exporter::run(a),
+        Cmd::Web(a) => web::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Demo(a) => demo::run(a),

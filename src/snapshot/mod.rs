@@ -18,7 +18,7 @@ mod rates;
 use std::time::Instant;
 
 pub use nats::{ConsumerRow, NatsRecord, NatsTube};
-pub use rates::{History, Rates};
+pub use rates::{History, Rates, Trend};
 
 use crate::server::Conn;
 
