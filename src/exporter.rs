@@ -10,6 +10,7 @@ use prometheus_client::registry::Registry;
 use taskq_worker::metrics::MetricsServer;
 
 use crate::jetstream::{self, StreamArgs};
+use crate::server::ServersArgs;
 use crate::snapshot::{self, Scope, Snapshot};
 use crate::CliResult;
 
@@ -19,21 +20,8 @@ pub struct ExporterArgs {
     /// Address to serve `/metrics` on.
     #[arg(long, value_name = "HOST:PORT")]
     listen: String,
-    /// A server to read (repeat for several): beanstalkd HOST:PORT or a
-    /// JetStream cluster nats://HOST:PORT[,HOST:PORT...]; defaults to
-    /// $TASKQ_ADDR, then 127.0.0.1:11300.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        env = "TASKQ_ADDR",
-        default_value = "127.0.0.1:11300"
-    )]
-    addr: Vec<String>,
-    /// Limit on connecting to a server and on each reply, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    io_timeout: u64,
     #[command(flatten)]
-    js: StreamArgs,
+    servers: ServersArgs,
 }
 
 /// Each server's snapshot at one scrape, with its address.
@@ -287,23 +275,8 @@ fn render(addrs: &[String], io_timeout: u64, js: &StreamArgs) -> String {
 
 /// Runs `taskq exporter` until killed.
 pub fn run(args: ExporterArgs) -> CliResult {
-    // One nats:// address names a whole cluster, its seeds comma-separated;
-    // beanstalkd servers may still come comma-separated, as $TASKQ_ADDR gives them.
-    let addrs: Vec<String> = args
-        .addr
-        .iter()
-        .flat_map(|a| {
-            if jetstream::is_nats(a) {
-                vec![a.clone()]
-            } else {
-                a.split(',').map(str::to_owned).collect()
-            }
-        })
-        .collect();
-    for a in &addrs {
-        jetstream::route(a)?;
-    }
-    let (io_timeout, js) = (args.io_timeout, args.js);
+    let addrs = args.servers.addrs()?;
+    let (io_timeout, js) = (args.servers.io_timeout, args.servers.js);
     let server = MetricsServer::serve(&args.listen, move || render(&addrs, io_timeout, &js))
         .map_err(|e| format!("listening on {}: {e}", args.listen))?;
     eprintln!("taskq exporter: serving http://{}/metrics", server.addr());

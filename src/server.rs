@@ -23,6 +23,46 @@ pub struct ServerArgs {
     pub js: StreamArgs,
 }
 
+/// Several servers to read: `--addr` repeated, then `$TASKQ_ADDR`, then the default.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServersArgs {
+    /// A server (repeat for several): beanstalkd HOST:PORT or a JetStream
+    /// cluster nats://HOST:PORT[,HOST:PORT...]; defaults to $TASKQ_ADDR, then
+    /// 127.0.0.1:11300.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "TASKQ_ADDR",
+        default_value = "127.0.0.1:11300"
+    )]
+    addr: Vec<String>,
+    /// Limit on connecting to a server and on each reply, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub io_timeout: u64,
+    #[command(flatten)]
+    pub js: StreamArgs,
+}
+
+impl ServersArgs {
+    /// Each server's address, checked: a nats:// address names one cluster
+    /// (its seeds comma-separated); beanstalkd servers may come
+    /// comma-separated, as `$TASKQ_ADDR` gives them.
+    pub fn addrs(&self) -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        for a in &self.addr {
+            if jetstream::is_nats(a) {
+                out.push(a.clone());
+            } else {
+                out.extend(a.split(',').map(str::to_owned));
+            }
+        }
+        for a in &out {
+            jetstream::route(a)?;
+        }
+        Ok(out)
+    }
+}
+
 /// The connection a command got: to beanstalkd, or to a JetStream cluster.
 pub enum Conn {
     /// beanstalkd (boxed: its send buffer is inline).

@@ -25,7 +25,7 @@ use maud::{html, Markup};
 
 use crate::jetstream::StreamArgs;
 use crate::jobs::{self, JobView, Which};
-use crate::server::{self, Conn};
+use crate::server::{self, Conn, ServersArgs};
 use crate::snapshot::{self, Scope, Tube};
 use crate::CliResult;
 use guard::{refuse, Rules};
@@ -38,16 +38,8 @@ pub struct WebArgs {
     /// Address to serve the dashboard on.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
     listen: String,
-    /// A server to show (repeat for several): beanstalkd HOST:PORT or a
-    /// JetStream cluster nats://HOST:PORT[,HOST:PORT...]; defaults to
-    /// $TASKQ_ADDR, then 127.0.0.1:11300.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        env = "TASKQ_ADDR",
-        default_value = "127.0.0.1:11300"
-    )]
-    addr: Vec<String>,
+    #[command(flatten)]
+    servers: ServersArgs,
     /// Show no action and refuse every change (kick, delete, pause) in the server.
     #[arg(long)]
     read_only: bool,
@@ -55,11 +47,6 @@ pub struct WebArgs {
     /// random one, printed in the address to open).
     #[arg(long, env = "TASKQ_WEB_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Limit on connecting to a server and on each reply, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    io_timeout: u64,
-    #[command(flatten)]
-    js: StreamArgs,
 }
 
 /// What the handlers share.
@@ -82,9 +69,7 @@ fn random_token() -> Result<String, String> {
 
 /// Runs `taskq web` until killed.
 pub fn run(args: WebArgs) -> CliResult {
-    for a in &args.addr {
-        crate::jetstream::route(a)?;
-    }
+    let addrs = args.servers.addrs()?;
     let (token, printed) = match args.token.clone().filter(|t| !t.is_empty()) {
         Some(t) => (t, false),
         None => (random_token()?, true),
@@ -104,9 +89,9 @@ pub fn run(args: WebArgs) -> CliResult {
         args.read_only,
     ));
     let app = Arc::new(App {
-        hub: Hub::start(args.addr.clone(), args.io_timeout, args.js.clone()),
-        io_timeout: args.io_timeout,
-        js: args.js,
+        hub: Hub::start(addrs, args.servers.io_timeout, args.servers.js.clone()),
+        io_timeout: args.servers.io_timeout,
+        js: args.servers.js,
         read_only: args.read_only,
     });
     let router = Router::new()

@@ -349,7 +349,7 @@ mod tests {
         assert!(!page.contains("<script>"));
         assert_eq!(
             hex_dump(b"ab\x00"),
-            "000000  61 62 00                                          ab.\n"
+            "000000  61 62 00                                         ab.\n"
         );
         assert_eq!(segment("a b/c+d"), "a%20b%2Fc%2Bd");
     }

@@ -34,13 +34,19 @@ def run(d, c):
     if op == "get":
         d.get(c["url"])
         return d.current_url
+    # Read in one script, so a refresh of the page between finding an element
+    # and reading it cannot leave a stale reference.
     if op == "text":
-        found = d.find_elements(By.CSS_SELECTOR, c["css"])
-        return found[0].text if found else None
+        return d.execute_script(
+            "const e = document.querySelector(arguments[0]);"
+            "return e ? e.innerText.trim() : null;", c["css"])
     if op == "texts":
-        return [e.text for e in d.find_elements(By.CSS_SELECTOR, c["css"])]
+        return d.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]),"
+            " e => e.innerText.trim());", c["css"])
     if op == "count":
-        return len(d.find_elements(By.CSS_SELECTOR, c["css"]))
+        return d.execute_script(
+            "return document.querySelectorAll(arguments[0]).length;", c["css"])
     if op == "click_button":
         for b in d.find_elements(By.TAG_NAME, "button"):
             if b.text.strip() == c["text"]:
