@@ -14,13 +14,16 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use taskq_producer::{Producer, PutOptions};
-use taskq_proto::{Command, Connection, ConnectionConfig, Reply, ServerStats, TubeStats};
 use taskq_testkit::TestServer;
-use taskq_worker::{Backoff, Config as WorkerConfig, Job, Outcome, Snapshot, Worker};
+use taskq_worker::{
+    Backoff, Config as WorkerConfig, Job, Outcome, Snapshot as WorkerCounts, Worker,
+};
 
 use taskq_worker::table::Table;
 
-use crate::jetstream::{CreateArgs, Js, Route};
+use crate::jetstream::{CreateArgs, Route};
+use crate::server::Conn;
+use crate::snapshot::{self, Scope, Snapshot};
 use crate::CliResult;
 
 /// Arguments of `taskq demo`.
@@ -125,17 +128,10 @@ struct Setup {
     addr: String,
     tube: String,
     io_timeout: Duration,
-    /// A connection for the server's record, and the record before the run.
-    admin: Admin,
-}
-
-/// Where the server's own record is read, by engine.
-enum Admin {
-    /// beanstalkd's `stats`, as it was before the run.
-    Beanstalkd(Box<Connection>, ServerStatsCopy),
-    /// The JetStream stream and the tube's consumer; the stream's last
-    /// sequence before the run.
-    Nats(Box<Js>, u64),
+    /// A connection for the server's record.
+    admin: Conn,
+    /// The server's record before the run.
+    before: Snapshot,
 }
 
 /// A line of the report: what, the workers' count, the server's record of
@@ -144,7 +140,7 @@ type Row = (&'static str, u64, Option<u64>, String);
 
 /// What the run came to, on the client side.
 struct Driven {
-    counts: Snapshot,
+    counts: WorkerCounts,
     latency: Histogram<u64>,
     put_failed: u64,
     /// False when the run hit its time budget.
@@ -191,36 +187,25 @@ fn setup(args: &DemoArgs) -> Result<Setup, Box<dyn std::error::Error + Send + Sy
             .unwrap_or(0)
     );
 
-    let admin = match crate::jetstream::route(&addr)? {
-        Route::Beanstalkd(host) => {
-            let conn_cfg = ConnectionConfig {
-                io_timeout,
-                ..ConnectionConfig::default()
-            };
-            let mut conn = Connection::connect(host.as_str(), conn_cfg)
-                .map_err(|e| format!("cannot reach {addr}: {e}"))?;
-            let before = server_record(&mut conn)?;
-            Admin::Beanstalkd(Box::new(conn), before)
-        }
-        Route::Nats(a) => {
-            // The stream is made here, once, before producers and workers
-            // start and each look for it.
-            args.js
-                .producer(Producer::builder(), addr.as_str())
-                .io_timeout(io_timeout)
-                .connect(addr.as_str())
-                .map_err(|e| format!("cannot set the stream up on {addr}: {e}"))?;
-            let mut js = Js::connect(&a, &args.js.stream, args.io_timeout)?;
-            let last_seq = js.stream_info()?.map_or(0, |s| s.last_seq);
-            Admin::Nats(Box::new(js), last_seq)
-        }
-    };
+    if let Route::Nats(_) = crate::jetstream::route(&addr)? {
+        // The stream is made here, once, before producers and workers
+        // start and each look for it.
+        args.js
+            .producer(Producer::builder(), addr.as_str())
+            .io_timeout(io_timeout)
+            .connect(addr.as_str())
+            .map_err(|e| format!("cannot set the stream up on {addr}: {e}"))?;
+    }
+    let mut admin = crate::server::open(&addr, args.io_timeout, &args.js.stream)
+        .map_err(|e| format!("cannot reach {e}"))?;
+    let before = snapshot::read(&mut admin, Scope::only(&[]))?;
     Ok(Setup {
         embedded,
         addr,
         tube,
         io_timeout,
         admin,
+        before,
     })
 }
 
@@ -362,7 +347,7 @@ fn report(args: &DemoArgs, setup: &mut Setup, driven: Driven) -> CliResult {
         wall,
     } = driven;
     let inserted = latency.len();
-    let (rows, left) = record(&mut setup.admin, &setup.tube, &counts, inserted)?;
+    let (rows, left) = record(setup, &counts, inserted)?;
     let (addr, tube, embedded) = (&setup.addr, &setup.tube, &setup.embedded);
     let ledger = embedded.as_ref().map(|s| s.ledger().check());
 
@@ -376,8 +361,8 @@ fn report(args: &DemoArgs, setup: &mut Setup, driven: Driven) -> CliResult {
         addr,
         match (&embedded, &setup.admin) {
             (Some(_), _) => "embedded reference server".to_owned(),
-            (None, Admin::Nats(js, _)) => format!("JetStream, stream {}", js.layout().stream()),
-            (None, Admin::Beanstalkd(..)) => "external server".to_owned(),
+            (None, Conn::Nats(js)) => format!("JetStream, stream {}", js.layout().stream()),
+            (None, Conn::Beanstalkd(..)) => "external server".to_owned(),
         },
         args.workers,
         args.producers
@@ -487,7 +472,7 @@ fn report(args: &DemoArgs, setup: &mut Setup, driven: Driven) -> CliResult {
     }
 }
 
-fn progress(queued: u64, total: u64, c: &Snapshot, elapsed: Duration, tty: bool) {
+fn progress(queued: u64, total: u64, c: &WorkerCounts, elapsed: Duration, tty: bool) {
     let in_flight = c.reserved.saturating_sub(c.settled());
     let rate = c.deleted as f64 / elapsed.as_secs_f64().max(1e-9);
     let line = format!(
@@ -504,127 +489,99 @@ fn progress(queued: u64, total: u64, c: &Snapshot, elapsed: Duration, tty: bool)
 /// The server's record of the run beside the workers' counts, and what is
 /// left in the tube.
 fn record(
-    admin: &mut Admin,
-    tube: &str,
-    counts: &Snapshot,
+    setup: &mut Setup,
+    counts: &WorkerCounts,
     inserted: u64,
 ) -> Result<(Vec<Row>, Left), String> {
-    match admin {
-        Admin::Beanstalkd(conn, before) => {
-            let after = server_record(conn)?;
-            let d = |f: fn(&ServerStatsCopy) -> u64| Some(f(&after) - f(before));
-            let rows = vec![
-                ("jobs put", inserted, d(|s| s.cmd_put), "cmd-put".into()),
-                (
-                    "deleted (done)",
-                    counts.deleted,
-                    d(|s| s.cmd_delete),
-                    "cmd-delete".into(),
-                ),
-                (
-                    "released (retried)",
-                    counts.released,
-                    d(|s| s.cmd_release),
-                    "cmd-release".into(),
-                ),
-                (
-                    "buried",
-                    counts.buried,
-                    d(|s| s.cmd_bury),
-                    "cmd-bury".into(),
-                ),
-                (
-                    "touched",
-                    counts.touched,
-                    d(|s| s.cmd_touch),
-                    "cmd-touch".into(),
-                ),
-            ];
-            Ok((rows, tube_left(conn, tube)?))
-        }
-        Admin::Nats(js, before) => {
-            let last_seq = js.stream_info()?.map_or(0, |s| s.last_seq);
-            let t = js.tube(tube)?.unwrap_or_default();
-            let c = t.consumer.clone().unwrap_or_default();
-            // The run's new sequences: its jobs and their bury copies (the
-            // tube is new, so every copy on its buried subject is the run's).
-            let put = last_seq.saturating_sub(*before).saturating_sub(t.buried);
-            let buried_on = js.layout().buried_subject(tube);
-            let rows = vec![
-                (
-                    "jobs put",
-                    inserted,
-                    Some(put),
-                    "stream last-seq, less bury copies".into(),
-                ),
-                (
-                    "delivered",
-                    counts.reserved,
-                    Some(c.delivered),
-                    "consumer delivered".into(),
-                ),
-                (
-                    "deleted (done)",
-                    counts.deleted,
-                    Some(put.saturating_sub(t.stored + t.buried)),
-                    "acked: put, less stored and buried".into(),
-                ),
-                (
-                    "released (retried)",
-                    counts.released,
-                    Some(c.delivered.saturating_sub(put.saturating_sub(c.pending))),
-                    "redeliveries".into(),
-                ),
-                (
-                    "buried",
-                    counts.buried,
-                    Some(t.buried),
-                    format!("on {buried_on}"),
-                ),
-                (
-                    "touched",
-                    counts.touched,
-                    None,
-                    "+WPI: JetStream keeps no count".into(),
-                ),
-            ];
-            let left = Left {
-                ready: t.ready(),
-                reserved: t.reserved(),
-                delayed: 0,
-                buried: t.buried,
-            };
-            Ok((rows, left))
-        }
-    }
-}
-
-/// The counters of `stats` that the report compares, copied out of the reply.
-struct ServerStatsCopy {
-    cmd_put: u64,
-    cmd_delete: u64,
-    cmd_release: u64,
-    cmd_bury: u64,
-    cmd_touch: u64,
-}
-
-fn server_record(c: &mut Connection) -> Result<ServerStatsCopy, String> {
-    match c
-        .request(&Command::Stats)
-        .map_err(|e| format!("stats: {e}"))?
-    {
-        Reply::Ok { yaml } => {
-            let s = ServerStats::parse(yaml).map_err(|e| format!("stats: {e}"))?;
-            Ok(ServerStatsCopy {
-                cmd_put: s.cmd_put,
-                cmd_delete: s.cmd_delete,
-                cmd_release: s.cmd_release,
-                cmd_bury: s.cmd_bury,
-                cmd_touch: s.cmd_touch,
-            })
-        }
-        r => Err(format!("stats: unexpected reply {}", r.word())),
-    }
+    let only = [setup.tube.clone()];
+    let after = snapshot::read(&mut setup.admin, Scope::only(&only))?;
+    let before = &setup.before;
+    let t = after.tubes.first().cloned().unwrap_or_default();
+    let left = Left {
+        ready: t.jobs.ready,
+        reserved: t.jobs.reserved,
+        delayed: t.jobs.delayed.unwrap_or(0),
+        buried: t.jobs.buried,
+    };
+    let Some(n) = &after.nats else {
+        let d = |key: &str| Some(after.totals.counter(key)? - before.totals.counter(key)?);
+        let rows = vec![
+            ("jobs put", inserted, d("cmd-put"), "cmd-put".into()),
+            (
+                "deleted (done)",
+                counts.deleted,
+                d("cmd-delete"),
+                "cmd-delete".into(),
+            ),
+            (
+                "released (retried)",
+                counts.released,
+                d("cmd-release"),
+                "cmd-release".into(),
+            ),
+            ("buried", counts.buried, d("cmd-bury"), "cmd-bury".into()),
+            (
+                "touched",
+                counts.touched,
+                d("cmd-touch"),
+                "cmd-touch".into(),
+            ),
+        ];
+        return Ok((rows, left));
+    };
+    let last_before = before.nats.as_ref().map_or(0, |b| b.stream.last_seq);
+    let nt = t.nats.clone().unwrap_or_default();
+    let c = nt.consumer.clone().unwrap_or_default();
+    // The run's new sequences: its jobs and their bury copies (the tube is
+    // new, so every copy on its buried subject is the run's).
+    let put = n
+        .stream
+        .last_seq
+        .saturating_sub(last_before)
+        .saturating_sub(t.jobs.buried);
+    let buried_on = match &setup.admin {
+        Conn::Nats(js) => js.layout().buried_subject(&setup.tube),
+        Conn::Beanstalkd(_) => String::new(),
+    };
+    let rows = vec![
+        (
+            "jobs put",
+            inserted,
+            Some(put),
+            "stream last-seq, less bury copies".into(),
+        ),
+        (
+            "delivered",
+            counts.reserved,
+            Some(c.delivered),
+            "consumer delivered".into(),
+        ),
+        (
+            "deleted (done)",
+            counts.deleted,
+            Some(put.saturating_sub(nt.stored + t.jobs.buried)),
+            "acked: put, less stored and buried".into(),
+        ),
+        (
+            "released (retried)",
+            counts.released,
+            Some(c.delivered.saturating_sub(put.saturating_sub(c.pending))),
+            "redeliveries".into(),
+        ),
+        (
+            "buried",
+            counts.buried,
+            Some(t.jobs.buried),
+            format!("on {buried_on}"),
+        ),
+        (
+            "touched",
+            counts.touched,
+            None,
+            "+WPI: JetStream keeps no count".into(),
+        ),
+    ];
+    Ok((rows, left))
 }
 
 /// Jobs still in the demo's tube, by state.
@@ -639,25 +596,5 @@ struct Left {
 impl Left {
     fn total(&self) -> u64 {
         self.ready + self.reserved + self.delayed + self.buried
-    }
-}
-
-fn tube_left(c: &mut Connection, tube: &str) -> Result<Left, String> {
-    match c
-        .request(&Command::StatsTube { tube })
-        .map_err(|e| format!("stats-tube: {e}"))?
-    {
-        // A tube with no jobs and no users disappears: nothing is left.
-        Reply::NotFound => Ok(Left::default()),
-        Reply::Ok { yaml } => {
-            let s = TubeStats::parse(yaml).map_err(|e| format!("stats-tube: {e}"))?;
-            Ok(Left {
-                ready: s.current_jobs_ready,
-                reserved: s.current_jobs_reserved,
-                delayed: s.current_jobs_delayed,
-                buried: s.current_jobs_buried,
-            })
-        }
-        r => Err(format!("stats-tube: unexpected reply {}", r.word())),
     }
 }

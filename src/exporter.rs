@@ -7,10 +7,11 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use taskq_proto::{yaml, Command, Reply};
 use taskq_worker::metrics::MetricsServer;
 
-use crate::admin::{all_tubes, connect_to, ready_ages, request, unexpected, TubeRow};
+use crate::jetstream::{self, StreamArgs};
+use crate::server::ServersArgs;
+use crate::snapshot::{self, Scope, Snapshot};
 use crate::CliResult;
 
 /// Arguments of `taskq exporter`.
@@ -19,91 +20,73 @@ pub struct ExporterArgs {
     /// Address to serve `/metrics` on.
     #[arg(long, value_name = "HOST:PORT")]
     listen: String,
-    /// A server to read (repeat for several); defaults to $TASKQ_ADDR, then 127.0.0.1:11300.
-    #[arg(
-        long,
-        value_name = "HOST:PORT",
-        env = "TASKQ_ADDR",
-        value_delimiter = ',',
-        default_value = "127.0.0.1:11300"
-    )]
-    addr: Vec<String>,
-    /// Limit on connecting to a server and on each reply, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    io_timeout: u64,
+    #[command(flatten)]
+    servers: ServersArgs,
 }
 
-/// What one server said at one scrape.
-#[derive(Debug, Default)]
-struct Reading {
-    /// `cmd-*` counters and `total-jobs`, `job-timeouts`, `total-connections`, by key.
-    counters: Vec<(String, u64)>,
-    tubes: Vec<TubeRow>,
-    /// Per tube (same order), the age in seconds of the job `peek-ready` shows.
-    oldest_ready: Vec<Option<u64>>,
+/// Each server's snapshot at one scrape, with its address.
+type Readings = Vec<(String, Result<Snapshot, String>)>;
+
+/// Reads every server, each on a connection of its own.
+fn read_all(addrs: &[String], io_timeout: u64, js: &StreamArgs) -> Readings {
+    addrs
+        .iter()
+        .map(|a| {
+            let s = crate::server::open(a, io_timeout, js)
+                .and_then(|mut c| snapshot::read(&mut c, Scope::everything()));
+            (a.clone(), s)
+        })
+        .collect()
 }
 
-fn read(addr: &str, io_timeout: u64) -> Result<Reading, String> {
-    let mut conn = connect_to(addr, io_timeout)?;
-    let counters = request(&mut conn, &Command::Stats, |r| match r {
-        Reply::Ok { yaml } => yaml::pairs(yaml)
-            .and_then(|p| p.collect::<Result<Vec<_>, _>>())
-            .map(|pairs| {
-                pairs
-                    .into_iter()
-                    .filter(|(k, _)| {
-                        k.starts_with("cmd-")
-                            || matches!(*k, "total-jobs" | "job-timeouts" | "total-connections")
-                    })
-                    .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
-                    .collect()
-            })
-            .map_err(|e| format!("reading stats: {e}")),
-        other => Err(unexpected(&Command::Stats, &other)),
-    })?;
-    let tubes = all_tubes(&mut conn)?;
-    let oldest_ready = ready_ages(&mut conn, &tubes)?;
-    Ok(Reading {
-        counters,
-        tubes,
-        oldest_ready,
-    })
-}
-
+/// The series of one engine's servers: beanstalkd's under the names
+/// dashboards know (`beanstalkd_*`), JetStream's under `taskq_*` with the
+/// same labels and JetStream's own beside them.
 #[derive(Debug)]
 struct Servers {
-    addrs: Vec<String>,
-    io_timeout: u64,
+    readings: Readings,
+    nats: bool,
 }
 
 type Labels<'a> = Vec<(&'a str, &'a str)>;
 
+fn gauge(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: Vec<(Labels<'_>, i64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: Vec<(Labels<'_>, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 impl Collector for Servers {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let readings: Vec<(&str, Result<Reading, String>)> = self
-            .addrs
-            .iter()
-            .map(|a| (a.as_str(), read(a, self.io_timeout)))
-            .collect();
         let ok = || {
-            readings
+            self.readings
                 .iter()
-                .filter_map(|(a, r)| r.as_ref().ok().map(|r| (*a, r)))
+                .filter_map(|(a, r)| r.as_ref().ok().map(|r| (a.as_str(), r)))
         };
-        let gauge = |enc: &mut DescriptorEncoder<'_>,
-                     name: &str,
-                     help: &str,
-                     rows: Vec<(Labels<'_>, i64)>|
-         -> Result<(), std::fmt::Error> {
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for (labels, v) in rows {
-                ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
-            }
-            Ok(())
-        };
-        let up = readings
+        let up = self
+            .readings
             .iter()
-            .map(|(a, r)| (vec![("server", *a)], i64::from(r.is_ok())))
+            .map(|(a, r)| (vec![("server", a.as_str())], i64::from(r.is_ok())))
             .collect();
         gauge(&mut enc, "up", "1 when the server answered this scrape", up)?;
         let mut jobs = Vec::new();
@@ -111,23 +94,26 @@ impl Collector for Servers {
         let mut paused = Vec::new();
         let mut age = Vec::new();
         for (a, r) in ok() {
-            for (t, oldest) in r.tubes.iter().zip(&r.oldest_ready) {
-                for (state, n) in [
-                    ("ready", t.ready),
-                    ("urgent", t.urgent),
-                    ("reserved", t.reserved),
-                    ("delayed", t.delayed),
-                    ("buried", t.buried),
-                ] {
-                    jobs.push((
-                        vec![("server", a), ("tube", t.name.as_str()), ("state", state)],
-                        n as i64,
-                    ));
+            for t in &r.tubes {
+                let states = [
+                    ("ready", Some(t.jobs.ready)),
+                    ("urgent", Some(t.jobs.urgent)),
+                    ("reserved", Some(t.jobs.reserved)),
+                    ("delayed", t.jobs.delayed),
+                    ("buried", Some(t.jobs.buried)),
+                ];
+                for (state, n) in states {
+                    if let Some(n) = n {
+                        jobs.push((
+                            vec![("server", a), ("tube", t.name.as_str()), ("state", state)],
+                            n as i64,
+                        ));
+                    }
                 }
                 let l = vec![("server", a), ("tube", t.name.as_str())];
-                waiting.push((l.clone(), t.waiting as i64));
+                waiting.push((l.clone(), t.jobs.waiting as i64));
                 paused.push((l.clone(), t.paused as i64));
-                age.push((l, oldest.unwrap_or(0) as i64));
+                age.push((l, t.ready_age.unwrap_or(0) as i64));
             }
         }
         gauge(
@@ -136,12 +122,12 @@ impl Collector for Servers {
             "Current jobs of the tube, by state",
             jobs,
         )?;
-        gauge(
-            &mut enc,
-            "tube_waiting",
-            "Connections waiting for a job of the tube",
-            waiting,
-        )?;
+        let waiting_help = if self.nats {
+            "Pull requests waiting for a job of the tube"
+        } else {
+            "Connections waiting for a job of the tube"
+        };
+        gauge(&mut enc, "tube_waiting", waiting_help, waiting)?;
         gauge(
             &mut enc,
             "tube_pause_left_seconds",
@@ -154,41 +140,133 @@ impl Collector for Servers {
             "Age of the next ready job of the tube (0 when none is ready)",
             age,
         )?;
-        let mut m = enc.encode_descriptor(
+        if self.nats {
+            return nats_series(&mut enc, ok().collect());
+        }
+        let mut rows = Vec::new();
+        for (a, r) in ok() {
+            for (key, v) in &r.totals.pairs {
+                let counts = key.starts_with("cmd-")
+                    || matches!(
+                        key.as_str(),
+                        "total-jobs" | "job-timeouts" | "total-connections"
+                    );
+                if let (true, Ok(v)) = (counts, v.parse::<u64>()) {
+                    rows.push((vec![("server", a), ("counter", key.as_str())], v));
+                }
+            }
+        }
+        counter(
+            &mut enc,
             "server",
             "The server's counters since it started (cmd-* by command)",
-            None,
-            MetricType::Counter,
+            rows,
         )?;
-        for (a, r) in ok() {
-            for (key, v) in &r.counters {
-                let labels = vec![("server", a), ("counter", key.as_str())];
-                ConstCounter::new(*v).encode(m.encode_family(&labels)?)?;
-            }
-        }
-        let mut m = enc.encode_descriptor(
-            "tube_created_jobs",
-            "Jobs created in the tube since the server started",
-            None,
-            MetricType::Counter,
-        )?;
+        let mut rows = Vec::new();
         for (a, r) in ok() {
             for t in &r.tubes {
-                let labels = vec![("server", a), ("tube", t.name.as_str())];
-                ConstCounter::new(t.total_jobs).encode(m.encode_family(&labels)?)?;
+                if let Some(n) = t.jobs.puts {
+                    rows.push((vec![("server", a), ("tube", t.name.as_str())], n));
+                }
             }
         }
-        Ok(())
+        counter(
+            &mut enc,
+            "tube_created_jobs",
+            "Jobs created in the tube since the server started",
+            rows,
+        )
     }
 }
 
+/// JetStream's own series: per tube the stored and redelivered messages and
+/// the consumer's deliveries; per stream its record.
+fn nats_series(
+    enc: &mut DescriptorEncoder<'_>,
+    ok: Vec<(&str, &Snapshot)>,
+) -> Result<(), std::fmt::Error> {
+    let (mut stored, mut redelivered, mut delivered) = (Vec::new(), Vec::new(), Vec::new());
+    for (a, r) in &ok {
+        for t in &r.tubes {
+            let Some(n) = &t.nats else { continue };
+            let l = vec![("server", *a), ("tube", t.name.as_str())];
+            stored.push((l.clone(), n.stored as i64));
+            redelivered.push((l.clone(), n.redelivered() as i64));
+            if let Some(d) = t.delivered() {
+                delivered.push((l, d));
+            }
+        }
+    }
+    gauge(
+        enc,
+        "tube_stored",
+        "Messages stored on the tube's subject (ready, delayed and reserved jobs)",
+        stored,
+    )?;
+    gauge(
+        enc,
+        "tube_redelivered",
+        "Unacked jobs of the tube handed out more than once",
+        redelivered,
+    )?;
+    counter(
+        enc,
+        "tube_delivered",
+        "Deliveries by the tube's consumer since it was made",
+        delivered,
+    )?;
+    let mut stream = Vec::new();
+    for (a, r) in &ok {
+        let Some(n) = &r.nats else { continue };
+        let st = &n.stream;
+        let l = vec![("server", *a), ("stream", st.name.as_str())];
+        stream.push((l, st));
+    }
+    let field = |f: fn(&taskq_proto::nats::StreamInfo) -> u64| {
+        stream
+            .iter()
+            .map(|(l, st)| (l.clone(), f(st) as i64))
+            .collect()
+    };
+    gauge(
+        enc,
+        "stream_messages",
+        "Messages in the stream",
+        field(|s| s.messages),
+    )?;
+    gauge(
+        enc,
+        "stream_first_seq",
+        "Sequence of the stream's first message",
+        field(|s| s.first_seq),
+    )?;
+    gauge(
+        enc,
+        "stream_last_seq",
+        "Sequence of the stream's last message (messages ever stored)",
+        field(|s| s.last_seq),
+    )?;
+    gauge(
+        enc,
+        "stream_consumers",
+        "Consumers of the stream",
+        field(|s| s.consumer_count),
+    )
+}
+
 /// The text of one scrape of `addrs`.
-fn render(addrs: &[String], io_timeout: u64) -> String {
-    let mut registry = Registry::with_prefix("beanstalkd");
-    registry.register_collector(Box::new(Servers {
-        addrs: addrs.to_vec(),
-        io_timeout,
-    }));
+fn render(addrs: &[String], io_timeout: u64, js: &StreamArgs) -> String {
+    let (nats, beanstalkd): (Readings, Readings) = read_all(addrs, io_timeout, js)
+        .into_iter()
+        .partition(|(a, _)| jetstream::is_nats(a));
+    let mut registry = Registry::default();
+    for (prefix, readings, nats) in [("beanstalkd", beanstalkd, false), ("taskq", nats, true)] {
+        if !readings.is_empty() {
+            registry
+                .sub_registry_with_prefix(prefix)
+                .register_collector(Box::new(Servers { readings, nats }));
+        }
+    }
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
@@ -197,15 +275,9 @@ fn render(addrs: &[String], io_timeout: u64) -> String {
 
 /// Runs `taskq exporter` until killed.
 pub fn run(args: ExporterArgs) -> CliResult {
-    if args.addr.iter().any(|a| crate::jetstream::is_nats(a)) {
-        return Err(crate::jetstream::Unsupported::nats(
-            "exporter",
-            "it serves beanstalkd's statistics; JetStream's are at nats-server's monitoring port",
-        )
-        .into());
-    }
-    let (addrs, io_timeout) = (args.addr, args.io_timeout);
-    let server = MetricsServer::serve(&args.listen, move || render(&addrs, io_timeout))
+    let addrs = args.servers.addrs()?;
+    let (io_timeout, js) = (args.servers.io_timeout, args.servers.js);
+    let server = MetricsServer::serve(&args.listen, move || render(&addrs, io_timeout, &js))
         .map_err(|e| format!("listening on {}: {e}", args.listen))?;
     eprintln!("taskq exporter: serving http://{}/metrics", server.addr());
     loop {

@@ -1,14 +1,8 @@
-//! The operators' commands on NATS JetStream: the one place that knows how
-//! taskq's layout (`taskq_proto::Layout`) looks to an operator. `stats`,
-//! `tubes`, `peek`, `kick`, `kick-job`, `delete` and `demo` read and move
-//! jobs through [`Js`]; what has no JetStream meaning is refused with
-//! [`Unsupported`].
-//!
-//! A tube is the union of what the stream holds on `taskq.T` and
-//! `taskq.T.buried` and of the durable consumer `taskq-T`: its ready jobs are
-//! the consumer's pending messages (or, before any worker made the consumer,
-//! the messages stored on `taskq.T`), its reserved jobs the consumer's
-//! deliveries not yet acked, its buried jobs the messages on `taskq.T.buried`.
+//! The operators' commands on NATS JetStream: the requests that read and
+//! move jobs in taskq's layout (`taskq_proto::Layout`). The snapshot
+//! (`crate::snapshot::nats`) reads tubes through [`Js`], and the job
+//! operations (`crate::jobs`) move them; what has no JetStream meaning is
+//! refused with [`Unsupported`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -160,6 +154,8 @@ pub struct ConsumerRow {
     pub max_deliver: i64,
     /// Its cluster leader, in a cluster.
     pub leader: Option<String>,
+    /// Seconds of pause left (nats-server 2.11+), 0 when not paused.
+    pub pause_left: u64,
 }
 
 /// A number at `path` in `v` (0 when absent).
@@ -191,6 +187,11 @@ impl ConsumerRow {
             ack_wait: Duration::from_nanos(num(v, &["config", "ack_wait"])),
             max_deliver: v["config"]["max_deliver"].as_i64().unwrap_or(-1),
             leader: text(&["cluster", "leader"]),
+            pause_left: if v["paused"].as_bool() == Some(true) {
+                num(v, &["pause_remaining"]).div_ceil(1_000_000_000)
+            } else {
+                0
+            },
         }
     }
 
@@ -198,48 +199,6 @@ impl ConsumerRow {
     pub fn tube(&self) -> Option<&str> {
         Layout::tube_of_consumer(&self.name)
     }
-}
-
-/// One tube on the stream.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JsTube {
-    /// Its name.
-    pub name: String,
-    /// Its consumer `taskq-T`, once a worker made it.
-    pub consumer: Option<ConsumerRow>,
-    /// Messages stored on `taskq.T` (ready, delayed and reserved alike).
-    pub stored: u64,
-    /// Messages stored on `taskq.T.buried`.
-    pub buried: u64,
-}
-
-impl JsTube {
-    /// Jobs no worker holds: the consumer's pending messages, or every
-    /// stored one before there is a consumer.
-    pub fn ready(&self) -> u64 {
-        self.consumer.as_ref().map_or(self.stored, |c| c.pending)
-    }
-
-    /// Jobs delivered and not acked yet.
-    pub fn reserved(&self) -> u64 {
-        self.consumer.as_ref().map_or(0, |c| c.ack_pending)
-    }
-
-    /// Pull requests waiting for a job.
-    pub fn waiting(&self) -> u64 {
-        self.consumer.as_ref().map_or(0, |c| c.waiting)
-    }
-}
-
-/// The stream, its consumers and its tubes, read together.
-#[derive(Debug, Clone)]
-pub struct Overview {
-    /// The stream.
-    pub stream: StreamInfo,
-    /// Every consumer of the stream, by name.
-    pub consumers: Vec<ConsumerRow>,
-    /// taskq's tubes, by name.
-    pub tubes: Vec<JsTube>,
 }
 
 /// An admin connection to a JetStream cluster and the layout it reads.
@@ -358,15 +317,6 @@ impl Js {
         Ok(counts)
     }
 
-    /// The count of messages on subject `subject`.
-    pub fn count_on(&mut self, subject: &str) -> Result<u64, String> {
-        Ok(self
-            .subject_counts(subject)?
-            .get(subject)
-            .copied()
-            .unwrap_or(0))
-    }
-
     /// Every consumer of the stream, by name.
     pub fn consumers(&mut self) -> Result<Vec<ConsumerRow>, String> {
         let subject = format!("$JS.API.CONSUMER.LIST.{}", self.layout.stream());
@@ -399,64 +349,61 @@ impl Js {
         }
     }
 
-    /// Every tube: those with messages on the stream and those with a consumer.
-    pub fn tubes(&mut self) -> Result<Vec<JsTube>, String> {
-        let consumers = self.consumers()?;
-        Ok(self.tubes_with(&consumers)?.into_values().collect())
+    /// The error for a stream that does not exist.
+    pub fn no_stream(&self) -> String {
+        self.failed("stream info", missing_stream())
     }
 
-    fn tubes_with(
+    /// The JetStream API level the server serves (`$JS.API.INFO`): 0 before
+    /// nats-server 2.11, which brought levels (and consumer pause) in at 1.
+    pub fn api_level(&mut self) -> Result<u64, String> {
+        let v = self
+            .api("$JS.API.INFO", &Value::Null)
+            .map_err(|e| self.failed("account info", e))?;
+        Ok(num(&v, &["api", "level"]))
+    }
+
+    /// The version the connected server announced in its INFO (`None` when
+    /// it gave none).
+    pub fn server_version(&self) -> Option<String> {
+        let v = self.conn.server_version();
+        (!v.is_empty()).then(|| v.to_owned())
+    }
+
+    /// Pauses tube `tube`'s consumer until `until` (`None`: resumes it), so
+    /// no worker is handed its jobs meanwhile. Needs nats-server 2.11 or
+    /// later; refused, naming the server's version, before that.
+    pub fn pause(
         &mut self,
-        consumers: &[ConsumerRow],
-    ) -> Result<BTreeMap<String, JsTube>, String> {
-        let counts = self.subject_counts(&self.layout.capture())?;
-        let mut tubes: BTreeMap<String, JsTube> = BTreeMap::new();
-        fn entry<'a>(tubes: &'a mut BTreeMap<String, JsTube>, name: &str) -> &'a mut JsTube {
-            tubes.entry(name.to_owned()).or_insert_with(|| JsTube {
-                name: name.to_owned(),
-                ..JsTube::default()
-            })
+        tube: &str,
+        until: Option<std::time::SystemTime>,
+    ) -> Result<(), String> {
+        if self.api_level()? < 1 {
+            let version = self
+                .server_version()
+                .unwrap_or_else(|| "of unknown version".to_owned());
+            return Err(format!(
+                "pause is not supported on nats-server {version} at {}: consumer pause came with nats-server 2.11; stop the tube's workers instead",
+                self.addr
+            ));
         }
-        for (subject, n) in &counts {
-            match self.layout.tube_of(subject) {
-                Some((t, true)) => entry(&mut tubes, t).buried += n,
-                Some((t, false)) => entry(&mut tubes, t).stored += n,
-                None => {}
-            }
-        }
-        for c in consumers {
-            if let Some(t) = c.tube() {
-                entry(&mut tubes, t).consumer = Some(c.clone());
-            }
-        }
-        Ok(tubes)
-    }
-
-    /// The stream, its consumers and its tubes; a missing stream is an error.
-    pub fn overview(&mut self) -> Result<Overview, String> {
-        let Some(stream) = self.stream_info()? else {
-            return Err(self.failed("stream info", missing_stream()));
+        let subject = format!(
+            "$JS.API.CONSUMER.PAUSE.{}.{}",
+            self.layout.stream(),
+            Layout::consumer(tube)
+        );
+        let body = match until {
+            Some(t) => json!({ "pause_until": crate::clock::format_rfc3339(t) }),
+            None => json!({}),
         };
-        let consumers = self.consumers()?;
-        let tubes = self.tubes_with(&consumers)?.into_values().collect();
-        Ok(Overview {
-            stream,
-            consumers,
-            tubes,
-        })
-    }
-
-    /// Tube `tube` alone, `None` when the stream knows nothing of it.
-    pub fn tube(&mut self, tube: &str) -> Result<Option<JsTube>, String> {
-        let consumer = self.consumer(tube)?;
-        let t = JsTube {
-            name: tube.to_owned(),
-            consumer,
-            stored: self.count_on(&self.layout.subject(tube))?,
-            buried: self.count_on(&self.layout.buried_subject(tube))?,
-        };
-        let known = t.consumer.is_some() || t.stored + t.buried > 0;
-        Ok(known.then_some(t))
+        match self.api(&subject, &body) {
+            Ok(_) => Ok(()),
+            Err(e) if absent(&e) => Err(format!(
+                "tube {tube} has no consumer {} yet (no worker has asked for its jobs), so there is nothing to pause",
+                Layout::consumer(tube)
+            )),
+            Err(e) => Err(self.failed("consumer pause", e)),
+        }
     }
 
     /// The first message on `subject` at or after sequence `from`.

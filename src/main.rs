@@ -7,13 +7,18 @@ use clap::{Parser, Subcommand};
 mod access;
 mod admin;
 mod bench;
+mod clock;
 mod demo;
 mod exporter;
 mod jetstream;
+mod jobs;
 mod put;
 mod serve;
+mod server;
+mod snapshot;
 mod stats;
 mod top;
+mod web;
 
 /// Errors of the command line: printed as one line on stderr, exit status 1.
 pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -45,13 +50,15 @@ enum Cmd {
     KickJob(admin::JobsArgs),
     /// Delete jobs by id.
     Delete(admin::JobsArgs),
-    /// Hand out no job of a tube for SECS seconds.
+    /// Hand out no job of a tube for SECS seconds (JetStream: nats-server 2.11+).
     Pause(admin::PauseArgs),
     /// A live view of the server: totals, and per tube jobs by state, rates and trends.
     #[command(after_help = top::TOP_HELP)]
     Top(top::TopArgs),
     /// Serve servers' statistics at /metrics in the Prometheus text format.
     Exporter(exporter::ExporterArgs),
+    /// Serve a dashboard of servers (both engines) on 127.0.0.1:8080, behind a token.
+    Web(web::WebArgs),
     /// Measure enqueue throughput and latency.
     Bench(bench::BenchArgs),
     /// Run the reference server (for tests and demos; production uses beanstalkd).
@@ -86,6 +93,7 @@ fn main() -> ExitCode {
         Cmd::Pause(a) => admin::pause(a),
         Cmd::Top(a) => return top::run(a),
         Cmd::Exporter(a) => exporter::run(a),
+        Cmd::Web(a) => web::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Demo(a) => demo::run(a),

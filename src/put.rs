@@ -429,6 +429,11 @@ impl Sender {
                 Fate::NotSent | Fate::Pending => self.tally.not_sent.push(pos),
             }
         }
+        // The ids of this batch reach a pipe or file now, not at the end:
+        // a reader takes each job as soon as it is acknowledged.
+        if fate.iter().any(|f| matches!(f, Fate::Acked(..))) {
+            out.flush().map_err(|e| format!("writing ids: {e}"))?;
+        }
         self.tick();
         Ok(())
     }

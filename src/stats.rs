@@ -1,10 +1,9 @@
 //! `taskq stats`: the server's or a tube's statistics, as a table or as JSON.
 
-use taskq_proto::{yaml, Command, Reply};
 use taskq_worker::table::Table;
 
-use crate::admin::{print, request, unexpected, Conn, ServerArgs};
-use crate::jetstream::{ConsumerRow, Js, JsTube, Overview};
+use crate::server::{print, ServerArgs};
+use crate::snapshot::{self, ConsumerRow, Counts, NatsRecord, Scope, Snapshot, Tube};
 use crate::CliResult;
 
 /// Arguments of `taskq stats`.
@@ -25,46 +24,16 @@ pub fn run(args: StatsArgs) -> CliResult {
     if let Some(t) = &args.tube {
         args.server.check_tube(t)?;
     }
-    let mut conn = match args.server.open()? {
-        Conn::Beanstalkd(conn) => *conn,
-        Conn::Nats(js) => return run_nats(&args, *js),
-    };
-    let cmd = match &args.tube {
-        Some(tube) => Command::StatsTube { tube },
-        None => Command::Stats,
-    };
-    let text = request(&mut conn, &cmd, |r| {
-        let yaml = match r {
-            Reply::Ok { yaml } => yaml,
-            Reply::NotFound => {
-                return Err(format!(
-                    "no tube named {:?}",
-                    args.tube.clone().unwrap_or_default()
-                ))
-            }
-            other => return Err(unexpected(&cmd, &other)),
-        };
-        let pairs = yaml::pairs(yaml)
-            .and_then(|p| p.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| format!("reading the statistics: {e}"))?;
-        Ok(if args.json {
-            to_json(&pairs)
-        } else {
-            to_table(&pairs)
-        })
-    })?;
-    print(text.as_bytes())
-}
-
-/// `taskq stats` on JetStream: the stream's record and a table of its
-/// consumers, or (`--tube`) one tube's counts and its consumer's record.
-fn run_nats(args: &StatsArgs, mut js: Js) -> CliResult {
+    let mut conn = args.server.open()?;
     let text = match &args.tube {
-        Some(tube) => {
-            let Some(t) = js.tube(tube)? else {
-                return Err(format!("no tube named {tube:?}").into());
+        Some(name) => {
+            let only = [name.clone()];
+            let s = snapshot::read(&mut conn, Scope::only(&only))?;
+            let t = s.tubes.first().filter(|t| t.known);
+            let Some(t) = t else {
+                return Err(format!("no tube named {name:?}").into());
             };
-            let pairs = tube_pairs(&t);
+            let pairs = tube_pairs(t);
             if args.json {
                 to_json(&pairs)
             } else {
@@ -72,66 +41,96 @@ fn run_nats(args: &StatsArgs, mut js: Js) -> CliResult {
             }
         }
         None => {
-            let o = js.overview()?;
-            let pairs = stream_pairs(&o);
-            if args.json {
-                let consumers: Vec<String> = o
-                    .consumers
-                    .iter()
-                    .map(|c| format!("{{{}}}", json_fields(&consumer_pairs(c)).join(",")))
-                    .collect();
-                let mut fields = json_fields(&pairs);
-                fields.push(format!("\"consumers\":[{}]", consumers.join(",")));
-                format!("{{{}}}\n", fields.join(","))
-            } else {
-                let mut t = Table::new().left(1);
-                t.row([
-                    "CONSUMER",
-                    "TUBE",
-                    "PENDING",
-                    "ACK-PENDING",
-                    "REDELIVERED",
-                    "WAITING",
-                    "ACK-WAIT",
-                ]);
-                for c in &o.consumers {
-                    t.row([
-                        c.name.clone(),
-                        c.tube().unwrap_or("-").to_owned(),
-                        c.pending.to_string(),
-                        c.ack_pending.to_string(),
-                        c.redelivered.to_string(),
-                        c.waiting.to_string(),
-                        format!("{}s", c.ack_wait.as_secs()),
-                    ]);
-                }
-                format!("{}\n{t}", to_table(&pairs))
-            }
+            let s = match &conn {
+                crate::server::Conn::Beanstalkd(_) => snapshot::read(&mut conn, Scope::only(&[]))?,
+                crate::server::Conn::Nats(_) => snapshot::read(
+                    &mut conn,
+                    Scope {
+                        tubes: None,
+                        ready_age: false,
+                    },
+                )?,
+            };
+            server_text(&s, args.json)
         }
     };
     print(text.as_bytes())
 }
 
+/// The server's statistics: beanstalkd's `stats` pairs; on JetStream the
+/// stream's record and a table (or array) of its consumers.
+fn server_text(s: &Snapshot, json: bool) -> String {
+    let Some(n) = &s.nats else {
+        return if json {
+            to_json(&s.totals.pairs)
+        } else {
+            to_table(&s.totals.pairs)
+        };
+    };
+    let pairs = stream_pairs(s, n);
+    if json {
+        let consumers: Vec<String> = n
+            .consumers
+            .iter()
+            .map(|c| format!("{{{}}}", json_fields(&consumer_pairs(c)).join(",")))
+            .collect();
+        let mut fields = json_fields(&pairs);
+        fields.push(format!("\"consumers\":[{}]", consumers.join(",")));
+        format!("{{{}}}\n", fields.join(","))
+    } else {
+        let mut t = Table::new().left(1);
+        t.row([
+            "CONSUMER",
+            "TUBE",
+            "PENDING",
+            "ACK-PENDING",
+            "REDELIVERED",
+            "WAITING",
+            "ACK-WAIT",
+        ]);
+        for c in &n.consumers {
+            t.row([
+                c.name.clone(),
+                c.tube().unwrap_or("-").to_owned(),
+                c.pending.to_string(),
+                c.ack_pending.to_string(),
+                c.redelivered.to_string(),
+                c.waiting.to_string(),
+                format!("{}s", c.ack_wait.as_secs()),
+            ]);
+        }
+        format!("{}\n{t}", to_table(&pairs))
+    }
+}
+
 /// The stream's record, with beanstalkd's `current-*` totals over taskq's tubes.
-fn stream_pairs(o: &Overview) -> Vec<(&'static str, String)> {
-    let s = &o.stream;
-    let sum = |f: fn(&JsTube) -> u64| o.tubes.iter().map(f).sum::<u64>().to_string();
-    vec![
+fn stream_pairs(s: &Snapshot, n: &NatsRecord) -> Vec<(&'static str, String)> {
+    let (st, t) = (&n.stream, &s.totals);
+    [
         ("engine", "nats".to_owned()),
-        ("stream", s.name.clone()),
-        ("subjects", s.subjects.join(",")),
-        ("retention", s.retention.clone()),
-        ("replicas", s.replicas.to_string()),
-        ("leader", s.leader.clone().unwrap_or_default()),
-        ("messages", s.messages.to_string()),
-        ("first-seq", s.first_seq.to_string()),
-        ("last-seq", s.last_seq.to_string()),
-        ("consumer-count", s.consumer_count.to_string()),
-        ("current-tubes", o.tubes.len().to_string()),
-        ("current-jobs-ready", sum(JsTube::ready)),
-        ("current-jobs-reserved", sum(JsTube::reserved)),
-        ("current-jobs-buried", sum(|t| t.buried)),
-        ("current-waiting", sum(JsTube::waiting)),
+        ("stream", st.name.clone()),
+        ("subjects", st.subjects.join(",")),
+        ("retention", st.retention.clone()),
+        ("replicas", st.replicas.to_string()),
+        ("leader", st.leader.clone().unwrap_or_default()),
+        ("messages", st.messages.to_string()),
+        ("first-seq", st.first_seq.to_string()),
+        ("last-seq", st.last_seq.to_string()),
+        ("consumer-count", st.consumer_count.to_string()),
+        ("current-tubes", t.tubes.to_string()),
+    ]
+    .into_iter()
+    .chain(count_pairs(&t.jobs))
+    .collect()
+}
+
+/// Counts under beanstalkd's `current-*` names (JetStream has no urgent or delayed count).
+fn count_pairs(c: &Counts) -> [(&'static str, String); 4] {
+    [
+        ("current-jobs-ready", c.ready.to_string()),
+        ("current-jobs-reserved", c.reserved.to_string()),
+        ("current-jobs-buried", c.buried.to_string()),
+        ("current-waiting", c.waiting.to_string()),
     ]
 }
 
@@ -152,20 +151,19 @@ fn consumer_pairs(c: &ConsumerRow) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// One tube under beanstalkd's `stats-tube` names, then its consumer's record.
-fn tube_pairs(t: &JsTube) -> Vec<(&'static str, String)> {
-    let mut pairs = vec![
-        ("name", t.name.clone()),
-        ("current-jobs-ready", t.ready().to_string()),
-        ("current-jobs-reserved", t.reserved().to_string()),
-        ("current-jobs-buried", t.buried.to_string()),
-        ("current-waiting", t.waiting().to_string()),
-        ("stored", t.stored.to_string()),
-    ];
-    if let Some(c) = &t.consumer {
+/// One tube: beanstalkd's `stats-tube` pairs; on JetStream the same names
+/// for its counts, then its consumer's record.
+fn tube_pairs(t: &Tube) -> Vec<(String, String)> {
+    let Some(n) = &t.nats else {
+        return t.pairs.clone();
+    };
+    let mut pairs = vec![("name", t.name.clone())];
+    pairs.extend(count_pairs(&t.jobs));
+    pairs.push(("stored", n.stored.to_string()));
+    if let Some(c) = &n.consumer {
         pairs.extend(consumer_pairs(c).into_iter().filter(|(k, _)| *k != "tube"));
     }
-    pairs
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 /// `key  value` lines, the values aligned.

@@ -2,12 +2,12 @@
 //! row per tube with the jobs by state, put and delete rates, the age of the
 //! next ready job and a trend of the rates; `--once` prints one frame as text.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use crossterm::terminal::{
@@ -21,12 +21,11 @@ use ratatui::text::Line;
 use ratatui::widgets::Paragraph;
 use ratatui::Terminal;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use taskq_proto::{validate_tube, Command, Connection, Reply, ServerStats};
+use taskq_proto::validate_tube;
 use taskq_worker::table::Table;
 
-use crate::admin::{
-    all_tubes, print, ready_ages, request, tube_stats, unexpected, ServerArgs, TubeRow,
-};
+use crate::server::{print, Conn, ServerArgs};
+use crate::snapshot::{self, History, Scope, Snapshot};
 
 /// The text after `taskq top --help`.
 pub const TOP_HELP: &str = "\
@@ -42,6 +41,17 @@ The view, refreshed every second:
   ready; PUT-TREND and DELETE-TREND, the last 12 rates, each scaled to its own
   largest. A tube named with --tube that the server does not have (no job,
   nobody using it) shows 0.
+
+On JetStream (a nats:// address): the stream's record on top (messages, first
+and last sequence, consumers, replicas, leader) and the jobs by state summed
+over the tubes. The tubes' columns are the same, read from each tube's subjects
+and its consumer taskq-T: READY its pending messages, RESERVED its deliveries
+not acked, DELAYED - (a delay is known only at delivery), BURIED the messages on
+taskq.T.buried, READY-AGE the age of the first message the consumer has not
+delivered. JetStream counts no publishes or acks per subject, so PUT/S,
+DELETE/S and their trends show -. Then JetStream's own: REDELIVERED (unacked
+jobs handed out more than once), STORED (messages on taskq.T), DELIVER/S
+(deliveries per second) and DELIVER-TREND.
 
 Keys: q, Esc or Ctrl-C quits (status 0); SIGTERM, SIGINT or SIGHUP quits with
 status 128 + the signal. Either way, and on a panic, the terminal is left as it
@@ -70,129 +80,21 @@ const PERIOD: Duration = Duration::from_secs(1);
 /// Rates kept for a trend.
 const TREND_LEN: usize = 12;
 
-/// The server's totals at one sample.
-#[derive(Debug, Clone, Default)]
-struct Totals {
-    version: String,
-    uptime: u64,
-    ready: u64,
-    urgent: u64,
-    reserved: u64,
-    delayed: u64,
-    buried: u64,
-    connections: u64,
-    producers: u64,
-    workers: u64,
-    waiting: u64,
-    tubes: u64,
-    cmd_put: u64,
-    cmd_delete: u64,
-    total_jobs: u64,
-    job_timeouts: u64,
-}
-
-impl From<&ServerStats<'_>> for Totals {
-    fn from(s: &ServerStats<'_>) -> Totals {
-        Totals {
-            version: s.version.to_owned(),
-            uptime: s.uptime,
-            ready: s.current_jobs_ready,
-            urgent: s.current_jobs_urgent,
-            reserved: s.current_jobs_reserved,
-            delayed: s.current_jobs_delayed,
-            buried: s.current_jobs_buried,
-            connections: s.current_connections,
-            producers: s.current_producers,
-            workers: s.current_workers,
-            waiting: s.current_waiting,
-            tubes: s.current_tubes,
-            cmd_put: s.cmd_put,
-            cmd_delete: s.cmd_delete,
-            total_jobs: s.total_jobs,
-            job_timeouts: s.job_timeouts,
-        }
-    }
-}
-
-/// What the server said at one moment.
-#[derive(Debug, Clone)]
-struct Sample {
-    at: Instant,
-    totals: Totals,
-    tubes: Vec<TubeRow>,
-    /// Per tube (same order), the age of its next ready job.
-    ready_age: Vec<Option<u64>>,
-}
-
 /// Reads the server's totals and the tubes `only` (every tube when empty).
-fn sample(conn: &mut Connection, only: &[String]) -> Result<Sample, String> {
-    let totals = request(conn, &Command::Stats, |r| match r {
-        Reply::Ok { yaml } => ServerStats::parse(yaml)
-            .map(|s| Totals::from(&s))
-            .map_err(|e| format!("reading stats: {e}")),
-        other => Err(unexpected(&Command::Stats, &other)),
-    })?;
-    let tubes = if only.is_empty() {
-        all_tubes(conn)?
-    } else {
-        let mut rows = Vec::with_capacity(only.len());
-        for name in only {
-            rows.push(tube_stats(conn, name)?.unwrap_or_else(|| TubeRow {
-                name: name.clone(),
-                ..TubeRow::default()
-            }));
-        }
-        rows
+fn sample(conn: &mut Conn, only: &[String]) -> Result<Snapshot, String> {
+    let scope = Scope {
+        tubes: (!only.is_empty()).then_some(only),
+        ready_age: true,
     };
-    let at = Instant::now();
-    let ready_age = ready_ages(conn, &tubes)?;
-    Ok(Sample {
-        at,
-        totals,
-        tubes,
-        ready_age,
-    })
+    snapshot::read(conn, scope)
 }
 
-/// One tube's rates over the samples seen.
-#[derive(Debug, Default)]
-struct Rates {
-    /// `total-jobs`, `cmd-delete` and when they were read, at the last sample.
-    last: Option<(u64, u64, Instant)>,
-    /// Jobs put and deleted per second between the last two samples.
-    now: Option<(f64, f64)>,
-    puts: VecDeque<f64>,
-    deletes: VecDeque<f64>,
-}
-
-impl Rates {
-    fn add(&mut self, total_jobs: u64, deletes: u64, at: Instant) {
-        self.now = match self.last {
-            Some((p, d, then)) if total_jobs >= p && deletes >= d && at > then => {
-                let secs = (at - then).as_secs_f64();
-                Some(((total_jobs - p) as f64 / secs, (deletes - d) as f64 / secs))
-            }
-            // The first sample, or the tube was made anew and its counters restarted.
-            _ => None,
-        };
-        if let Some((p, d)) = self.now {
-            for (trend, v) in [(&mut self.puts, p), (&mut self.deletes, d)] {
-                if trend.len() == TREND_LEN {
-                    trend.pop_front();
-                }
-                trend.push_back(v);
-            }
-        }
-        self.last = Some((total_jobs, deletes, at));
-    }
-}
-
-/// What the view shows: the last sample, each tube's rates, the last error.
+/// What the view shows: the last sample, the rates, the last error.
 #[derive(Debug)]
 struct View {
     addr: String,
-    latest: Option<Sample>,
-    rates: BTreeMap<String, Rates>,
+    latest: Option<Snapshot>,
+    history: History,
     error: Option<String>,
 }
 
@@ -210,24 +112,26 @@ const TUBE_HEADER: [&str; 10] = [
     "DELETE-TREND",
 ];
 
+/// JetStream's own columns, after [`TUBE_HEADER`].
+const NATS_HEADER: [&str; 4] = ["REDELIVERED", "STORED", "DELIVER/S", "DELIVER-TREND"];
+
+/// A count, or `-` where the engine keeps none.
+fn count(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
 impl View {
     fn new(addr: &str) -> View {
         View {
             addr: addr.to_owned(),
             latest: None,
-            rates: BTreeMap::new(),
+            history: History::new(TREND_LEN),
             error: None,
         }
     }
 
-    fn update(&mut self, s: Sample) {
-        let mut rates = BTreeMap::new();
-        for t in &s.tubes {
-            let mut r = self.rates.remove(&t.name).unwrap_or_default();
-            r.add(t.total_jobs, t.deletes, s.at);
-            rates.insert(t.name.clone(), r);
-        }
-        self.rates = rates;
+    fn update(&mut self, s: Snapshot) {
+        self.history.add(&s);
         self.latest = Some(s);
         self.error = None;
     }
@@ -238,70 +142,120 @@ impl View {
             return (Vec::new(), None);
         };
         let t = &s.totals;
-        let mut lines = vec![format!(
-            "beanstalkd {} at {}, up {}, {} tubes",
-            t.version,
-            self.addr,
-            duration(t.uptime),
-            t.tubes
-        )];
         let mut totals = Table::new().left(1).left(3).left(5).left(7).left(9);
-        for (label, pairs) in [
-            (
-                "jobs",
-                &[
-                    ("ready", t.ready),
-                    ("urgent", t.urgent),
-                    ("reserved", t.reserved),
-                    ("delayed", t.delayed),
-                    ("buried", t.buried),
-                ][..],
-            ),
-            (
-                "connections",
-                &[
-                    ("open", t.connections),
-                    ("producers", t.producers),
-                    ("workers", t.workers),
-                    ("waiting", t.waiting),
-                ],
-            ),
-            (
-                "commands",
-                &[
-                    ("cmd-put", t.cmd_put),
-                    ("cmd-delete", t.cmd_delete),
-                    ("total-jobs", t.total_jobs),
-                    ("timeouts", t.job_timeouts),
-                ],
-            ),
-        ] {
-            let cells = pairs
-                .iter()
-                .flat_map(|(k, v)| [k.to_string(), v.to_string()]);
+        let mut lines = Vec::new();
+        let mut add = |label: &str, pairs: &[(&str, String)]| {
+            let cells = pairs.iter().flat_map(|(k, v)| [k.to_string(), v.clone()]);
             totals.row(std::iter::once(label.to_string()).chain(cells));
+        };
+        match &s.nats {
+            None => {
+                lines.push(format!(
+                    "beanstalkd {} at {}, up {}, {} tubes",
+                    t.version,
+                    self.addr,
+                    duration(t.uptime.unwrap_or(0)),
+                    t.tubes
+                ));
+                let c = |k: &str| count(t.counter(k));
+                add(
+                    "jobs",
+                    &[
+                        ("ready", t.jobs.ready.to_string()),
+                        ("urgent", t.jobs.urgent.to_string()),
+                        ("reserved", t.jobs.reserved.to_string()),
+                        ("delayed", count(t.jobs.delayed)),
+                        ("buried", t.jobs.buried.to_string()),
+                    ],
+                );
+                add(
+                    "connections",
+                    &[
+                        ("open", count(t.connections)),
+                        ("producers", count(t.producers)),
+                        ("workers", count(t.workers)),
+                        ("waiting", t.jobs.waiting.to_string()),
+                    ],
+                );
+                add(
+                    "commands",
+                    &[
+                        ("cmd-put", c("cmd-put")),
+                        ("cmd-delete", c("cmd-delete")),
+                        ("total-jobs", c("total-jobs")),
+                        ("timeouts", c("job-timeouts")),
+                    ],
+                );
+            }
+            Some(n) => {
+                let st = &n.stream;
+                lines.push(format!(
+                    "JetStream stream {} at {}, {} replicas, leader {}, {} tubes",
+                    st.name,
+                    self.addr,
+                    st.replicas,
+                    st.leader.as_deref().unwrap_or("-"),
+                    t.tubes
+                ));
+                add(
+                    "jobs",
+                    &[
+                        ("ready", t.jobs.ready.to_string()),
+                        ("reserved", t.jobs.reserved.to_string()),
+                        ("buried", t.jobs.buried.to_string()),
+                        ("waiting", t.jobs.waiting.to_string()),
+                    ],
+                );
+                add(
+                    "stream",
+                    &[
+                        ("messages", st.messages.to_string()),
+                        ("first-seq", st.first_seq.to_string()),
+                        ("last-seq", st.last_seq.to_string()),
+                        ("consumers", st.consumer_count.to_string()),
+                    ],
+                );
+            }
         }
         lines.extend(totals.to_string().lines().map(str::to_owned));
         lines.push(String::new());
         let header = lines.len();
-        let mut tubes = Table::new().left(8).left(9);
-        tubes.row(TUBE_HEADER);
-        for (row, age) in s.tubes.iter().zip(&s.ready_age) {
-            let rates = self.rates.get(&row.name);
-            let now = rates.and_then(|r| r.now);
-            let rate = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
-            tubes.row([
+        let mut tubes = Table::new().left(8).left(9).left(13);
+        let nats = s.nats.is_some();
+        let head = TUBE_HEADER
+            .iter()
+            .chain(if nats { &NATS_HEADER[..] } else { &[] });
+        tubes.row(head);
+        let rate = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+        for row in &s.tubes {
+            let trend = self.history.tube(&row.name);
+            let now = trend.map(|r| r.now).unwrap_or_default();
+            let spark = |f: fn(&snapshot::Rates) -> Option<f64>| {
+                trend
+                    .filter(|r| r.past.iter().any(|p| f(p).is_some()))
+                    .map_or_else(|| "-".to_string(), |r| sparkline(&r.series(f).into()))
+            };
+            let mut cells = vec![
                 row.name.clone(),
-                row.ready.to_string(),
-                row.reserved.to_string(),
-                row.delayed.to_string(),
-                row.buried.to_string(),
-                rate(now.map(|n| n.0)),
-                rate(now.map(|n| n.1)),
-                age.map_or_else(|| "-".to_string(), duration),
-                rates.map_or_else(|| "-".to_string(), |r| sparkline(&r.puts)),
-                rates.map_or_else(|| "-".to_string(), |r| sparkline(&r.deletes)),
-            ]);
+                row.jobs.ready.to_string(),
+                row.jobs.reserved.to_string(),
+                count(row.jobs.delayed),
+                row.jobs.buried.to_string(),
+                rate(now.puts),
+                rate(now.done),
+                row.ready_age.map_or_else(|| "-".to_string(), duration),
+                spark(|r| r.puts),
+                spark(|r| r.done),
+            ];
+            if let Some(n) = &row.nats {
+                cells.extend([
+                    n.redelivered().to_string(),
+                    n.stored.to_string(),
+                    rate(now.delivered),
+                    spark(|r| r.delivered),
+                ]);
+            }
+            tubes.row(cells);
         }
         lines.extend(tubes.to_string().lines().map(str::to_owned));
         (lines, Some(header))
@@ -360,14 +314,9 @@ pub fn run(args: TopArgs) -> ExitCode {
 }
 
 fn top(args: TopArgs) -> Result<ExitCode, String> {
-    args.server
-        .beanstalkd_only(
-            "top",
-            "the live view reads beanstalkd's per-tube counters; use taskq stats or taskq tubes",
-        )
-        .map_err(|e| e.to_string())?;
     for t in &args.tubes {
         validate_tube(t).map_err(|e| format!("--tube {t:?}: {e}"))?;
+        args.server.check_tube(t)?;
     }
     if args.once {
         once(&args)?;
@@ -379,7 +328,7 @@ fn top(args: TopArgs) -> Result<ExitCode, String> {
 
 /// Two samples a second apart; the second frame as plain text.
 fn once(args: &TopArgs) -> Result<(), String> {
-    let mut conn = args.server.connect()?;
+    let mut conn = args.server.open()?;
     let mut view = View::new(&args.server.addr);
     view.update(sample(&mut conn, &args.tubes)?);
     std::thread::sleep(PERIOD);
@@ -391,13 +340,13 @@ fn once(args: &TopArgs) -> Result<(), String> {
 
 /// Samples every [`PERIOD`] on its own thread (so a slow or dead server never
 /// holds up the keys), reconnecting after any error, until the receiver goes.
-fn sampler(server: ServerArgs, only: Vec<String>) -> mpsc::Receiver<Result<Sample, String>> {
+fn sampler(server: ServerArgs, only: Vec<String>) -> mpsc::Receiver<Result<Snapshot, String>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut conn: Option<Connection> = None;
+        let mut conn: Option<Conn> = None;
         loop {
-            let started = Instant::now();
-            let result = match conn.take().map_or_else(|| server.connect(), Ok) {
+            let started = std::time::Instant::now();
+            let result = match conn.take().map_or_else(|| server.open(), Ok) {
                 Ok(mut c) => {
                     let r = sample(&mut c, &only);
                     if r.is_ok() {
@@ -581,23 +530,5 @@ mod tests {
         assert_eq!(sparkline(&VecDeque::new()), "-");
         assert_eq!(sparkline(&[0.0, 0.0].into()), "▁▁");
         assert_eq!(sparkline(&[0.0, 1.0, 4.0, 8.0].into()), "▁▂▅█");
-    }
-
-    #[test]
-    fn rates_come_from_successive_samples() {
-        let t0 = Instant::now();
-        let mut r = Rates::default();
-        r.add(10, 2, t0);
-        assert_eq!(r.now, None);
-        r.add(30, 7, t0 + Duration::from_secs(2));
-        assert_eq!(r.now, Some((10.0, 2.5)));
-        // A tube made anew restarts its counters: no rate for that sample.
-        r.add(1, 0, t0 + Duration::from_secs(3));
-        assert_eq!(r.now, None);
-        assert_eq!(r.puts, [10.0]);
-        for i in 0..20 {
-            r.add(1 + i, 0, t0 + Duration::from_secs(4 + i));
-        }
-        assert_eq!(r.puts.len(), TREND_LEN);
     }
 }

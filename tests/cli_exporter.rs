@@ -1,36 +1,17 @@
 //! `taskq exporter` scraped for two real beanstalkd servers at once, its numbers
-//! checked against each server's own `stats-tube` and `stats`.
+//! checked against each server's own `stats-tube` and `stats`; and for a
+//! JetStream cluster beside a beanstalkd, checked against the stream's and the
+//! consumer's own record.
 
 mod cli_common;
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use cli_common::{ok, with_tube_stats};
+use cli_common::{count_on, ok, pull_one, scrape, with_tube_stats};
+use taskq_proto::nats::{AckKind, ConsumerSpec, NatsConfig, NatsConnection};
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats};
-use taskq_testkit::{beanstalkd::free_port, Beanstalkd};
-
-/// GET /metrics: each sample line as (name{labels}, value).
-fn scrape(at: SocketAddr) -> Option<HashMap<String, f64>> {
-    let mut s = TcpStream::connect_timeout(&at, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let body = text.split_once("\r\n\r\n")?.1;
-    Some(
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect(),
-    )
-}
+use taskq_testkit::{beanstalkd::free_port, Beanstalkd, NatsCluster};
 
 fn tube_stats(addr: SocketAddr, tube: &str) -> (u64, u64, u64, u64, u64) {
     with_tube_stats(addr, tube, |s| {
@@ -76,26 +57,8 @@ fn two_servers_scraped_at_once_match_their_stats_tube() {
         Reply::Reserved { .. }
     ));
 
-    let port = free_port().unwrap();
-    let listen = format!("127.0.0.1:{port}");
-    let _exporter = cli_common::Reaped(
-        std::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
-            .args([
-                "exporter", "--listen", &listen, "--addr", &aa, "--addr", &ba,
-            ])
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let at: SocketAddr = listen.parse().unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    let m = loop {
-        if let Some(m) = scrape(at) {
-            break m;
-        }
-        assert!(Instant::now() < until, "exporter did not answer");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (_exporter, at) = exporter(&["--addr", &aa, "--addr", &ba]);
+    let m = first_scrape(at);
     let get = |name: &str, labels: &str| -> u64 {
         let key = format!("{name}{{{labels}}}");
         *m.get(&key).unwrap_or_else(|| panic!("no {key} in {m:?}")) as u64
@@ -135,4 +98,137 @@ fn two_servers_scraped_at_once_match_their_stats_tube() {
         m2[&format!("beanstalkd_tube_jobs{{server=\"{aa}\",tube=\"mail\",state=\"ready\"}}")],
         4.0
     );
+}
+
+/// Starts `taskq exporter ARGS` on a free port; the process and its address.
+fn exporter(args: &[&str]) -> (cli_common::Reaped, SocketAddr) {
+    let listen = format!("127.0.0.1:{}", free_port().unwrap());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .args(["exporter", "--listen", &listen])
+        .args(args)
+        .env_remove("TASKQ_ADDR")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    (cli_common::Reaped(child), listen.parse().unwrap())
+}
+
+/// The first scrape the exporter answers (within 10 s).
+fn first_scrape(at: SocketAddr) -> std::collections::HashMap<String, f64> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(m) = scrape(at) {
+            return m;
+        }
+        assert!(Instant::now() < until, "exporter did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn jetstream_tubes_have_the_same_labels_and_match_the_streams_record() {
+    let c = NatsCluster::start(1).unwrap();
+    let url = c.url();
+    let bs = Beanstalkd::start().unwrap();
+    let bsa = bs.addr().to_string();
+    ok(&["put", "--addr", &bsa, "--tube", "mail", "1"], b"");
+    ok(
+        &[
+            "put", "--addr", &url, "--tube", "a", "1", "2", "3", "4", "5",
+        ],
+        b"",
+    );
+    ok(&["put", "--addr", &url, "--tube", "b", "x"], b"");
+    // Tube a: two held (one nak'ed and handed out again), one on taskq.a.buried.
+    let mut a = NatsConnection::connect(
+        &[c.addr(0).to_string()],
+        NatsConfig {
+            io_timeout: Duration::from_secs(5),
+            ..NatsConfig::default()
+        },
+    )
+    .unwrap();
+    let spec = ConsumerSpec {
+        filter_subject: "taskq.a".into(),
+        ack_wait: Duration::from_secs(60),
+        max_deliver: -1,
+        max_ack_pending: 1000,
+        max_waiting: 512,
+    };
+    a.ensure_consumer("TASKQ", "taskq-a", &spec).unwrap();
+    pull_one(&mut a, "a");
+    let (ack, _) = pull_one(&mut a, "a");
+    assert!(a.ack(&ack, AckKind::Nak { delay: None }, true).unwrap());
+    pull_one(&mut a, "a");
+    a.publish("taskq.a.buried", b"bury-copy-1", b"buried body")
+        .unwrap();
+
+    let (_exporter, at) = exporter(&["--addr", &url, "--addr", &bsa]);
+    let m = first_scrape(at);
+    let get =
+        |key: String| -> u64 { *m.get(&key).unwrap_or_else(|| panic!("no {key} in {m:?}")) as u64 };
+    // The cluster's own record.
+    let ca = a.consumer_info("TASKQ", "taskq-a").unwrap();
+    let s = a.stream_info("TASKQ").unwrap();
+    let (stored_a, buried_a, stored_b) = (
+        count_on(&mut a, "taskq.a"),
+        count_on(&mut a, "taskq.a.buried"),
+        count_on(&mut a, "taskq.b"),
+    );
+    assert_eq!(
+        (ca.num_pending, ca.num_ack_pending, ca.num_redelivered),
+        (3, 2, 1)
+    );
+    assert_eq!((stored_a, buried_a, stored_b), (5, 1, 1));
+    let l = |tube: &str| format!("server=\"{url}\",tube=\"{tube}\"");
+    let state = |tube: &str, st: &str| format!("taskq_tube_jobs{{{},state=\"{st}\"}}", l(tube));
+    assert_eq!(get(format!("taskq_up{{server=\"{url}\"}}")), 1);
+    assert_eq!(get(state("a", "ready")), ca.num_pending);
+    assert_eq!(get(state("a", "reserved")), ca.num_ack_pending);
+    assert_eq!(get(state("a", "buried")), buried_a);
+    assert_eq!(get(state("a", "urgent")), 0);
+    assert!(
+        !m.contains_key(&state("a", "delayed")),
+        "a delay is known only at delivery: no delayed series"
+    );
+    assert_eq!(get(state("b", "ready")), stored_b, "no consumer yet");
+    assert_eq!(get(format!("taskq_tube_stored{{{}}}", l("a"))), stored_a);
+    assert_eq!(
+        get(format!("taskq_tube_redelivered{{{}}}", l("a"))),
+        ca.num_redelivered
+    );
+    assert_eq!(
+        get(format!("taskq_tube_delivered_total{{{}}}", l("a"))),
+        3,
+        "three deliveries: two jobs, one of them twice"
+    );
+    assert_eq!(get(format!("taskq_tube_waiting{{{}}}", l("a"))), 0);
+    assert_eq!(
+        get(format!("taskq_tube_pause_left_seconds{{{}}}", l("a"))),
+        0
+    );
+    assert!(m.contains_key(&format!(
+        "taskq_tube_oldest_ready_age_seconds{{{}}}",
+        l("a")
+    )));
+    let st = format!("server=\"{url}\",stream=\"TASKQ\"");
+    assert_eq!(get(format!("taskq_stream_messages{{{st}}}")), s.messages);
+    assert_eq!(get(format!("taskq_stream_last_seq{{{st}}}")), s.last_seq);
+    // The beanstalkd beside it keeps its names.
+    assert_eq!(get(format!("beanstalkd_up{{server=\"{bsa}\"}}")), 1);
+    assert_eq!(
+        get(format!(
+            "beanstalkd_tube_jobs{{server=\"{bsa}\",tube=\"mail\",state=\"ready\"}}"
+        )),
+        1
+    );
+    assert!(
+        !m.keys()
+            .any(|k| k.starts_with("beanstalkd_") && k.contains(&url)),
+        "JetStream's series are taskq_*"
+    );
+    // A fresh scrape follows a put.
+    ok(&["put", "--addr", &url, "--tube", "a", "6"], b"");
+    let m2 = scrape(at).unwrap();
+    assert_eq!(m2[&state("a", "ready")], 4.0);
 }

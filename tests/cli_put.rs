@@ -1,10 +1,11 @@
-//! `taskq put` against a real beanstalkd: arguments, lines, `--null`, batches, `--position`.
+//! `taskq put` against a real beanstalkd: arguments, lines, `--null`, batches, `--position`, ids read live from a pipe.
 
 mod cli_common;
 
 use std::time::Duration;
 
 use cli_common::{drain, ids, ok, taskq};
+use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply};
 use taskq_testkit::Beanstalkd;
 
 #[test]
@@ -262,4 +263,41 @@ fn full_success_still_prints_the_summary_and_help_documents_the_exit_status() {
         Duration::from_secs(20),
     );
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn ids_reach_a_pipe_as_each_job_is_acknowledged_not_at_the_end() {
+    use std::io::{BufRead, BufReader, Write};
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    let mut child = cli_common::Reaped(cli_common::spawn(&[
+        "put", "--addr", &addr, "--tube", "live",
+    ]));
+    let mut input = child.0.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
+    // Each job's id is read from the pipe while standard input is still open,
+    // and the server has that job.
+    for body in ["first", "second", "third"] {
+        writeln!(input, "{body}").unwrap();
+        input.flush().unwrap();
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no id for {body:?} while input is open"));
+        let id: u64 = line.trim().parse().unwrap();
+        match c.request(&Cmd::Peek { id }).unwrap() {
+            Reply::Found { body: b, .. } => assert_eq!(b, body.as_bytes()),
+            r => panic!("job {id}: {r:?}"),
+        }
+    }
+    drop(input);
+    assert!(child.0.wait().unwrap().success());
 }

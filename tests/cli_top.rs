@@ -1,7 +1,9 @@
 //! `taskq top` against a real beanstalkd: `--once` parsed and checked against
 //! `stats-tube`; the live view in a real terminal (a detached tmux session of
 //! fixed size) checked against `stats-tube`, seen to follow new jobs, and quit
-//! with q, Ctrl-C and SIGTERM, each time with the terminal seen restored.
+//! with q, Ctrl-C and SIGTERM, each time with the terminal seen restored;
+//! and both on a 3-node JetStream cluster, checked against the stream's and
+//! the consumers' own record.
 
 mod cli_common;
 
@@ -12,9 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cli_common::{taskq, with_tube_stats};
+use cli_common::{count_on, pull_one, taskq, with_tube_stats};
+use taskq_proto::nats::{AckKind, NatsConfig, NatsConnection};
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats};
-use taskq_testkit::Beanstalkd;
+use taskq_testkit::{Beanstalkd, NatsCluster};
+use taskq_worker::{Config, Job, Outcome, Worker};
 
 const HEADER: [&str; 10] = [
     "TUBE",
@@ -59,18 +63,23 @@ fn tube_names(addr: &str) -> Vec<String> {
 /// The tubes' table of a frame: tube name to its cells (the name left out).
 /// Panics unless the heading is exactly [`HEADER`].
 fn tube_table(frame: &str) -> BTreeMap<String, Vec<String>> {
+    table_under(frame, &HEADER)
+}
+
+/// The table under the heading `header` in a frame: first cell to the others.
+fn table_under(frame: &str, header: &[&str]) -> BTreeMap<String, Vec<String>> {
     let mut lines = frame.lines().skip_while(|l| !l.starts_with("TUBE "));
-    let header: Vec<&str> = lines
+    let seen: Vec<&str> = lines
         .next()
         .unwrap_or_else(|| panic!("no heading in:\n{frame}"))
         .split_whitespace()
         .collect();
-    assert_eq!(header, HEADER, "{frame}");
+    assert_eq!(seen, header, "{frame}");
     lines
         .take_while(|l| !l.trim().is_empty())
         .map(|l| {
             let cells: Vec<String> = l.split_whitespace().map(str::to_owned).collect();
-            assert_eq!(cells.len(), HEADER.len(), "row {l:?} in:\n{frame}");
+            assert_eq!(cells.len(), header.len(), "row {l:?} in:\n{frame}");
             (cells[0].clone(), cells[1..].to_vec())
         })
         .collect()
@@ -521,4 +530,134 @@ fn live_view_in_a_terminal_follows_the_server_and_restores_the_terminal() {
     });
     t.run(&["send-keys", "-t", "top", "q"]);
     check_restored(&t, "gone", 0);
+}
+
+/// JetStream's own columns after [`HEADER`].
+const NATS_HEADER: [&str; 4] = ["REDELIVERED", "STORED", "DELIVER/S", "DELIVER-TREND"];
+
+/// A JetStream frame's tubes' table: tube name to its cells (the name left out).
+fn nats_table(frame: &str) -> BTreeMap<String, Vec<String>> {
+    let header: Vec<&str> = HEADER.iter().chain(&NATS_HEADER).copied().collect();
+    table_under(frame, &header)
+}
+
+/// What the cluster records for tube `tube` in the columns of the view:
+/// READY RESERVED DELAYED BURIED, then REDELIVERED STORED.
+fn nats_record(a: &mut NatsConnection, tube: &str) -> Vec<String> {
+    let stored = count_on(a, &format!("taskq.{tube}"));
+    let buried = count_on(a, &format!("taskq.{tube}.buried"));
+    let (ready, reserved, redelivered) = match a.consumer_info("TASKQ", &format!("taskq-{tube}")) {
+        Ok(c) => (c.num_pending, c.num_ack_pending, c.num_redelivered),
+        Err(_) => (stored, 0, 0),
+    };
+    [ready, reserved]
+        .map(|n| n.to_string())
+        .into_iter()
+        .chain(["-".to_string(), buried.to_string()])
+        .chain([redelivered.to_string(), stored.to_string()])
+        .collect()
+}
+
+/// The columns of [`nats_record`] out of a row of the view.
+fn nats_cells(row: &[String]) -> Vec<String> {
+    [0, 1, 2, 3, 9, 10]
+        .iter()
+        .map(|&i| row[i].clone())
+        .collect()
+}
+
+#[test]
+fn on_a_jetstream_cluster_once_and_the_live_view_match_the_streams_record() {
+    let c = NatsCluster::start(3).unwrap();
+    let url = c.url();
+    let io = ["--io-timeout", "5000"];
+    let put = |tube: &str, bodies: &[&str]| {
+        let mut args = vec!["put", "--addr", &url, "--tube", tube];
+        args.extend(io);
+        args.extend(bodies);
+        let (out, _) = taskq(&args, b"", Duration::from_secs(30));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // Tube a: one job buried by a worker, then of six more two held (one of
+    // them nak'ed and handed out again: redelivered) and four never delivered.
+    put("a", &["0"]);
+    let worker = Worker::new(
+        Config {
+            servers: vec![url.clone()],
+            tubes: vec!["a".into()],
+            io_timeout: Duration::from_secs(5),
+            exit_when_idle: Some(Duration::from_millis(500)),
+            ..Config::default()
+        },
+        |_: &mut Job<'_>| Outcome::Bury,
+    )
+    .unwrap()
+    .run();
+    assert_eq!(worker.buried, 1);
+    put("a", &["1", "2", "3", "4", "5", "6"]);
+    put("b", &["x", "y"]);
+    let mut a = NatsConnection::connect(
+        &(0..3).map(|i| c.addr(i).to_string()).collect::<Vec<_>>(),
+        NatsConfig {
+            io_timeout: Duration::from_secs(5),
+            ..NatsConfig::default()
+        },
+    )
+    .unwrap();
+    pull_one(&mut a, "a");
+    let (ack, _) = pull_one(&mut a, "a");
+    assert!(a.ack(&ack, AckKind::Nak { delay: None }, true).unwrap());
+    pull_one(&mut a, "a");
+    let want_a = nats_record(&mut a, "a");
+    assert_eq!(
+        want_a,
+        ["4", "2", "-", "1", "1", "6"],
+        "the cluster's own record"
+    );
+
+    let mut args = vec!["top", "--once", "--addr", &url];
+    args.extend(io);
+    let (out, _) = taskq(&args, b"", Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let frame = String::from_utf8(out.stdout).unwrap();
+    println!("{frame}");
+    let table = nats_table(&frame);
+    assert_eq!(table.keys().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(nats_cells(&table["a"]), want_a);
+    assert_eq!(nats_cells(&table["b"]), nats_record(&mut a, "b"));
+    // No publishes or acks are counted per subject: no put or delete rate.
+    assert_eq!(table["a"][4..6], ["-", "-"]);
+    assert_eq!(table["a"][11], "0.0", "no delivery between the samples");
+    assert_ne!(table["a"][6], "-", "tube a has a ready job, so an age");
+    let s = a.stream_info("TASKQ").unwrap();
+    assert_eq!(total(&frame, "stream", "messages"), s.messages);
+    assert_eq!(total(&frame, "stream", "last-seq"), s.last_seq);
+    assert_eq!(total(&frame, "jobs", "ready"), 4 + 2);
+    assert_eq!(total(&frame, "jobs", "reserved"), 2);
+
+    // The live view in a terminal follows new jobs; q quits and restores it.
+    let t = Tmux::start(160, 30);
+    t.wait_for(Duration::from_secs(10), "the shell", |p| p.starts_with('$'));
+    start_top(&t, "nats", &format!("{url} --io-timeout 5000"));
+    t.wait_for(Duration::from_secs(10), "a's record", |p| {
+        nats_table(p)
+            .get("a")
+            .is_some_and(|r| nats_cells(r) == want_a)
+    });
+    put("a", &["7", "8", "9"]);
+    let pane = t.wait_for(Duration::from_secs(10), "three more ready", |p| {
+        nats_table(p).get("a").is_some_and(|r| r[0] == "7")
+    });
+    println!("{pane}");
+    assert_eq!(nats_record(&mut a, "a")[0], "7");
+    t.run(&["send-keys", "-t", "top", "q"]);
+    check_restored(&t, "nats", 0);
 }

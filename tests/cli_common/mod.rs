@@ -1,12 +1,14 @@
 //! Running the built `taskq` binary from tests, bounded in time.
 #![allow(dead_code)]
 
-use std::io::Write;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use taskq_proto::nats::{Delivery, MsgSelect, NatsConnection};
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, TubeStats};
 
 /// Runs `taskq ARGS` with `stdin` fed in, killing it after `limit`.
@@ -129,4 +131,51 @@ pub fn with_tube_stats<T>(
         Reply::Ok { yaml } => f(&TubeStats::parse(yaml).unwrap()),
         r => panic!("stats-tube {tube}: {r:?}"),
     }
+}
+
+/// GET /metrics: each sample line as (name{labels}, value); `None` while
+/// nothing answers.
+pub fn scrape(at: SocketAddr) -> Option<HashMap<String, f64>> {
+    let mut s = TcpStream::connect_timeout(&at, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let body = text.split_once("\r\n\r\n")?.1;
+    Some(
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect(),
+    )
+}
+
+/// Pulls one message of tube `tube` from its consumer `taskq-TUBE` on stream
+/// TASKQ (waiting up to 5 s): its ack subject and delivery count.
+pub fn pull_one(a: &mut NatsConnection, tube: &str) -> (Vec<u8>, u64) {
+    a.pull(
+        "TASKQ",
+        &format!("taskq-{tube}"),
+        1,
+        Duration::from_secs(5),
+        None,
+    )
+    .unwrap();
+    match a.next_delivery().unwrap() {
+        Delivery::Msg { reply, info, .. } => (reply.to_vec(), info.delivered),
+        other => panic!("no message: {other:?}"),
+    }
+}
+
+/// The messages stream TASKQ holds on `subject`, counted one by one.
+pub fn count_on(a: &mut NatsConnection, subject: &str) -> u64 {
+    let (mut n, mut seq) = (0, 1);
+    while let Ok(m) = a.msg_get("TASKQ", MsgSelect::NextBySubject { subject, seq }) {
+        (n, seq) = (n + 1, m.seq + 1);
+    }
+    n
 }
