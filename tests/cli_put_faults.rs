@@ -7,14 +7,13 @@ mod cli_common;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cli_common::drain;
-use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, Toxic};
+use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, TempDir, Toxic};
 
 /// Lines fed to each run.
 const LINES: usize = 3000;
@@ -253,27 +252,6 @@ fn reset_connections_lose_no_line_and_unknown_ones_are_all_reported() {
 fn at_least_once_puts_every_line_through_reset_connections() {
     for seed in [21, 22] {
         chaos_run(seed, true);
-    }
-}
-
-/// A scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let p = std::env::temp_dir().join(format!("taskq-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

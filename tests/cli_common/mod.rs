@@ -12,8 +12,19 @@ use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, TubeStats
 /// Runs `taskq ARGS` with `stdin` fed in, killing it after `limit`.
 /// Returns the output and how long it ran.
 pub fn taskq(args: &[&str], stdin: &[u8], limit: Duration) -> (Output, Duration) {
+    bounded(command(args), stdin, limit)
+}
+
+/// Runs `cmd` with its standard streams piped and `stdin` fed in, killing
+/// it after `limit`. Returns the output and how long it ran.
+pub fn bounded(mut cmd: Command, stdin: &[u8], limit: Duration) -> (Output, Duration) {
     let started = Instant::now();
-    let mut child = spawn(args);
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut input = child.stdin.take().unwrap();
     let data = stdin.to_vec();
     let feeder = std::thread::spawn(move || {
@@ -26,7 +37,7 @@ pub fn taskq(args: &[&str], stdin: &[u8], limit: Duration) -> (Output, Duration)
         if started.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("taskq {args:?} ran past {limit:?}");
+            panic!("{cmd:?} ran past {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -35,11 +46,16 @@ pub fn taskq(args: &[&str], stdin: &[u8], limit: Duration) -> (Output, Duration)
     (out, started.elapsed())
 }
 
+/// `taskq ARGS` with no `$TASKQ_ADDR`, not started.
+pub fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskq"));
+    cmd.args(args).env_remove("TASKQ_ADDR");
+    cmd
+}
+
 /// Starts `taskq ARGS` with its standard streams piped and no `$TASKQ_ADDR`.
 pub fn spawn(args: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_taskq"))
-        .args(args)
-        .env_remove("TASKQ_ADDR")
+    command(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

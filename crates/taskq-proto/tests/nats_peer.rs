@@ -208,10 +208,39 @@ fn handshake_failures_are_typed() {
             };
             assert_eq!(*during, "waiting for INFO");
             assert!(matches!(**error, NatsError::Protocol(_)), "{error:?}");
+            assert!(!e.to_string().contains("--tls-first"), "{e}");
         }
         r => panic!("{r:?}"),
     }
     h.join().unwrap();
+    // No INFO at all: the connection closed (as a server waiting for the TLS
+    // handshake first closes it after its own timeout), or silence until the
+    // client's deadline. Either way the message points to --tls-first.
+    let (addr, h) = peer("", |_| {});
+    let closed = NatsConnection::connect(&[addr], cfg()).unwrap_err();
+    h.join().unwrap();
+    let (addr, h) = peer("", |p| {
+        // Silent until the client gives up and closes.
+        let _ = p.s.read(&mut [0u8; 1]);
+    });
+    let silent = NatsConnection::connect(&[addr], cfg()).unwrap_err();
+    h.join().unwrap();
+    for (e, want) in [
+        (closed, "the server closed the connection"),
+        (silent, "no reply within"),
+    ] {
+        let NatsError::Handshake { during, error } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(*during, "waiting for INFO");
+        assert!(!e.outcome_unknown() && !error.to_string().is_empty());
+        let text = e.to_string();
+        assert!(text.contains(want), "{text}");
+        assert!(
+            text.contains("(if the server wants the TLS handshake first, use --tls-first)"),
+            "{text}"
+        );
+    }
     // Nothing listens: not sent.
     let free = TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -7,6 +7,8 @@
 //! - [`TestServer`]: the reference server in this process, with a [`Ledger`] of
 //!   every job and connection and [`FaultPlan`]s that make it misbehave on demand.
 //! - [`alloc::CountingAllocator`]: counts allocations, for the zero-allocation tests.
+//! - [`TestCerts`]: a CA, server and client certificates made with `openssl`, for TLS tests.
+//! - [`TempDir`]: a scratch directory removed on drop.
 //! - [`ChaosProxy`]: a TCP proxy with run-time [`Toxic`]s (latency, reset,
 //!   silence, data limit, slicer) to put in front of either.
 //!
@@ -19,13 +21,19 @@ pub mod beanstalkd;
 // Sends SIGSTOP/SIGCONT to its nodes with kill(2).
 #[allow(unsafe_code)]
 pub mod nats;
+pub mod pki;
 pub mod proxy;
 pub mod server;
+pub mod tempdir;
 
 pub use beanstalkd::Beanstalkd;
-pub use nats::{current_server_binary, NatsBuilder, NatsCluster, ServerVersion};
+pub use nats::{
+    binary_version, current_server_binary, server_binary, NatsBuilder, NatsCluster, ServerVersion,
+};
+pub use pki::TestCerts;
 pub use proxy::{ChaosProxy, Direction, Toxic};
 pub use server::{
     ConnCounts, Defects, Fault, FaultPlan, JobHistory, Ledger, LedgerReport, ServerConfig, Target,
     TestServer,
 };
+pub use tempdir::TempDir;

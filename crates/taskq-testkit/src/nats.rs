@@ -492,9 +492,10 @@ impl Drop for NatsCluster {
     }
 }
 
-/// `nats-server` from `PATH`, or where Debian's package puts it (`/usr/sbin`,
-/// which an unprivileged user's `PATH` often lacks).
-fn server_binary() -> PathBuf {
+/// The `nats-server` a cluster runs unless told otherwise: the one on
+/// `PATH`, or where Debian's package puts it (`/usr/sbin`, which an
+/// unprivileged user's `PATH` often lacks).
+pub fn server_binary() -> PathBuf {
     let on_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join("nats-server").is_file()))
         .unwrap_or(false);
@@ -543,6 +544,22 @@ impl std::fmt::Display for ServerVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
     }
+}
+
+/// The release `BINARY --version` reports (`nats-server: v2.9.10`), without
+/// starting a server: for a test that must know it before the server runs
+/// (one whose configuration an older release refuses).
+pub fn binary_version(binary: &Path) -> io::Result<ServerVersion> {
+    let out = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .rsplit(' ')
+        .next()
+        .and_then(ServerVersion::parse)
+        .ok_or_else(|| io::Error::other(format!("{} --version printed {text:?}", binary.display())))
 }
 
 /// The environment variable naming the pinned current `nats-server` binary
@@ -637,15 +654,6 @@ mod tests {
         assert_eq!(c.url(), format!("nats://{}", c.addr(0)));
     }
 
-    /// What `BINARY --version` prints, read as a version.
-    fn reported_version(binary: &Path) -> ServerVersion {
-        let out = Command::new(binary).arg("--version").output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        // "nats-server: v2.9.10"
-        let v = text.rsplit(' ').next().unwrap();
-        ServerVersion::parse(v).unwrap_or_else(|| panic!("unreadable {text:?}"))
-    }
-
     /// A raw client: INFO, then CONNECT with `fields` and a PING; the first line after.
     fn connect_raw(addr: SocketAddr, fields: &str) -> (Value, String) {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -681,7 +689,7 @@ mod tests {
     #[test]
     fn the_version_is_the_running_binarys() {
         let c = NatsCluster::start(1).unwrap();
-        assert_eq!(c.version().unwrap(), reported_version(c.binary()));
+        assert_eq!(c.version().unwrap(), binary_version(c.binary()).unwrap());
     }
 
     #[test]
@@ -710,7 +718,7 @@ mod tests {
         let c = NatsCluster::builder().binary(&bin).start().unwrap();
         assert_eq!(c.binary(), bin.as_path());
         let v = c.version().unwrap();
-        assert_eq!(v, reported_version(&bin));
+        assert_eq!(v, binary_version(&bin).unwrap());
         // The pin is a release line with TLS handshake_first, consumer pause
         // and message schedules, which the tests that ask for it rely on.
         assert!(v >= ServerVersion::new(2, 12, 0), "{v}");

@@ -110,33 +110,7 @@ pub struct WorkerProc {
     _dir: TempDir,
 }
 
-/// A scratch directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "taskq-worker-test-{tag}-{}-{}",
-            std::process::id(),
-            fastrand_u64()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn fastrand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
-    h.finish()
-}
+pub use taskq_testkit::TempDir;
 
 impl WorkerProc {
     /// Starts `taskq-worker ARGS -- sh -c SCRIPT`.

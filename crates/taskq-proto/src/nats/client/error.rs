@@ -280,7 +280,12 @@ impl fmt::Display for NatsError {
                     NatsError::Io(e) => write!(f, "{e}")?,
                     e => write!(f, "{e}")?,
                 }
-                if *during == WAITING_FOR_INFO && error.is_timeout() {
+                // A server with `handshake_first` sends no INFO: the client
+                // waits until its own deadline, or until the server's TLS
+                // timeout (2 s by default) closes the connection.
+                if *during == WAITING_FOR_INFO
+                    && matches!(**error, NatsError::Timeout { .. } | NatsError::Closed)
+                {
                     f.write_str(" (if the server wants the TLS handshake first, use --tls-first)")?;
                 }
                 f.write_str("; not sent")
