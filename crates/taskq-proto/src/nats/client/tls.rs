@@ -35,6 +35,9 @@ pub(crate) struct Tls {
     end: usize,
     /// Records to send, reused from one write to the next.
     out: Vec<u8>,
+    /// The plaintext of a write given in several slices, gathered so that it
+    /// becomes one record (per 16 KiB), not one per slice; reused.
+    plain: Vec<u8>,
 }
 
 /// The rustls client configuration for `settings`.
@@ -139,13 +142,17 @@ impl Tls {
     pub(crate) fn new(config: Arc<ClientConfig>, host: &str) -> Result<Tls, NatsError> {
         let name = ServerName::try_from(host.to_owned())
             .map_err(|_| other(format!("{host:?} is not a name a certificate can hold")))?;
-        let conn = ClientConnection::new(config, name).map_err(|e| tls_error(&e))?;
+        let mut conn = ClientConnection::new(config, name).map_err(|e| tls_error(&e))?;
+        // Every write's records are sent before the call returns, so nothing
+        // piles up; rustls's default 64 KiB limit would refuse a larger put.
+        conn.set_buffer_limit(None);
         Ok(Tls {
             conn,
             inbuf: vec![0; CIPHER_BUF].into_boxed_slice(),
             start: 0,
             end: 0,
             out: Vec::with_capacity(CIPHER_BUF),
+            plain: Vec::new(),
         })
     }
 
@@ -172,16 +179,27 @@ impl Tls {
         Ok(())
     }
 
-    /// Encrypts `bufs` and sends the records with one send call.
+    /// Encrypts `bufs` as one plaintext (a put's head, body and end make
+    /// one record, not three) and sends the records with one send call.
     pub(crate) fn write_all(
         &mut self,
         sock: &mut SockIo,
         bufs: &[io::IoSlice<'_>],
     ) -> Result<(), NatsError> {
-        let mut w = self.conn.writer();
-        for b in bufs {
-            w.write_all(b).map_err(NatsError::NotSent)?;
-        }
+        let plain: &[u8] = match bufs {
+            [one] => one,
+            _ => {
+                self.plain.clear();
+                for b in bufs {
+                    self.plain.extend_from_slice(b);
+                }
+                &self.plain
+            }
+        };
+        self.conn
+            .writer()
+            .write_all(plain)
+            .map_err(NatsError::NotSent)?;
         self.send_records(sock)
     }
 
