@@ -12,6 +12,7 @@
 //! first engine.
 
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use taskq_proto::{ConnectionError, Interrupter, IoCounts};
 
@@ -54,6 +55,11 @@ pub(crate) enum Took<'a> {
     TurnEmpty,
     /// No job within the reserve timeout.
     TimedOut,
+    /// No job within the reserve timeout, but the server still has jobs of
+    /// these tubes out: ready for another worker, or handed out and not
+    /// acknowledged (JetStream: on a connection that broke, they come back
+    /// when their ack wait runs out). Not idle.
+    Outstanding,
     /// The server refused to hand out a job because one this link holds is
     /// about to run out of its lease.
     DeadlineSoon,
@@ -90,6 +96,67 @@ impl Settle {
             Settle::Release { .. } => "release",
             Settle::Bury { .. } => "bury",
         }
+    }
+
+    /// The answer the server gives when it carries this settle out.
+    pub(crate) fn reply(self) -> SettleReply {
+        match self {
+            Settle::Delete => SettleReply::Deleted,
+            Settle::Release { .. } => SettleReply::Released,
+            Settle::Bury { .. } => SettleReply::Buried,
+        }
+    }
+}
+
+/// A settle sent without an answer on a connection that failed, to be sent
+/// again on the next one (see [`Carry`]).
+#[derive(Debug)]
+pub(crate) struct Unconfirmed {
+    /// The job.
+    pub(crate) id: u64,
+    /// What was sent.
+    pub(crate) settle: Settle,
+    /// Where it goes (JetStream: the delivery's ack subject).
+    pub(crate) to: Vec<u8>,
+    /// When the job's lease may end, at the earliest. Past it the server may
+    /// have handed the job to another worker, whose delivery a settle sent
+    /// now would settle (JetStream acks by the stream sequence): it is given up.
+    pub(crate) due: Instant,
+}
+
+/// The settles a lane's connections sent and could not get confirmed before
+/// they failed, kept across connections to the same server. The next
+/// connection sends each again until the server confirms it or the job's
+/// lease ends; the lane counts each once resolved. JetStream acks are
+/// idempotent, so one applied twice costs nothing; beanstalkd's settles are
+/// never carried (a closed connection's jobs go back at once).
+#[derive(Debug, Default)]
+pub(crate) struct Carry {
+    /// Not resolved yet.
+    pub(crate) open: Vec<Unconfirmed>,
+    /// Resolved since the lane last counted: the job, its settle, and whether
+    /// the server confirmed it (else its lease ended first).
+    pub(crate) resolved: Vec<(u64, Settle, bool)>,
+}
+
+impl Carry {
+    /// Gives up the settles whose jobs' leases end within `margin` of `now`.
+    pub(crate) fn expire(&mut self, now: Instant, margin: std::time::Duration) {
+        let mut k = 0;
+        while k < self.open.len() {
+            if self.open[k].due.saturating_duration_since(now) <= margin {
+                let u = self.open.swap_remove(k);
+                self.resolved.push((u.id, u.settle, false));
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Gives up every open settle (the worker is ending).
+    pub(crate) fn give_up(&mut self) {
+        let open = self.open.drain(..).map(|u| (u.id, u.settle, false));
+        self.resolved.extend(open);
     }
 }
 
@@ -168,12 +235,16 @@ pub(crate) trait Link: JobLink + Sized {
     /// on, so that threads start on different seeds and each attempt after
     /// a failure starts on the next one. `learned` are the addresses an
     /// earlier connection to this server was told of ([`learned`](Self::learned)),
-    /// tried after the configured ones.
+    /// tried after the configured ones. The settles in `carry` are sent
+    /// again on the new connection before anything else, and those resolved
+    /// (confirmed, or whose leases ended) move to `carry.resolved`, also
+    /// when the connect fails.
     fn connect(
         cfg: &Config,
         server: &str,
         nth: usize,
         learned: &[String],
+        carry: &mut Carry,
     ) -> Result<Self, ConnectionError>;
     /// Addresses the server announced for later connects (a cluster's
     /// nodes); none by default.
@@ -209,6 +280,17 @@ pub(crate) trait Link: JobLink + Sized {
     }
     /// Reads the answer to the settle sent last.
     fn settled(&mut self) -> Result<SettleReply, Fault>;
+    /// The settle of job `id` got no answer on this link, which failed (its
+    /// send failed, or [`settled`](Self::settled) did): true when the link
+    /// keeps it to send again on the next connection ([`hand_over`](Self::hand_over)),
+    /// and the lane counts it once that resolves it. False (the default)
+    /// when the engine cannot: the loop counts it by the failure.
+    fn carry_settle(&mut self, _id: u64) -> bool {
+        false
+    }
+    /// Moves the settles kept by [`carry_settle`](Self::carry_settle) into
+    /// `carry`, before the lane drops this link.
+    fn hand_over(&mut self, _carry: &mut Carry) {}
     /// Reads what the reserve in flight came to.
     fn reserved(&mut self) -> Result<Took<'_>, Fault>;
     /// Reads the answer to a queued touch: `Ok(false)` when the lease was

@@ -36,7 +36,7 @@ use taskq_proto::nats::{
 };
 use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout, READY_AT_HEADER};
 
-use super::{Ask, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
+use super::{Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took, Unconfirmed};
 use crate::config::Config;
 use crate::fair::Want;
 use crate::job::JobInfo;
@@ -44,6 +44,10 @@ use crate::job::JobInfo;
 /// Deliveries one consumer may have unacked at once, across its workers:
 /// room for many prefetching workers (the server's default is 1000).
 const MAX_ACK_PENDING: i64 = 20_000;
+
+/// A carried ack is given up this long before its job's lease may end: the
+/// time it may take to reach the server.
+const RESEND_MARGIN: Duration = Duration::from_millis(100);
 
 /// A tube's names on the stream, and its consumer's lease.
 #[derive(Debug)]
@@ -65,11 +69,14 @@ struct Held {
     delivered: u64,
     /// It carried a ready time: its first delivery came early and went back.
     delayed: bool,
+    /// When its lease started, at the earliest: the pull that brought it was
+    /// sent, or the last touch (`+WPI`) was. The server's ack wait runs
+    /// from a moment no earlier.
     leased: Instant,
 }
 
 /// A delivery read before its ask was.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Early {
     subject: Vec<u8>,
     ack: Vec<u8>,
@@ -77,6 +84,31 @@ struct Early {
     delivered: u64,
     seq: u64,
     ready_at: Option<u64>,
+    /// When the pull that brought it was sent.
+    pulled: Instant,
+}
+
+impl Default for Early {
+    fn default() -> Self {
+        Early {
+            subject: Vec::new(),
+            ack: Vec::new(),
+            body: Vec::new(),
+            delivered: 0,
+            seq: 0,
+            ready_at: None,
+            pulled: Instant::now(),
+        }
+    }
+}
+
+/// A settle queued or sent, owed its answer.
+#[derive(Debug)]
+enum Owed {
+    /// The job was not held here: answered `NotFound` without asking.
+    NotHeld,
+    /// An ack sent with this confirmation token.
+    Sent(u64, Unconfirmed),
 }
 
 /// How the pull under way ended, for the asks it did not answer with a job.
@@ -104,6 +136,8 @@ struct Pull {
     scan: usize,
     /// Sent to the server.
     sent: bool,
+    /// When it was sent (or made, until then).
+    at: Instant,
     ended: Option<End>,
 }
 
@@ -133,8 +167,16 @@ pub(crate) struct Nats {
     rotate: usize,
     /// Settles and touches queued or sent, in order: their confirmation
     /// tokens and what each confirmation means.
-    settles: VecDeque<(u64, SettleReply)>,
+    settles: VecDeque<Owed>,
     touches: VecDeque<u64>,
+    /// Settles whose confirmation did not come before the link failed.
+    unanswered: Vec<Unconfirmed>,
+    /// Of those, the ones the loop asked to send again on the next
+    /// connection ([`Link::carry_settle`]), until [`Link::hand_over`].
+    carried: Vec<Unconfirmed>,
+    /// An empty waiting pull reads the consumers' info, to tell an idle
+    /// queue from one whose jobs are still out (the worker exits when idle).
+    check_idle: bool,
     /// Confirmations read before they were asked for.
     confirmed: Vec<u64>,
     early: VecDeque<Early>,
@@ -198,7 +240,7 @@ impl Nats {
             let old = std::mem::replace(&mut self.held[i].ack, buf);
             self.spare.push(old);
             self.held[i].delivered = delivered;
-            self.held[i].leased = Instant::now();
+            self.held[i].leased = e.pulled;
         } else {
             self.held.push(Held {
                 seq,
@@ -206,19 +248,50 @@ impl Nats {
                 ack: buf,
                 delivered,
                 delayed: ready_at.is_some(),
-                leased: Instant::now(),
+                leased: e.pulled,
             });
         }
         Ok(true)
     }
 
-    /// What an ask that a pull answered without a job comes to.
-    fn empty(no_wait: bool, end: End) -> Took<'static> {
-        match end {
+    /// What an ask that a pull answered without a job comes to. A wait
+    /// that ended empty is idle only when the consumers have nothing out.
+    fn empty(&mut self, no_wait: bool, end: End) -> Result<Took<'static>, Fault> {
+        Ok(match end {
             End::Unavailable => Took::Unavailable,
             End::Empty if no_wait => Took::TurnEmpty,
+            End::Empty if self.check_idle => self.outstanding()?,
             End::Empty => Took::TimedOut,
+        })
+    }
+
+    /// [`Took::Outstanding`] while a tube's consumer has messages not yet
+    /// delivered or deliveries not acknowledged (held by a worker, or lost
+    /// with a connection and due again when their ack wait runs out), else
+    /// [`Took::TimedOut`]. An answer the connection survives but that
+    /// cannot tell (replies still owed, an API error) is not idle either.
+    fn outstanding(&mut self) -> Result<Took<'static>, Fault> {
+        for t in &self.tubes {
+            match self.conn.consumer_info(&self.stream, &t.consumer) {
+                Ok(ci) if ci.num_pending == 0 && ci.num_ack_pending == 0 => {}
+                Ok(ci) => {
+                    tracing::debug!(
+                        tube = t.name,
+                        pending = ci.num_pending,
+                        ack_pending = ci.num_ack_pending,
+                        "nothing delivered, but jobs are still out"
+                    );
+                    return Ok(Took::Outstanding);
+                }
+                Err(NatsError::NoResponders) => return Ok(Took::Unavailable),
+                Err(e) if self.conn.is_broken() => return Err(Fault::Conn(conn_error(e))),
+                Err(e) => {
+                    tracing::debug!(tube = t.name, error = %e, "cannot read the consumer's info");
+                    return Ok(Took::Outstanding);
+                }
+            }
         }
+        Ok(Took::TimedOut)
     }
 
     /// Counts one ask of the pull under way answered; returns whether that
@@ -256,6 +329,7 @@ impl Nats {
         }
         let p = &mut self.pulls[0];
         p.sent = true;
+        p.at = Instant::now();
         let (batch, waits) = (p.left, p.waits());
         let consumer = &self.tubes[tube].consumer;
         let r = if !waits {
@@ -317,6 +391,35 @@ impl Nats {
     }
 }
 
+/// The ack that carries out `settle`.
+fn ack_kind(settle: Settle) -> AckKind {
+    match settle {
+        // A buried job's copy is stored: the original goes.
+        Settle::Delete | Settle::Bury { .. } => AckKind::Ack,
+        Settle::Release { delay, .. } => AckKind::Nak {
+            delay: (delay > 0).then(|| Duration::from_secs(u64::from(delay))),
+        },
+    }
+}
+
+/// Sends the acks carried from failed connections again on a new one (in
+/// setup, before anything else), one at a time, each confirmed before the
+/// next. Acks are idempotent: one the server applied already is confirmed
+/// again. A confirmed one is resolved; one whose job's lease ends first is
+/// given up. On a failure (no answer, or no leader for the consumer yet) the
+/// rest wait for the next connection.
+fn resend(conn: &mut NatsConnection, carry: &mut Carry) -> Result<(), NatsError> {
+    loop {
+        carry.expire(Instant::now(), RESEND_MARGIN);
+        let Some(u) = carry.open.last() else {
+            return Ok(());
+        };
+        conn.ack(&u.to, ack_kind(u.settle), true)?;
+        let u = carry.open.pop().expect("seen above");
+        carry.resolved.push((u.id, u.settle, true));
+    }
+}
+
 /// Keeps a delivery or status read while a confirmation was awaited.
 fn keep_early(
     d: Delivery<'_>,
@@ -339,6 +442,7 @@ fn keep_early(
                 delivered: info.delivered,
                 seq: info.stream_seq,
                 ready_at: ready_at(headers.as_ref()),
+                pulled: pull.map_or_else(Instant::now, |p| p.at),
             };
             for (to, from) in [
                 (&mut e.subject, subject),
@@ -453,7 +557,9 @@ impl Link for Nats {
         server: &str,
         nth: usize,
         learned: &[String],
+        carry: &mut Carry,
     ) -> Result<Nats, ConnectionError> {
+        carry.expire(Instant::now(), RESEND_MARGIN);
         let addr = Address::parse(server)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
         // Threads start on different seeds, so that one node that does not
@@ -517,6 +623,10 @@ impl Link for Nats {
                 ack_wait: info.ack_wait,
             });
         }
+        resend(&mut conn, carry).map_err(|e| {
+            tracing::debug!(server, error = %e, "acks carried from a failed connection not confirmed yet");
+            conn_error(e)
+        })?;
         let k = cfg.prefetch.max(1);
         Ok(Nats {
             conn,
@@ -532,6 +642,9 @@ impl Link for Nats {
             rotate: fastrand::usize(..cfg.tubes.len().max(1)),
             settles: VecDeque::with_capacity(k),
             touches: VecDeque::with_capacity(k),
+            unanswered: Vec::new(),
+            carried: Vec::new(),
+            check_idle: cfg.exit_when_idle.is_some(),
             confirmed: Vec::with_capacity(k),
             early: VecDeque::with_capacity(k),
             current: Early::default(),
@@ -557,31 +670,26 @@ impl Link for Nats {
                 let Some(i) = self.held_index(id) else {
                     // Not held here (the lease ran out and the job went to
                     // another worker's link): answer as beanstalkd would.
-                    self.settles.push_back((0, SettleReply::NotFound));
+                    self.settles.push_back(Owed::NotHeld);
                     return Ok(());
                 };
-                let (kind, reply) = match s {
-                    Settle::Delete => (AckKind::Ack, SettleReply::Deleted),
-                    Settle::Release { delay, .. } => (
-                        AckKind::Nak {
-                            delay: (delay > 0).then(|| Duration::from_secs(u64::from(delay))),
-                        },
-                        SettleReply::Released,
-                    ),
-                    Settle::Bury { .. } => {
-                        self.bury_copy(id, self.held[i].tube)?;
-                        (AckKind::Ack, SettleReply::Buried)
-                    }
-                };
+                if let Settle::Bury { .. } = s {
+                    self.bury_copy(id, self.held[i].tube)?;
+                }
                 let i = self.held_index(id).expect("still held");
                 let token = self
                     .conn
-                    .queue_ack(&self.held[i].ack, kind, true)
+                    .queue_ack(&self.held[i].ack, ack_kind(s), true)
                     .map_err(conn_error)?
                     .expect("a confirmed ack has a token");
                 let h = self.held.swap_remove(i);
-                self.spare.push(h.ack);
-                self.settles.push_back((token, reply));
+                let sent = Unconfirmed {
+                    id,
+                    settle: s,
+                    to: h.ack,
+                    due: h.leased + self.tubes[h.tube].ack_wait,
+                };
+                self.settles.push_back(Owed::Sent(token, sent));
                 Ok(())
             }
             Req::Touch(id) => {
@@ -619,6 +727,7 @@ impl Link for Nats {
                 no_wait: self.ask_no_wait,
                 scan: self.ask_scan,
                 sent: false,
+                at: Instant::now(),
                 ended: None,
             });
             if self.pulls.len() == 1 {
@@ -640,14 +749,51 @@ impl Link for Nats {
     }
 
     fn settled(&mut self) -> Result<SettleReply, Fault> {
-        let Some((token, reply)) = self.settles.pop_front() else {
-            return Err(Fault::Conn(ConnectionError::NothingOwed));
+        let (token, sent) = match self.settles.pop_front() {
+            None => return Err(Fault::Conn(ConnectionError::NothingOwed)),
+            Some(Owed::NotHeld) => return Ok(SettleReply::NotFound),
+            Some(Owed::Sent(token, sent)) => (token, sent),
         };
-        if reply == SettleReply::NotFound {
-            return Ok(reply);
+        match self.confirm(token) {
+            Ok(()) => {
+                let reply = sent.settle.reply();
+                self.spare.push(sent.to);
+                Ok(reply)
+            }
+            Err(f) => {
+                // No confirmation (the connection failed, or the cluster had
+                // no leader for the consumer): the link is given up, and the
+                // loop may have the ack sent again on the next connection.
+                self.conn.mark_broken();
+                self.unanswered.push(sent);
+                Err(f)
+            }
         }
-        self.confirm(token)?;
-        Ok(reply)
+    }
+
+    fn carry_settle(&mut self, id: u64) -> bool {
+        let sent = if let Some(k) = self.unanswered.iter().position(|u| u.id == id) {
+            self.unanswered.swap_remove(k)
+        } else if let Some(k) = self
+            .settles
+            .iter()
+            .position(|o| matches!(o, Owed::Sent(_, u) if u.id == id))
+        {
+            // Queued or sent, never read: the link failed first.
+            match self.settles.remove(k) {
+                Some(Owed::Sent(_, u)) => u,
+                _ => unreachable!("found above"),
+            }
+        } else {
+            return false;
+        };
+        self.conn.mark_broken();
+        self.carried.push(sent);
+        true
+    }
+
+    fn hand_over(&mut self, carry: &mut Carry) {
+        carry.open.append(&mut self.carried);
     }
 
     fn reserved(&mut self) -> Result<Took<'_>, Fault> {
@@ -658,7 +804,7 @@ impl Link for Nats {
                 let old = std::mem::replace(&mut self.current, e);
                 self.spare.extend([old.subject, old.ack, old.body]);
                 if !taken? {
-                    return Ok(Nats::empty(no_wait, End::Empty));
+                    return self.empty(no_wait, End::Empty);
                 }
                 return Ok(Took::Job {
                     id: self.current.seq,
@@ -679,7 +825,7 @@ impl Link for Nats {
             }
             if let Some(end) = self.pulls.front().and_then(|p| p.ended) {
                 let no_wait = self.answered();
-                return Ok(Nats::empty(no_wait, end));
+                return self.empty(no_wait, end);
             }
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),

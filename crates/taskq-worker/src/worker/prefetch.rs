@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use taskq_proto::ConnectionError;
 
 use super::lane::{account_io, After};
-use super::settle::decide;
+use super::settle::{decide, Settled};
 use super::turn::{count_settled, failed, unexpected, Turn};
 use super::{Shared, HOLDING, IDLE};
 use crate::counters::Counters;
@@ -303,14 +303,15 @@ impl<L: Link> Pipe<L> {
         }
         while let Some(o) = self.owed.pop_front() {
             match o {
-                Owed::Settle { settle, .. } => {
+                Owed::Settle { id, settle } => {
+                    if self.link.as_mut().is_some_and(|l| l.carry_settle(id)) {
+                        // Sent again on the next connection; counted then.
+                        continue;
+                    }
                     // A delete may have been carried out: it counts as
                     // unknown, which keeps the bracket of the server's record.
-                    Counters::add(if settle == Settle::Delete {
-                        &sh.counters.ack_unknown
-                    } else {
-                        &sh.counters.lease_dropped
-                    });
+                    let settled = Settled::unanswered(settle == Settle::Delete);
+                    Counters::add(settled.counter(&sh.counters));
                     sh.give_ticket();
                 }
                 Owed::Ask { .. } => sh.give_ticket(),
@@ -778,7 +779,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::engine::SettleReply;
+    use crate::engine::{Carry, SettleReply};
     use crate::worker::Worker;
 
     const MS: Duration = Duration::from_millis(1);
@@ -836,7 +837,13 @@ mod tests {
     }
 
     impl Link for Scripted {
-        fn connect(_: &Config, _: &str, _: usize, _: &[String]) -> Result<Self, ConnectionError> {
+        fn connect(
+            _: &Config,
+            _: &str,
+            _: usize,
+            _: &[String],
+            _: &mut Carry,
+        ) -> Result<Self, ConnectionError> {
             Ok(Scripted::default())
         }
         fn io_counts(&self) -> IoCounts {

@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats};
 
+mod js;
+#[allow(unused_imports)]
+pub use js::*;
+
 /// Connects with test-friendly timeouts.
 pub fn connect(addr: SocketAddr) -> Connection {
     let mut cfg = ConnectionConfig::default();
@@ -345,6 +349,28 @@ pub fn js_consumer(c: &taskq_testkit::NatsCluster, tube: &str) -> taskq_proto::n
     js_admin(c)
         .consumer_info("TASKQ", &format!("taskq-{tube}"))
         .expect("consumer info")
+}
+
+/// JetStream: the nats-server release `c` runs, `(major, minor, patch)`,
+/// from the `version` in the `INFO` its first node greets a client with.
+pub fn nats_version(c: &taskq_testkit::NatsCluster) -> (u32, u32, u32) {
+    use std::io::{BufRead, BufReader};
+    let sock = std::net::TcpStream::connect(c.addr(0)).expect("connect for INFO");
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut line = String::new();
+    BufReader::new(sock).read_line(&mut line).expect("INFO");
+    let info: serde_json::Value = serde_json::from_str(
+        line.trim_end()
+            .strip_prefix("INFO ")
+            .unwrap_or_else(|| panic!("not an INFO: {line:?}")),
+    )
+    .expect("INFO json");
+    let v = info["version"].as_str().expect("version in INFO");
+    let mut parts = v
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse().unwrap_or(0));
+    let mut next = || parts.next().unwrap_or(0);
+    (next(), next(), next())
 }
 
 /// Sends the library worker's logs to the test's output when `RUST_LOG` is
