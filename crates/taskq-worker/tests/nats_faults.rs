@@ -231,9 +231,6 @@ fn leader_killed(tube: &str, together: bool, prefetch: usize) {
     );
 }
 
-/// A job's body and the node its worker took it through.
-type Peer = (Vec<u8>, std::net::SocketAddr);
-
 #[test]
 fn a_frozen_follower_under_the_worker_is_detected_and_work_goes_on_through_another_node() {
     follower_lost("frozen", false);

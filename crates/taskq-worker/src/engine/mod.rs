@@ -12,7 +12,7 @@
 //! first engine.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use taskq_proto::{ConnectionError, Interrupter, IoCounts};
 
@@ -140,11 +140,16 @@ pub(crate) struct Carry {
 }
 
 impl Carry {
-    /// Gives up the settles whose jobs' leases end within `margin` of `now`.
-    pub(crate) fn expire(&mut self, now: Instant, margin: std::time::Duration) {
+    /// A settle is given up this long before its job's lease may end: the
+    /// time one may take to reach the server.
+    const MARGIN: Duration = Duration::from_millis(100);
+
+    /// Gives up the settles whose jobs' leases may end within
+    /// [`MARGIN`](Self::MARGIN) of `now`.
+    pub(crate) fn expire(&mut self, now: Instant) {
         let mut k = 0;
         while k < self.open.len() {
-            if self.open[k].due.saturating_duration_since(now) <= margin {
+            if self.open[k].due.saturating_duration_since(now) <= Self::MARGIN {
                 let u = self.open.swap_remove(k);
                 self.resolved.push((u.id, u.settle, false));
             } else {

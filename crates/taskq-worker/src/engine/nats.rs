@@ -45,10 +45,6 @@ use crate::job::JobInfo;
 /// room for many prefetching workers (the server's default is 1000).
 const MAX_ACK_PENDING: i64 = 20_000;
 
-/// A carried ack is given up this long before its job's lease may end: the
-/// time it may take to reach the server.
-const RESEND_MARGIN: Duration = Duration::from_millis(100);
-
 /// A tube's names on the stream, and its consumer's lease.
 #[derive(Debug)]
 struct Tube {
@@ -410,7 +406,7 @@ fn ack_kind(settle: Settle) -> AckKind {
 /// rest wait for the next connection.
 fn resend(conn: &mut NatsConnection, carry: &mut Carry) -> Result<(), NatsError> {
     loop {
-        carry.expire(Instant::now(), RESEND_MARGIN);
+        carry.expire(Instant::now());
         let Some(u) = carry.open.last() else {
             return Ok(());
         };
@@ -559,7 +555,6 @@ impl Link for Nats {
         learned: &[String],
         carry: &mut Carry,
     ) -> Result<Nats, ConnectionError> {
-        carry.expire(Instant::now(), RESEND_MARGIN);
         let addr = Address::parse(server)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
         // Threads start on different seeds, so that one node that does not

@@ -165,10 +165,7 @@ impl<L: Link + Send + 'static> Lanes<L> {
         let sh = &*self.shared;
         let lane = &mut self.lanes[i];
         lane.carry.give_up();
-        let server = sh.cfg.servers[lane.server].as_str();
-        for (id, settle, confirmed) in lane.carry.resolved.drain(..) {
-            count_resolved(sh, server, id, settle, confirmed);
-        }
+        count_carried(sh, sh.cfg.servers[lane.server].as_str(), &mut lane.carry);
         self.lane_shared(i).carrying.store(false, Ordering::SeqCst);
     }
 
@@ -180,15 +177,16 @@ impl<L: Link + Send + 'static> Lanes<L> {
         let lane = &mut self.lanes[i];
         let ls = &sh.lanes[self.thread * sh.cfg.servers.len() + i];
         ls.state.store(CONNECTING, Ordering::SeqCst);
+        // Settles whose jobs' leases have ended are given up first.
+        lane.carry.expire(Instant::now());
+        count_carried(sh, addr, &mut lane.carry);
         let result = L::connect(&sh.cfg, addr, lane.connects, &lane.learned, &mut lane.carry);
         ls.state.store(IDLE, Ordering::SeqCst);
         // However long it took, the time was the server's (an election can
         // hold a stream lookup for seconds): not idle time.
         sh.busy();
         lane.connects = lane.connects.wrapping_add(1);
-        for (id, settle, confirmed) in lane.carry.resolved.drain(..) {
-            count_resolved(sh, addr, id, settle, confirmed);
-        }
+        count_carried(sh, addr, &mut lane.carry);
         ls.carrying
             .store(!lane.carry.open.is_empty(), Ordering::SeqCst);
         match result {
@@ -348,6 +346,13 @@ fn serve_window<L: Link + Send + 'static>(
     let after = turn.window(&pipe);
     *slot = pipe.lock().unwrap_or_else(|e| e.into_inner()).link.take();
     after
+}
+
+/// Counts the carried settles resolved since the last call.
+fn count_carried(sh: &Shared, server: &str, carry: &mut Carry) {
+    for (id, settle, confirmed) in carry.resolved.drain(..) {
+        count_resolved(sh, server, id, settle, confirmed);
+    }
 }
 
 /// Adds the system calls a link made since the last call to the counters.

@@ -67,6 +67,9 @@ pub fn runs_done(runs: &SharedRuns) -> usize {
     runs.lock().unwrap().count.len()
 }
 
+/// A job's body and the node its worker took it through.
+pub type Peer = (Vec<u8>, std::net::SocketAddr);
+
 /// What a producer thread got: the bodies the stream acknowledged, and the
 /// puts that failed (their outcome unknown: they may be stored).
 pub struct Produced {
