@@ -201,32 +201,6 @@ fn an_idle_exit_waits_for_a_delivery_lost_with_its_connection() {
     nothing_left(&c, tube);
 }
 
-/// Steps the stream's leadership down until node `want` leads it. A step
-/// down may be refused or go unanswered while the replicas catch up (just
-/// after a node restarted): it is asked again.
-fn place_stream_leader(c: &NatsCluster, want: usize) {
-    for _ in 0..30 {
-        if c.stream_leader("TASKQ") == Some(want) {
-            return;
-        }
-        let reply = js_admin(c).request(
-            "$JS.API.STREAM.LEADER.STEPDOWN.TASKQ",
-            b"",
-            Duration::from_secs(5),
-        );
-        let refused = reply.map_or(true, |r| {
-            !String::from_utf8_lossy(&r).contains("\"success\":true")
-        });
-        if refused {
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        wait_until(Duration::from_secs(15), || {
-            c.stream_leader("TASKQ").is_some()
-        });
-    }
-    panic!("the stream's leadership would not move to n{}", want + 1);
-}
-
 /// A worker given one node, while a second node of the cluster is down;
 /// that node comes back (the worker's connection hears of it only in a later
 /// `INFO`) and takes the stream's and the consumer's leadership. Then the
@@ -237,26 +211,37 @@ fn place_stream_leader(c: &NatsCluster, want: usize) {
 fn a_worker_goes_on_through_a_node_announced_after_it_connected() {
     let _one = heavy();
     log_from_env();
+    // nats-server 2.9 sometimes leaves a returning node's consumer replica
+    // behind (never current, so never healthy, and it cannot lead): the
+    // scene is set again on a fresh cluster then.
+    let set = (0..3).any(|_| announced_after_connect());
+    assert!(set, "the late node never caught up");
+}
+
+/// [`a_worker_goes_on_through_a_node_announced_after_it_connected`]; false
+/// when the late node did not catch up after its restart.
+fn announced_after_connect() -> bool {
     let mut c = NatsCluster::start(3).unwrap();
     let tube = "joined";
     let consumer = format!("taskq-{tube}");
-    js_setup(&c, tube, Some(Duration::from_secs(5)));
+    js_setup(&c, tube, None);
     // The meta leader stays up (frozen for a moment at most): the other two
     // are the late node and the worker's node.
     let third = c.meta_leader().expect("a meta leader");
     let late = (0..3).find(|&i| i != third).unwrap();
     let seed = (0..3).find(|&i| i != third && i != late).unwrap();
     c.kill(late).unwrap();
-    // Leaders it held are elected elsewhere before anyone connects.
+    // A stream leader it was is replaced before anyone connects; the
+    // consumer is made while it is down, and takes its replica fresh when
+    // it returns.
     assert!(
-        wait_until(Duration::from_secs(30), || {
-            c.stream_leader("TASKQ").is_some_and(|l| l != late)
-                && c.consumer_leader("TASKQ", &consumer)
-                    .is_some_and(|l| l != late)
-        }),
-        "no leaders after n{} was killed",
+        wait_until(Duration::from_secs(30), || c
+            .stream_leader("TASKQ")
+            .is_some_and(|l| l != late)),
+        "no stream leader after n{} was killed",
         late + 1
     );
+    js_setup(&c, tube, Some(Duration::from_secs(5)));
     let peers: Arc<Mutex<Vec<Peer>>> = Arc::default();
     let p2 = peers.clone();
     let worker = Worker::new(
@@ -274,22 +259,60 @@ fn a_worker_goes_on_through_a_node_announced_after_it_connected() {
     .unwrap();
     let control = worker.control();
     let running = worker.start();
-    let first = produce(
-        &c.node_url(seed),
-        tube,
-        &[b"first".to_vec()],
-        Duration::ZERO,
-    );
-    assert_eq!(first.acked.len(), 1);
+    // Jobs put through the worker's node while the late node comes back:
+    // nats-server 2.9 catches a returning replica up as the consumer
+    // changes.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let seed_url = c.node_url(seed);
+    let put = std::thread::scope(|s| {
+        let putting = s.spawn(|| {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let body = format!("before-{n}").into_bytes();
+                n += produce(&seed_url, tube, &[body], Duration::ZERO)
+                    .acked
+                    .len();
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            n
+        });
+        let restarted = c.restart(late);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let n = putting.join().unwrap() as u64;
+        match restarted {
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                eprintln!("n{} did not catch up: {e}", late + 1);
+                None
+            }
+            r => {
+                r.unwrap();
+                Some(n)
+            }
+        }
+    });
+    let Some(put) = put else {
+        control.shutdown();
+        running.join();
+        return false;
+    };
+    assert!(put > 0);
     assert!(wait_until(Duration::from_secs(15), || control
         .counters()
         .deleted
-        == 1));
-    assert_eq!(peers.lock().unwrap()[0].1, c.addr(seed));
-    c.restart(late).unwrap();
-    place_stream_leader(&c, late);
-    place_consumer_leader(&c, &consumer, |_, k, _| k == late);
-    assert_eq!(c.stream_leader("TASKQ"), Some(late));
+        == put));
+    assert!(peers.lock().unwrap().iter().all(|p| p.1 == c.addr(seed)));
+    // Both leaderships on the late node at once (a node catching up can
+    // take one of them back).
+    let led = (0..5).any(|_| {
+        place_stream_leader(&c, late);
+        place_consumer_leader(&c, &consumer, |_, k, _| k == late);
+        c.stream_leader("TASKQ") == Some(late)
+    });
+    assert!(
+        led,
+        "n{} would not lead the stream and the consumer",
+        late + 1
+    );
     assert_ne!(
         c.meta_leader(),
         Some(seed),
@@ -314,26 +337,36 @@ fn a_worker_goes_on_through_a_node_announced_after_it_connected() {
         Duration::ZERO,
     );
     assert_eq!(after.acked.len(), 1);
-    let done = wait_until(Duration::from_secs(20), || control.counters().deleted == 2);
+    let done = wait_until(Duration::from_secs(20), || {
+        control.counters().deleted == put + 1
+    });
     control.shutdown();
     let counts = running.join();
     let peers = peers.lock().unwrap();
     eprintln!(
         "worker on n{}; n{} joined later and leads; n{} killed and n{} frozen: reconnected after {reconnected:?}; \
-         jobs through {:?}; {counts}",
+         the last job through {:?}; {counts}",
         seed + 1,
         late + 1,
         seed + 1,
         third + 1,
-        peers.iter().map(|p| p.1).collect::<Vec<_>>()
+        peers.last().map(|p| p.1)
     );
     assert!(done, "the job put after was not done: {counts}");
-    assert_eq!(peers.len(), 2, "each job once: {peers:?}");
-    assert_eq!(peers[1].0, b"after");
+    assert_eq!(peers.len() as u64, put + 1, "each job once: {peers:?}");
+    let last = peers.last().unwrap();
+    assert_eq!(last.0, b"after");
     assert_eq!(
-        peers[1].1,
+        last.1,
         c.addr(late),
         "went on through the node announced after the connect"
     );
-    assert_eq!(js_admin(&c).stream_info("TASKQ").unwrap().messages, 0);
+    let ci = js_consumer(&c, tube);
+    assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
+    // Before 2.10 the stream can keep messages acked across the leader
+    // changes (the leader-kill tests check those in detail).
+    if nats_version(&c) >= (2, 10, 0) {
+        assert_eq!(js_admin(&c).stream_info("TASKQ").unwrap().messages, 0);
+    }
+    true
 }

@@ -386,31 +386,48 @@ pub fn log_from_env() {
 
 /// JetStream: creates taskq's stream `TASKQ` (3 replicas on 3 nodes or
 /// more) and, with `ack_wait`, tube `tube`'s consumer, before any worker or
-/// producer starts: a fresh cluster can take longer to create them than a
-/// client's I/O deadline.
+/// producer starts. A fresh cluster (or one with a node down) can take
+/// longer to answer than a request's deadline: each is asked again, on a
+/// new connection, up to ten times (both calls look up before they create).
 pub fn js_setup(c: &taskq_testkit::NatsCluster, tube: &str, ack_wait: Option<Duration>) {
-    use taskq_proto::nats::{ConsumerSpec, StreamSpec};
-    let mut a = js_admin(c);
-    a.ensure_stream(&StreamSpec {
-        name: "TASKQ".into(),
-        subjects: vec!["taskq.>".into()],
-        replicas: c.len().min(3),
-        duplicate_window: None,
-    })
-    .expect("create the stream");
+    use taskq_proto::nats::{ConsumerSpec, NatsError, StreamSpec};
+    let again =
+        |what: &str,
+         f: &dyn Fn(&mut taskq_proto::nats::NatsConnection) -> Result<(), NatsError>| {
+            let mut last = None;
+            for _ in 0..10 {
+                match f(&mut js_admin(c)) {
+                    Ok(()) => return,
+                    Err(e @ NatsError::Timeout { .. }) => last = Some(e),
+                    Err(e) => panic!("{what}: {e:?}"),
+                }
+            }
+            panic!("{what}: {last:?}");
+        };
+    again("create the stream", &|a| {
+        a.ensure_stream(&StreamSpec {
+            name: "TASKQ".into(),
+            subjects: vec!["taskq.>".into()],
+            replicas: c.len().min(3),
+            duplicate_window: None,
+        })
+        .map(|_| ())
+    });
     if let Some(ack_wait) = ack_wait {
-        a.ensure_consumer(
-            "TASKQ",
-            &format!("taskq-{tube}"),
-            &ConsumerSpec {
-                filter_subject: format!("taskq.{tube}"),
-                ack_wait,
-                max_deliver: -1,
-                max_ack_pending: 1000,
-                max_waiting: 512,
-            },
-        )
-        .expect("create the consumer");
+        again("create the consumer", &|a| {
+            a.ensure_consumer(
+                "TASKQ",
+                &format!("taskq-{tube}"),
+                &ConsumerSpec {
+                    filter_subject: format!("taskq.{tube}"),
+                    ack_wait,
+                    max_deliver: -1,
+                    max_ack_pending: 1000,
+                    max_waiting: 512,
+                },
+            )
+            .map(|_| ())
+        });
     }
 }
 
