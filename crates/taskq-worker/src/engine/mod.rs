@@ -28,6 +28,18 @@ pub(crate) use beanstalkd::settle_reply;
 pub(crate) use beanstalkd::Beanstalkd;
 pub(crate) use nats::Nats;
 
+/// Copies `bytes` into `buf`, which grows (when it must) to the largest
+/// size `widest` seen: buffers reused for one thing and then another soon
+/// all fit anything, and a warm worker allocates nothing per job.
+pub(crate) fn copy_grown(buf: &mut Vec<u8>, bytes: &[u8], widest: &mut usize) {
+    *widest = (*widest).max(bytes.len());
+    buf.clear();
+    if buf.capacity() < bytes.len() {
+        buf.reserve(*widest);
+    }
+    buf.extend_from_slice(bytes);
+}
+
 /// Why a request on a link failed.
 #[derive(Debug)]
 pub(crate) enum Fault {

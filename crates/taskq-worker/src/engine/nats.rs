@@ -36,7 +36,9 @@ use taskq_proto::nats::{
 };
 use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout, READY_AT_HEADER};
 
-use super::{Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took, Unconfirmed};
+use super::{
+    copy_grown, Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took, Unconfirmed,
+};
 use crate::config::Config;
 use crate::fair::Want;
 use crate::job::JobInfo;
@@ -98,6 +100,28 @@ impl Default for Early {
     }
 }
 
+/// Byte buffers of deliveries gone (subjects, ack subjects, bodies), reused
+/// for the next ones.
+#[derive(Debug, Default)]
+struct Pool {
+    spare: Vec<Vec<u8>>,
+    /// The largest copy so far: a buffer that must grow grows to it.
+    widest: usize,
+}
+
+impl Pool {
+    /// A buffer holding a copy of `bytes`.
+    fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        copy_grown(&mut b, bytes, &mut self.widest);
+        b
+    }
+
+    fn give(&mut self, b: Vec<u8>) {
+        self.spare.push(b);
+    }
+}
+
 /// A settle queued or sent, owed its answer.
 #[derive(Debug)]
 enum Owed {
@@ -151,7 +175,7 @@ pub(crate) struct Nats {
     stream: String,
     tubes: Vec<Tube>,
     held: Vec<Held>,
-    spare: Vec<Vec<u8>>,
+    pool: Pool,
     /// Asks queued for the next write, and where they pull from.
     asks: u32,
     ask_tube: usize,
@@ -202,7 +226,7 @@ impl Nats {
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) if t == token => return Ok(()),
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.pool),
                 Err(NatsError::NoResponders) => return Err(Fault::Unexpected("503")),
                 Err(e) => return Err(Fault::Conn(conn_error(e))),
             }
@@ -228,13 +252,11 @@ impl Nats {
                 return Ok(false);
             }
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(ack);
+        let buf = self.pool.copy(ack);
         if let Some(i) = self.held_index(seq) {
             // Its lease ran out while held here and it came back to us.
             let old = std::mem::replace(&mut self.held[i].ack, buf);
-            self.spare.push(old);
+            self.pool.give(old);
             self.held[i].delivered = delivered;
             self.held[i].leased = e.pulled;
         } else {
@@ -344,7 +366,7 @@ impl Nats {
         while self.conn.pulling() {
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.pool),
                 Err(NatsError::NoResponders) => {
                     if let Some(p) = self.pulls.front_mut() {
                         p.ended = Some(End::Unavailable);
@@ -421,7 +443,7 @@ fn keep_early(
     d: Delivery<'_>,
     pull: Option<&mut Pull>,
     early: &mut VecDeque<Early>,
-    spare: &mut Vec<Vec<u8>>,
+    pool: &mut Pool,
 ) {
     let end = match d {
         Delivery::Msg {
@@ -431,24 +453,15 @@ fn keep_early(
             body,
             info,
         } => {
-            let mut e = Early {
-                subject: spare.pop().unwrap_or_default(),
-                ack: spare.pop().unwrap_or_default(),
-                body: spare.pop().unwrap_or_default(),
+            early.push_back(Early {
+                subject: pool.copy(subject),
+                ack: pool.copy(reply),
+                body: pool.copy(body),
                 delivered: info.delivered,
                 seq: info.stream_seq,
                 ready_at: ready_at(headers.as_ref()),
                 pulled: pull.map_or_else(Instant::now, |p| p.at),
-            };
-            for (to, from) in [
-                (&mut e.subject, subject),
-                (&mut e.ack, reply),
-                (&mut e.body, body),
-            ] {
-                to.clear();
-                to.extend_from_slice(from);
-            }
-            early.push_back(e);
+            });
             return;
         }
         Delivery::Heartbeat | Delivery::Confirmed(_) => return,
@@ -628,7 +641,10 @@ impl Link for Nats {
             stream: layout.stream().to_owned(),
             tubes,
             held: Vec::with_capacity(k),
-            spare: Vec::with_capacity(4 * k),
+            pool: Pool {
+                spare: Vec::with_capacity(8 * k),
+                widest: 0,
+            },
             asks: 0,
             ask_tube: 0,
             ask_no_wait: false,
@@ -752,7 +768,7 @@ impl Link for Nats {
         match self.confirm(token) {
             Ok(()) => {
                 let reply = sent.settle.reply();
-                self.spare.push(sent.to);
+                self.pool.give(sent.to);
                 Ok(reply)
             }
             Err(f) => {
@@ -797,7 +813,9 @@ impl Link for Nats {
                 let no_wait = self.answered();
                 let taken = self.take(&e);
                 let old = std::mem::replace(&mut self.current, e);
-                self.spare.extend([old.subject, old.ack, old.body]);
+                for b in [old.subject, old.ack, old.body] {
+                    self.pool.give(b);
+                }
                 if !taken? {
                     return self.empty(no_wait, End::Empty);
                 }
@@ -824,7 +842,7 @@ impl Link for Nats {
             }
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.pool),
                 Err(NatsError::NoResponders) => {
                     tracing::debug!("pull answered 503: no responders");
                     if let Some(p) = self.pulls.front_mut() {

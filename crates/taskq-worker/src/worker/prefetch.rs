@@ -27,7 +27,7 @@ use super::settle::{decide, Settled};
 use super::turn::{count_settled, failed, unexpected, Turn};
 use super::{Shared, HOLDING, IDLE};
 use crate::counters::Counters;
-use crate::engine::{Ask, Fault, JobLink, Link, Req, Settle, Took};
+use crate::engine::{copy_grown, Ask, Fault, JobLink, Link, Req, Settle, Took};
 use crate::job::{job_info, JobError, JobInfo};
 use crate::Outcome;
 
@@ -108,16 +108,6 @@ pub(super) struct Pipe<L> {
     /// The largest body seen: a body buffer that must grow grows to it, so
     /// that every buffer of the window soon fits any body.
     widest: usize,
-}
-
-/// Copies `body` into `buf`, which grows (when it must) to the largest body seen.
-fn copy_body(buf: &mut Vec<u8>, body: &[u8], widest: &mut usize) {
-    *widest = (*widest).max(body.len());
-    buf.clear();
-    if buf.capacity() < body.len() {
-        buf.reserve(*widest);
-    }
-    buf.extend_from_slice(body);
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -211,11 +201,11 @@ impl<L: Link> Pipe<L> {
                                 // held once, on the newer lease.
                                 Counters::add(&sh.counters.lost_lease_on_release);
                                 sh.give_ticket();
-                                copy_body(&mut h.body, body, &mut self.widest);
+                                copy_grown(&mut h.body, body, &mut self.widest);
                                 (h.asked, h.leased) = (sent, sent);
                             } else {
                                 let mut b = self.spare.pop().unwrap_or_default();
-                                copy_body(&mut b, body, &mut self.widest);
+                                copy_grown(&mut b, body, &mut self.widest);
                                 self.held.push_back(Held {
                                     id,
                                     body: b,
