@@ -11,6 +11,7 @@
 //! no boxing, no allocation, no extra write per job. [`Beanstalkd`] is the
 //! first engine.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -28,16 +29,63 @@ pub(crate) use beanstalkd::settle_reply;
 pub(crate) use beanstalkd::Beanstalkd;
 pub(crate) use nats::Nats;
 
-/// Copies `bytes` into `buf`, which grows (when it must) to the largest
-/// size `widest` seen: buffers reused for one thing and then another soon
-/// all fit anything, and a warm worker allocates nothing per job.
-pub(crate) fn copy_grown(buf: &mut Vec<u8>, bytes: &[u8], widest: &mut usize) {
-    *widest = (*widest).max(bytes.len());
-    buf.clear();
-    if buf.capacity() < bytes.len() {
-        buf.reserve(*widest);
+/// Byte buffers (job bodies, subjects) reused from one job to the next,
+/// handed out in turn (oldest first). A buffer that must grow grows to the
+/// largest copy seen so far: buffers reused for one thing and then another
+/// soon all fit anything, every one of them (a last-in first-out pool would
+/// hand the same few out again and again, and grow the rest only at a
+/// peak), and a warm worker allocates nothing per job.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    spare: VecDeque<Vec<u8>>,
+    widest: usize,
+}
+
+impl Pool {
+    /// Room for `n` spare buffers; none made yet.
+    pub(crate) fn with_room(n: usize) -> Pool {
+        Pool {
+            spare: VecDeque::with_capacity(n),
+            widest: 0,
+        }
     }
-    buf.extend_from_slice(bytes);
+
+    /// `n` buffers of `cap` bytes, made at once.
+    pub(crate) fn made(n: usize, cap: usize) -> Pool {
+        Pool {
+            spare: (0..n).map(|_| Vec::with_capacity(cap)).collect(),
+            widest: cap,
+        }
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub(crate) fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.spare.pop_front().unwrap_or_default();
+        self.copy_into(&mut b, bytes);
+        b
+    }
+
+    /// Copies `bytes` into `buf`, which grows (when it must) to the
+    /// largest copy seen.
+    pub(crate) fn copy_into(&mut self, buf: &mut Vec<u8>, bytes: &[u8]) {
+        self.widest = self.widest.max(bytes.len());
+        buf.clear();
+        if buf.capacity() < bytes.len() {
+            buf.reserve(self.widest);
+        }
+        buf.extend_from_slice(bytes);
+    }
+
+    /// Takes a buffer back for reuse.
+    pub(crate) fn give(&mut self, b: Vec<u8>) {
+        self.spare.push_back(b);
+    }
+
+    /// Buffers waiting for reuse.
+    #[cfg(test)]
+    pub(crate) fn spare(&self) -> usize {
+        self.spare.len()
+    }
 }
 
 /// Why a request on a link failed.

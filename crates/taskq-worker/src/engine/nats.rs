@@ -36,9 +36,7 @@ use taskq_proto::nats::{
 };
 use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout, READY_AT_HEADER};
 
-use super::{
-    copy_grown, Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took, Unconfirmed,
-};
+use super::{Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Took, Unconfirmed};
 use crate::config::Config;
 use crate::fair::Want;
 use crate::job::JobInfo;
@@ -100,26 +98,19 @@ impl Default for Early {
     }
 }
 
-/// Byte buffers of deliveries gone (subjects, ack subjects, bodies), reused
-/// for the next ones.
-#[derive(Debug, Default)]
-struct Pool {
-    spare: Vec<Vec<u8>>,
-    /// The largest copy so far: a buffer that must grow grows to it.
-    widest: usize,
-}
-
-impl Pool {
-    /// A buffer holding a copy of `bytes`.
-    fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
-        let mut b = self.spare.pop().unwrap_or_default();
-        copy_grown(&mut b, bytes, &mut self.widest);
-        b
-    }
-
-    fn give(&mut self, b: Vec<u8>) {
-        self.spare.push(b);
-    }
+/// The buffers deliveries are copied into, reused.
+#[derive(Debug)]
+struct Buffers {
+    /// For subjects and ack subjects: of deliveries read ahead, of jobs held
+    /// and of settles owed their confirmation (an ack subject is kept until
+    /// then, to be sent again if it does not come). Made with the
+    /// connection, as many as the loop can have out at once and each long
+    /// enough for any of taskq's subjects, so that a peak costs no
+    /// allocation later.
+    names: Pool,
+    /// For the bodies of deliveries read ahead; each grows to the largest
+    /// body seen.
+    bodies: Pool,
 }
 
 /// A settle queued or sent, owed its answer.
@@ -175,7 +166,8 @@ pub(crate) struct Nats {
     stream: String,
     tubes: Vec<Tube>,
     held: Vec<Held>,
-    pool: Pool,
+    /// Reused buffers for what deliveries bring.
+    bufs: Buffers,
     /// Asks queued for the next write, and where they pull from.
     asks: u32,
     ask_tube: usize,
@@ -226,7 +218,7 @@ impl Nats {
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) if t == token => return Ok(()),
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.pool),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
                 Err(NatsError::NoResponders) => return Err(Fault::Unexpected("503")),
                 Err(e) => return Err(Fault::Conn(conn_error(e))),
             }
@@ -252,11 +244,11 @@ impl Nats {
                 return Ok(false);
             }
         }
-        let buf = self.pool.copy(ack);
+        let buf = self.bufs.names.copy(ack);
         if let Some(i) = self.held_index(seq) {
             // Its lease ran out while held here and it came back to us.
             let old = std::mem::replace(&mut self.held[i].ack, buf);
-            self.pool.give(old);
+            self.bufs.names.give(old);
             self.held[i].delivered = delivered;
             self.held[i].leased = e.pulled;
         } else {
@@ -366,7 +358,7 @@ impl Nats {
         while self.conn.pulling() {
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.pool),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
                 Err(NatsError::NoResponders) => {
                     if let Some(p) = self.pulls.front_mut() {
                         p.ended = Some(End::Unavailable);
@@ -443,7 +435,7 @@ fn keep_early(
     d: Delivery<'_>,
     pull: Option<&mut Pull>,
     early: &mut VecDeque<Early>,
-    pool: &mut Pool,
+    bufs: &mut Buffers,
 ) {
     let end = match d {
         Delivery::Msg {
@@ -454,9 +446,9 @@ fn keep_early(
             info,
         } => {
             early.push_back(Early {
-                subject: pool.copy(subject),
-                ack: pool.copy(reply),
-                body: pool.copy(body),
+                subject: bufs.names.copy(subject),
+                ack: bufs.names.copy(reply),
+                body: bufs.bodies.copy(body),
                 delivered: info.delivered,
                 seq: info.stream_seq,
                 ready_at: ready_at(headers.as_ref()),
@@ -636,15 +628,23 @@ impl Link for Nats {
             conn_error(e)
         })?;
         let k = cfg.prefetch.max(1);
+        // An ack subject: `$JS.ACK.` (an optional domain and account hash),
+        // the stream, the consumer, five numbers; a subject is shorter. Out
+        // at once: two for each delivery read ahead (up to a window's),
+        // the window's jobs held, and the settles the loop has not read yet
+        // (it reads them once more than twice the window's requests are
+        // owed).
+        let longest = tubes.iter().map(|t| t.consumer.len()).max().unwrap_or(0);
+        let bufs = Buffers {
+            names: Pool::made(5 * k + 8, 160 + layout.stream().len() + longest),
+            bodies: Pool::with_room(2 * k),
+        };
         Ok(Nats {
             conn,
             stream: layout.stream().to_owned(),
             tubes,
             held: Vec::with_capacity(k),
-            pool: Pool {
-                spare: Vec::with_capacity(8 * k),
-                widest: 0,
-            },
+            bufs,
             asks: 0,
             ask_tube: 0,
             ask_no_wait: false,
@@ -768,7 +768,7 @@ impl Link for Nats {
         match self.confirm(token) {
             Ok(()) => {
                 let reply = sent.settle.reply();
-                self.pool.give(sent.to);
+                self.bufs.names.give(sent.to);
                 Ok(reply)
             }
             Err(f) => {
@@ -813,9 +813,9 @@ impl Link for Nats {
                 let no_wait = self.answered();
                 let taken = self.take(&e);
                 let old = std::mem::replace(&mut self.current, e);
-                for b in [old.subject, old.ack, old.body] {
-                    self.pool.give(b);
-                }
+                self.bufs.names.give(old.subject);
+                self.bufs.names.give(old.ack);
+                self.bufs.bodies.give(old.body);
                 if !taken? {
                     return self.empty(no_wait, End::Empty);
                 }
@@ -842,7 +842,7 @@ impl Link for Nats {
             }
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.pool),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
                 Err(NatsError::NoResponders) => {
                     tracing::debug!("pull answered 503: no responders");
                     if let Some(p) = self.pulls.front_mut() {

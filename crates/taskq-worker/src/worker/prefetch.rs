@@ -27,7 +27,7 @@ use super::settle::{decide, Settled};
 use super::turn::{count_settled, failed, unexpected, Turn};
 use super::{Shared, HOLDING, IDLE};
 use crate::counters::Counters;
-use crate::engine::{copy_grown, Ask, Fault, JobLink, Link, Req, Settle, Took};
+use crate::engine::{Ask, Fault, JobLink, Link, Pool, Req, Settle, Took};
 use crate::job::{job_info, JobError, JobInfo};
 use crate::Outcome;
 
@@ -93,7 +93,7 @@ pub(super) struct Pipe<L> {
     server: usize,
     held: VecDeque<Held>,
     /// Body buffers of jobs gone, reused by the next ones.
-    spare: Vec<Vec<u8>>,
+    bodies: Pool,
     owed: VecDeque<Owed>,
     /// Reserves in flight.
     asks: usize,
@@ -105,9 +105,6 @@ pub(super) struct Pipe<L> {
     turn_empty: bool,
     /// A reply came since the loop last looked.
     progress: bool,
-    /// The largest body seen: a body buffer that must grow grows to it, so
-    /// that every buffer of the window soon fits any body.
-    widest: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -120,7 +117,7 @@ impl<L: Link> Pipe<L> {
             link: None,
             server,
             held: VecDeque::with_capacity(k),
-            spare: Vec::with_capacity(k + 1),
+            bodies: Pool::with_room(k + 1),
             // Per job at most a settle, a touch per waiting job and a
             // refill; read once more than 2k are owed.
             owed: VecDeque::with_capacity(5 * k + 8),
@@ -129,7 +126,6 @@ impl<L: Link> Pipe<L> {
             dry: false,
             turn_empty: false,
             progress: false,
-            widest: 0,
         }
     }
 
@@ -201,11 +197,10 @@ impl<L: Link> Pipe<L> {
                                 // held once, on the newer lease.
                                 Counters::add(&sh.counters.lost_lease_on_release);
                                 sh.give_ticket();
-                                copy_grown(&mut h.body, body, &mut self.widest);
+                                self.bodies.copy_into(&mut h.body, body);
                                 (h.asked, h.leased) = (sent, sent);
                             } else {
-                                let mut b = self.spare.pop().unwrap_or_default();
-                                copy_grown(&mut b, body, &mut self.widest);
+                                let b = self.bodies.copy(body);
                                 self.held.push_back(Held {
                                     id,
                                     body: b,
@@ -281,7 +276,7 @@ impl<L: Link> Pipe<L> {
 
     fn drop_held(&mut self, k: usize) {
         if let Some(h) = self.held.remove(k) {
-            self.spare.push(h.body);
+            self.bodies.give(h.body);
         }
     }
 
@@ -632,7 +627,7 @@ impl Turn<'_> {
                     continue;
                 };
                 let old = std::mem::replace(self.body, h.body);
-                p.spare.push(old);
+                p.bodies.give(old);
                 ls.state.store(HOLDING, Ordering::SeqCst);
                 return ControlFlow::Continue(h.id);
             }
@@ -950,7 +945,7 @@ mod tests {
         let c = sh.counters.snapshot();
         assert_eq!((c.touched, c.lost_lease_on_release), (1, 1));
         assert_eq!(tickets(&sh), 9);
-        assert_eq!(p.spare.len(), 1, "the body buffer is kept for reuse");
+        assert_eq!(p.bodies.spare(), 1, "the body buffer is kept for reuse");
     }
 
     #[test]
