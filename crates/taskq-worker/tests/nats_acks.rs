@@ -243,18 +243,12 @@ fn announced_after_connect() -> bool {
     );
     js_setup(&c, tube, Some(Duration::from_secs(5)));
     let peers: Arc<Mutex<Vec<Peer>>> = Arc::default();
-    let p2 = peers.clone();
     let worker = Worker::new(
         Config {
             exit_when_idle: None,
             ..js_cfg(&c.node_url(seed), tube)
         },
-        move |job: &mut Job<'_>| {
-            p2.lock()
-                .unwrap()
-                .push((job.body().to_vec(), job.peer_addr()));
-            Outcome::Done
-        },
+        peer_recording(&peers),
     )
     .unwrap();
     let control = worker.control();

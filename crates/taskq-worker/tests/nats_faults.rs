@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use taskq_testkit::NatsCluster;
-use taskq_worker::{Backoff, Config, JetStreamConfig, Job, Outcome, Snapshot, Worker};
+use taskq_worker::{Backoff, Config, JetStreamConfig, Snapshot, Worker};
 
 /// What a drain left behind.
 #[derive(Debug, Default)]
@@ -274,19 +274,12 @@ fn follower_lost(tube: &str, killed: bool) {
         )
     };
     let peers: Arc<Mutex<Vec<Peer>>> = Arc::default();
-    let p2 = peers.clone();
     let config = Config {
         exit_when_idle: None,
         ..js_cfg(&addr, tube)
     };
     let (slice, io) = (config.reserve_timeout, config.io_timeout);
-    let worker = Worker::new(config, move |job: &mut Job<'_>| {
-        p2.lock()
-            .unwrap()
-            .push((job.body().to_vec(), job.peer_addr()));
-        Outcome::Done
-    })
-    .unwrap();
+    let worker = Worker::new(config, peer_recording(&peers)).unwrap();
     let control = worker.control();
     let running = worker.start();
     assert!(wait_until(Duration::from_secs(15), || control

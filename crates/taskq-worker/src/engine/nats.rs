@@ -180,7 +180,10 @@ pub(crate) struct Nats {
     /// Settles and touches queued or sent, in order: their confirmation
     /// tokens and what each confirmation means.
     settles: VecDeque<Owed>,
-    touches: VecDeque<u64>,
+    /// For each touch: its token (0: the job was not held), the job, and
+    /// when it was queued (its lease restarts then at the earliest, once
+    /// confirmed).
+    touches: VecDeque<(u64, u64, Instant)>,
     /// Settles whose confirmation did not come before the link failed.
     unanswered: Vec<Unconfirmed>,
     /// Of those, the ones the loop asked to send again on the next
@@ -705,7 +708,7 @@ impl Link for Nats {
             }
             Req::Touch(id) => {
                 let Some(i) = self.held_index(id) else {
-                    self.touches.push_back(0);
+                    self.touches.push_back((0, id, Instant::now()));
                     return Ok(());
                 };
                 let token = self
@@ -713,8 +716,7 @@ impl Link for Nats {
                     .queue_ack(&self.held[i].ack, AckKind::InProgress, true)
                     .map_err(conn_error)?
                     .expect("a confirmed ack has a token");
-                self.held[i].leased = Instant::now();
-                self.touches.push_back(token);
+                self.touches.push_back((token, id, Instant::now()));
                 Ok(())
             }
             Req::Ask(ask) => {
@@ -855,13 +857,17 @@ impl Link for Nats {
     }
 
     fn touched(&mut self) -> Result<bool, Fault> {
-        let Some(token) = self.touches.pop_front() else {
+        let Some((token, id, queued)) = self.touches.pop_front() else {
             return Err(Fault::Conn(ConnectionError::NothingOwed));
         };
         if token == 0 {
             return Ok(false);
         }
         self.confirm(token)?;
+        // Only a touch the server confirmed restarted the lease.
+        if let Some(i) = self.held_index(id) {
+            self.held[i].leased = queued;
+        }
         Ok(true)
     }
 

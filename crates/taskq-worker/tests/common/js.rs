@@ -70,6 +70,18 @@ pub fn runs_done(runs: &SharedRuns) -> usize {
 /// A job's body and the node its worker took it through.
 pub type Peer = (Vec<u8>, std::net::SocketAddr);
 
+/// A handler that records each job's body and the node it came through.
+pub fn peer_recording(peers: &Arc<Mutex<Vec<Peer>>>) -> impl Fn(&mut Job<'_>) -> Outcome {
+    let peers = peers.clone();
+    move |job: &mut Job<'_>| {
+        peers
+            .lock()
+            .unwrap()
+            .push((job.body().to_vec(), job.peer_addr()));
+        Outcome::Done
+    }
+}
+
 /// What a producer thread got: the bodies the stream acknowledged, and the
 /// puts that failed (their outcome unknown: they may be stored).
 pub struct Produced {
