@@ -46,7 +46,12 @@ pub struct Config {
     pub retry_backoff: Backoff,
     /// Waits between failed connects to one server, with full jitter.
     pub reconnect_backoff: Backoff,
-    /// Stop once no job was reserved for this long on any thread.
+    /// Stop once no job was reserved for this long on any thread, while
+    /// no thread holds a job, connects, or waits on a server that does not
+    /// answer. On JetStream also only while the tubes' consumers have
+    /// nothing pending and nothing awaiting acknowledgment (a delivery lost
+    /// with its connection comes back after its ack wait), and no ack waits
+    /// to be sent again.
     pub exit_when_idle: Option<Duration>,
     /// Stop once this many jobs were deleted; never more are reserved at once
     /// than can still be deleted within it.

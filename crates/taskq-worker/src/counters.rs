@@ -63,7 +63,14 @@ counters! {
     /// the job went back by itself. No delete was sent for these.
     lost_lease_on_release,
     /// Deletes sent (or maybe sent) whose reply never came: maybe deleted, maybe not.
+    /// On JetStream only once the job's ack wait ended: until then the ack
+    /// is sent again on each new connection (see `acks_resent`).
     ack_unknown,
+    /// JetStream: settles (acks) whose confirmation never came on the
+    /// connection they went out on, sent again on a later connection and
+    /// confirmed there. Each is also counted as what it did (`deleted`,
+    /// `released`, `buried`).
+    acks_resent,
     /// Held jobs let go without a reply because the connection broke (while the
     /// handler ran, or before a release or bury was answered), or whose delete
     /// surely never left: the server puts them back by itself when it notices.

@@ -29,6 +29,9 @@ const IDLE: u8 = 0;
 const RESERVING: u8 = 1;
 /// The lane holds a job.
 const HOLDING: u8 = 2;
+/// The lane is connecting (and setting the connection up): time the server
+/// has not answered yet, not idle time.
+const CONNECTING: u8 = 3;
 
 /// State shared by the threads of one worker and its [`Control`] handles.
 pub(crate) struct Shared {
@@ -55,6 +58,12 @@ pub(crate) struct Shared {
 
 struct LaneShared {
     state: AtomicU8,
+    /// The lane's last empty reserve found jobs of its tubes still out on
+    /// the server (JetStream: not delivered yet, or not acknowledged).
+    outstanding: AtomicBool,
+    /// The lane keeps settles a failed connection sent without an answer,
+    /// to send again.
+    carrying: AtomicBool,
     cut: Mutex<Option<Interrupter>>,
     /// With prefetch: the lane's window, for a stop to give its jobs that have
     /// not started back at once, while the thread runs a job.
@@ -126,10 +135,15 @@ impl Shared {
         self.last_busy_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
-    fn holding_any(&self) -> bool {
-        self.lanes
-            .iter()
-            .any(|l| l.state.load(Ordering::SeqCst) == HOLDING)
+    /// True while some lane holds a job or connects, keeps settles not
+    /// confirmed yet, or last saw jobs of its tubes still out on the
+    /// server: the worker is not idle then, however long it has been quiet.
+    fn working_any(&self) -> bool {
+        self.lanes.iter().any(|l| {
+            matches!(l.state.load(Ordering::SeqCst), HOLDING | CONNECTING)
+                || l.outstanding.load(Ordering::SeqCst)
+                || l.carrying.load(Ordering::SeqCst)
+        })
     }
 }
 
@@ -203,6 +217,8 @@ impl Worker {
         let lanes = (0..cfg.concurrency * cfg.servers.len())
             .map(|_| LaneShared {
                 state: AtomicU8::new(IDLE),
+                outstanding: AtomicBool::new(false),
+                carrying: AtomicBool::new(false),
                 cut: Mutex::new(None),
                 keeper: Mutex::new(None),
             })
@@ -280,7 +296,7 @@ impl Running {
                     .saturating_sub(shared.last_busy_ms.load(Ordering::Relaxed));
                 if !shared.stop.load(Ordering::Relaxed)
                     && quiet >= idle.as_millis() as u64
-                    && !shared.holding_any()
+                    && !shared.working_any()
                 {
                     tracing::debug!(idle_ms = quiet, "idle: stopping");
                     shared.shutdown();

@@ -61,7 +61,8 @@ struct Args {
     /// Kill the command after this long and count a failed attempt.
     #[arg(long, value_name = "SECS")]
     job_timeout: Option<f64>,
-    /// Exit 0 once no job was reserved for this long.
+    /// Exit 0 once no job was reserved for this long (on JetStream, and
+    /// nothing is pending or awaiting acknowledgment on the tubes' consumers).
     #[arg(long, value_name = "SECS")]
     exit_when_idle: Option<f64>,
     /// Exit 0 once this many jobs were deleted.

@@ -7,7 +7,7 @@ use taskq_proto::{
     Command, CommandKind, Connection, ConnectionError, Interrupter, IoCounts, JobStats, Reply,
 };
 
-use super::{Ask, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
+use super::{Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
 use crate::config::Config;
 use crate::fair::Want;
 use crate::job::JobInfo;
@@ -66,6 +66,7 @@ impl Link for Beanstalkd {
         server: &str,
         _nth: usize,
         _learned: &[String],
+        _carry: &mut Carry,
     ) -> Result<Beanstalkd, ConnectionError> {
         let pcfg = taskq_proto::ConnectionConfig {
             connect_timeout: cfg.connect_timeout,

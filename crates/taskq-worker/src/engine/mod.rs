@@ -11,7 +11,9 @@
 //! no boxing, no allocation, no extra write per job. [`Beanstalkd`] is the
 //! first engine.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use taskq_proto::{ConnectionError, Interrupter, IoCounts};
 
@@ -26,6 +28,65 @@ mod nats;
 pub(crate) use beanstalkd::settle_reply;
 pub(crate) use beanstalkd::Beanstalkd;
 pub(crate) use nats::Nats;
+
+/// Byte buffers (job bodies, subjects) reused from one job to the next,
+/// handed out in turn (oldest first). A buffer that must grow grows to the
+/// largest copy seen so far: buffers reused for one thing and then another
+/// soon all fit anything, every one of them (a last-in first-out pool would
+/// hand the same few out again and again, and grow the rest only at a
+/// peak), and a warm worker allocates nothing per job.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    spare: VecDeque<Vec<u8>>,
+    widest: usize,
+}
+
+impl Pool {
+    /// Room for `n` spare buffers; none made yet.
+    pub(crate) fn with_room(n: usize) -> Pool {
+        Pool {
+            spare: VecDeque::with_capacity(n),
+            widest: 0,
+        }
+    }
+
+    /// `n` buffers of `cap` bytes, made at once.
+    pub(crate) fn made(n: usize, cap: usize) -> Pool {
+        Pool {
+            spare: (0..n).map(|_| Vec::with_capacity(cap)).collect(),
+            widest: cap,
+        }
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub(crate) fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.spare.pop_front().unwrap_or_default();
+        self.copy_into(&mut b, bytes);
+        b
+    }
+
+    /// Copies `bytes` into `buf`, which grows (when it must) to the
+    /// largest copy seen.
+    pub(crate) fn copy_into(&mut self, buf: &mut Vec<u8>, bytes: &[u8]) {
+        self.widest = self.widest.max(bytes.len());
+        buf.clear();
+        if buf.capacity() < bytes.len() {
+            buf.reserve(self.widest);
+        }
+        buf.extend_from_slice(bytes);
+    }
+
+    /// Takes a buffer back for reuse.
+    pub(crate) fn give(&mut self, b: Vec<u8>) {
+        self.spare.push_back(b);
+    }
+
+    /// Buffers waiting for reuse.
+    #[cfg(test)]
+    pub(crate) fn spare(&self) -> usize {
+        self.spare.len()
+    }
+}
 
 /// Why a request on a link failed.
 #[derive(Debug)]
@@ -54,6 +115,11 @@ pub(crate) enum Took<'a> {
     TurnEmpty,
     /// No job within the reserve timeout.
     TimedOut,
+    /// No job within the reserve timeout, but the server still has jobs of
+    /// these tubes out: ready for another worker, or handed out and not
+    /// acknowledged (JetStream: on a connection that broke, they come back
+    /// when their ack wait runs out). Not idle.
+    Outstanding,
     /// The server refused to hand out a job because one this link holds is
     /// about to run out of its lease.
     DeadlineSoon,
@@ -90,6 +156,72 @@ impl Settle {
             Settle::Release { .. } => "release",
             Settle::Bury { .. } => "bury",
         }
+    }
+
+    /// The answer the server gives when it carries this settle out.
+    pub(crate) fn reply(self) -> SettleReply {
+        match self {
+            Settle::Delete => SettleReply::Deleted,
+            Settle::Release { .. } => SettleReply::Released,
+            Settle::Bury { .. } => SettleReply::Buried,
+        }
+    }
+}
+
+/// A settle sent without an answer on a connection that failed, to be sent
+/// again on the next one (see [`Carry`]).
+#[derive(Debug)]
+pub(crate) struct Unconfirmed {
+    /// The job.
+    pub(crate) id: u64,
+    /// What was sent.
+    pub(crate) settle: Settle,
+    /// Where it goes (JetStream: the delivery's ack subject).
+    pub(crate) to: Vec<u8>,
+    /// When the job's lease may end, at the earliest. Past it the server may
+    /// have handed the job to another worker, whose delivery a settle sent
+    /// now would settle (JetStream acks by the stream sequence): it is given up.
+    pub(crate) due: Instant,
+}
+
+/// The settles a lane's connections sent and could not get confirmed before
+/// they failed, kept across connections to the same server. The next
+/// connection sends each again until the server confirms it or the job's
+/// lease ends; the lane counts each once resolved. JetStream acks are
+/// idempotent, so one applied twice costs nothing; beanstalkd's settles are
+/// never carried (a closed connection's jobs go back at once).
+#[derive(Debug, Default)]
+pub(crate) struct Carry {
+    /// Not resolved yet.
+    pub(crate) open: Vec<Unconfirmed>,
+    /// Resolved since the lane last counted: the job, its settle, and whether
+    /// the server confirmed it (else its lease ended first).
+    pub(crate) resolved: Vec<(u64, Settle, bool)>,
+}
+
+impl Carry {
+    /// A settle is given up this long before its job's lease may end: the
+    /// time one may take to reach the server.
+    const MARGIN: Duration = Duration::from_millis(100);
+
+    /// Gives up the settles whose jobs' leases may end within
+    /// [`MARGIN`](Self::MARGIN) of `now`.
+    pub(crate) fn expire(&mut self, now: Instant) {
+        let mut k = 0;
+        while k < self.open.len() {
+            if self.open[k].due.saturating_duration_since(now) <= Self::MARGIN {
+                let u = self.open.swap_remove(k);
+                self.resolved.push((u.id, u.settle, false));
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Gives up every open settle (the worker is ending).
+    pub(crate) fn give_up(&mut self) {
+        let open = self.open.drain(..).map(|u| (u.id, u.settle, false));
+        self.resolved.extend(open);
     }
 }
 
@@ -168,12 +300,16 @@ pub(crate) trait Link: JobLink + Sized {
     /// on, so that threads start on different seeds and each attempt after
     /// a failure starts on the next one. `learned` are the addresses an
     /// earlier connection to this server was told of ([`learned`](Self::learned)),
-    /// tried after the configured ones.
+    /// tried after the configured ones. The settles in `carry` are sent
+    /// again on the new connection before anything else, and those resolved
+    /// (confirmed, or whose leases ended) move to `carry.resolved`, also
+    /// when the connect fails.
     fn connect(
         cfg: &Config,
         server: &str,
         nth: usize,
         learned: &[String],
+        carry: &mut Carry,
     ) -> Result<Self, ConnectionError>;
     /// Addresses the server announced for later connects (a cluster's
     /// nodes); none by default.
@@ -209,6 +345,17 @@ pub(crate) trait Link: JobLink + Sized {
     }
     /// Reads the answer to the settle sent last.
     fn settled(&mut self) -> Result<SettleReply, Fault>;
+    /// The settle of job `id` got no answer on this link, which failed (its
+    /// send failed, or [`settled`](Self::settled) did): true when the link
+    /// keeps it to send again on the next connection ([`hand_over`](Self::hand_over)),
+    /// and the lane counts it once that resolves it. False (the default)
+    /// when the engine cannot: the loop counts it by the failure.
+    fn carry_settle(&mut self, _id: u64) -> bool {
+        false
+    }
+    /// Moves the settles kept by [`carry_settle`](Self::carry_settle) into
+    /// `carry`, before the lane drops this link.
+    fn hand_over(&mut self, _carry: &mut Carry) {}
     /// Reads what the reserve in flight came to.
     fn reserved(&mut self) -> Result<Took<'_>, Fault>;
     /// Reads the answer to a queued touch: `Ok(false)` when the lease was

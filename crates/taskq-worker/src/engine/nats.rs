@@ -36,7 +36,7 @@ use taskq_proto::nats::{
 };
 use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout, READY_AT_HEADER};
 
-use super::{Ask, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
+use super::{Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Took, Unconfirmed};
 use crate::config::Config;
 use crate::fair::Want;
 use crate::job::JobInfo;
@@ -65,11 +65,14 @@ struct Held {
     delivered: u64,
     /// It carried a ready time: its first delivery came early and went back.
     delayed: bool,
+    /// When its lease started, at the earliest: the pull that brought it was
+    /// sent, or the last touch (`+WPI`) was. The server's ack wait runs
+    /// from a moment no earlier.
     leased: Instant,
 }
 
 /// A delivery read before its ask was.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Early {
     subject: Vec<u8>,
     ack: Vec<u8>,
@@ -77,6 +80,46 @@ struct Early {
     delivered: u64,
     seq: u64,
     ready_at: Option<u64>,
+    /// When the pull that brought it was sent.
+    pulled: Instant,
+}
+
+impl Default for Early {
+    fn default() -> Self {
+        Early {
+            subject: Vec::new(),
+            ack: Vec::new(),
+            body: Vec::new(),
+            delivered: 0,
+            seq: 0,
+            ready_at: None,
+            pulled: Instant::now(),
+        }
+    }
+}
+
+/// The buffers deliveries are copied into, reused.
+#[derive(Debug)]
+struct Buffers {
+    /// For subjects and ack subjects: of deliveries read ahead, of jobs held
+    /// and of settles owed their confirmation (an ack subject is kept until
+    /// then, to be sent again if it does not come). Made with the
+    /// connection, as many as the loop can have out at once and each long
+    /// enough for any of taskq's subjects, so that a peak costs no
+    /// allocation later.
+    names: Pool,
+    /// For the bodies of deliveries read ahead; each grows to the largest
+    /// body seen.
+    bodies: Pool,
+}
+
+/// A settle queued or sent, owed its answer.
+#[derive(Debug)]
+enum Owed {
+    /// The job was not held here: answered `NotFound` without asking.
+    NotHeld,
+    /// An ack sent with this confirmation token.
+    Sent(u64, Unconfirmed),
 }
 
 /// How the pull under way ended, for the asks it did not answer with a job.
@@ -104,6 +147,8 @@ struct Pull {
     scan: usize,
     /// Sent to the server.
     sent: bool,
+    /// When it was sent (or made, until then).
+    at: Instant,
     ended: Option<End>,
 }
 
@@ -121,7 +166,8 @@ pub(crate) struct Nats {
     stream: String,
     tubes: Vec<Tube>,
     held: Vec<Held>,
-    spare: Vec<Vec<u8>>,
+    /// Reused buffers for what deliveries bring.
+    bufs: Buffers,
     /// Asks queued for the next write, and where they pull from.
     asks: u32,
     ask_tube: usize,
@@ -133,8 +179,19 @@ pub(crate) struct Nats {
     rotate: usize,
     /// Settles and touches queued or sent, in order: their confirmation
     /// tokens and what each confirmation means.
-    settles: VecDeque<(u64, SettleReply)>,
-    touches: VecDeque<u64>,
+    settles: VecDeque<Owed>,
+    /// For each touch: its token (0: the job was not held), the job, and
+    /// when it was queued (its lease restarts then at the earliest, once
+    /// confirmed).
+    touches: VecDeque<(u64, u64, Instant)>,
+    /// Settles whose confirmation did not come before the link failed.
+    unanswered: Vec<Unconfirmed>,
+    /// Of those, the ones the loop asked to send again on the next
+    /// connection ([`Link::carry_settle`]), until [`Link::hand_over`].
+    carried: Vec<Unconfirmed>,
+    /// An empty waiting pull reads the consumers' info, to tell an idle
+    /// queue from one whose jobs are still out (the worker exits when idle).
+    check_idle: bool,
     /// Confirmations read before they were asked for.
     confirmed: Vec<u64>,
     early: VecDeque<Early>,
@@ -164,7 +221,7 @@ impl Nats {
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) if t == token => return Ok(()),
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
                 Err(NatsError::NoResponders) => return Err(Fault::Unexpected("503")),
                 Err(e) => return Err(Fault::Conn(conn_error(e))),
             }
@@ -190,15 +247,13 @@ impl Nats {
                 return Ok(false);
             }
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(ack);
+        let buf = self.bufs.names.copy(ack);
         if let Some(i) = self.held_index(seq) {
             // Its lease ran out while held here and it came back to us.
             let old = std::mem::replace(&mut self.held[i].ack, buf);
-            self.spare.push(old);
+            self.bufs.names.give(old);
             self.held[i].delivered = delivered;
-            self.held[i].leased = Instant::now();
+            self.held[i].leased = e.pulled;
         } else {
             self.held.push(Held {
                 seq,
@@ -206,19 +261,50 @@ impl Nats {
                 ack: buf,
                 delivered,
                 delayed: ready_at.is_some(),
-                leased: Instant::now(),
+                leased: e.pulled,
             });
         }
         Ok(true)
     }
 
-    /// What an ask that a pull answered without a job comes to.
-    fn empty(no_wait: bool, end: End) -> Took<'static> {
-        match end {
+    /// What an ask that a pull answered without a job comes to. A wait
+    /// that ended empty is idle only when the consumers have nothing out.
+    fn empty(&mut self, no_wait: bool, end: End) -> Result<Took<'static>, Fault> {
+        Ok(match end {
             End::Unavailable => Took::Unavailable,
             End::Empty if no_wait => Took::TurnEmpty,
+            End::Empty if self.check_idle => self.outstanding()?,
             End::Empty => Took::TimedOut,
+        })
+    }
+
+    /// [`Took::Outstanding`] while a tube's consumer has messages not yet
+    /// delivered or deliveries not acknowledged (held by a worker, or lost
+    /// with a connection and due again when their ack wait runs out), else
+    /// [`Took::TimedOut`]. An answer the connection survives but that
+    /// cannot tell (replies still owed, an API error) is not idle either.
+    fn outstanding(&mut self) -> Result<Took<'static>, Fault> {
+        for t in &self.tubes {
+            match self.conn.consumer_info(&self.stream, &t.consumer) {
+                Ok(ci) if ci.num_pending == 0 && ci.num_ack_pending == 0 => {}
+                Ok(ci) => {
+                    tracing::debug!(
+                        tube = t.name,
+                        pending = ci.num_pending,
+                        ack_pending = ci.num_ack_pending,
+                        "nothing delivered, but jobs are still out"
+                    );
+                    return Ok(Took::Outstanding);
+                }
+                Err(NatsError::NoResponders) => return Ok(Took::Unavailable),
+                Err(e) if self.conn.is_broken() => return Err(Fault::Conn(conn_error(e))),
+                Err(e) => {
+                    tracing::debug!(tube = t.name, error = %e, "cannot read the consumer's info");
+                    return Ok(Took::Outstanding);
+                }
+            }
         }
+        Ok(Took::TimedOut)
     }
 
     /// Counts one ask of the pull under way answered; returns whether that
@@ -256,6 +342,7 @@ impl Nats {
         }
         let p = &mut self.pulls[0];
         p.sent = true;
+        p.at = Instant::now();
         let (batch, waits) = (p.left, p.waits());
         let consumer = &self.tubes[tube].consumer;
         let r = if !waits {
@@ -274,7 +361,7 @@ impl Nats {
         while self.conn.pulling() {
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
                 Err(NatsError::NoResponders) => {
                     if let Some(p) = self.pulls.front_mut() {
                         p.ended = Some(End::Unavailable);
@@ -317,12 +404,41 @@ impl Nats {
     }
 }
 
+/// The ack that carries out `settle`.
+fn ack_kind(settle: Settle) -> AckKind {
+    match settle {
+        // A buried job's copy is stored: the original goes.
+        Settle::Delete | Settle::Bury { .. } => AckKind::Ack,
+        Settle::Release { delay, .. } => AckKind::Nak {
+            delay: (delay > 0).then(|| Duration::from_secs(u64::from(delay))),
+        },
+    }
+}
+
+/// Sends the acks carried from failed connections again on a new one (in
+/// setup, before anything else), one at a time, each confirmed before the
+/// next. Acks are idempotent: one the server applied already is confirmed
+/// again. A confirmed one is resolved; one whose job's lease ends first is
+/// given up. On a failure (no answer, or no leader for the consumer yet) the
+/// rest wait for the next connection.
+fn resend(conn: &mut NatsConnection, carry: &mut Carry) -> Result<(), NatsError> {
+    loop {
+        carry.expire(Instant::now());
+        let Some(u) = carry.open.last() else {
+            return Ok(());
+        };
+        conn.ack(&u.to, ack_kind(u.settle), true)?;
+        let u = carry.open.pop().expect("seen above");
+        carry.resolved.push((u.id, u.settle, true));
+    }
+}
+
 /// Keeps a delivery or status read while a confirmation was awaited.
 fn keep_early(
     d: Delivery<'_>,
     pull: Option<&mut Pull>,
     early: &mut VecDeque<Early>,
-    spare: &mut Vec<Vec<u8>>,
+    bufs: &mut Buffers,
 ) {
     let end = match d {
         Delivery::Msg {
@@ -332,23 +448,15 @@ fn keep_early(
             body,
             info,
         } => {
-            let mut e = Early {
-                subject: spare.pop().unwrap_or_default(),
-                ack: spare.pop().unwrap_or_default(),
-                body: spare.pop().unwrap_or_default(),
+            early.push_back(Early {
+                subject: bufs.names.copy(subject),
+                ack: bufs.names.copy(reply),
+                body: bufs.bodies.copy(body),
                 delivered: info.delivered,
                 seq: info.stream_seq,
                 ready_at: ready_at(headers.as_ref()),
-            };
-            for (to, from) in [
-                (&mut e.subject, subject),
-                (&mut e.ack, reply),
-                (&mut e.body, body),
-            ] {
-                to.clear();
-                to.extend_from_slice(from);
-            }
-            early.push_back(e);
+                pulled: pull.map_or_else(Instant::now, |p| p.at),
+            });
             return;
         }
         Delivery::Heartbeat | Delivery::Confirmed(_) => return,
@@ -453,6 +561,7 @@ impl Link for Nats {
         server: &str,
         nth: usize,
         learned: &[String],
+        carry: &mut Carry,
     ) -> Result<Nats, ConnectionError> {
         let addr = Address::parse(server)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
@@ -518,13 +627,28 @@ impl Link for Nats {
                 ack_wait: info.ack_wait,
             });
         }
+        resend(&mut conn, carry).map_err(|e| {
+            tracing::debug!(server, error = %e, "acks carried from a failed connection not confirmed yet");
+            conn_error(e)
+        })?;
         let k = cfg.prefetch.max(1);
+        // An ack subject: `$JS.ACK.` (an optional domain and account hash),
+        // the stream, the consumer, five numbers; a subject is shorter. Out
+        // at once: two for each delivery read ahead (up to a window's),
+        // the window's jobs held, and the settles the loop has not read yet
+        // (it reads them once more than twice the window's requests are
+        // owed).
+        let longest = tubes.iter().map(|t| t.consumer.len()).max().unwrap_or(0);
+        let bufs = Buffers {
+            names: Pool::made(5 * k + 8, 160 + layout.stream().len() + longest),
+            bodies: Pool::with_room(2 * k),
+        };
         Ok(Nats {
             conn,
             stream: layout.stream().to_owned(),
             tubes,
             held: Vec::with_capacity(k),
-            spare: Vec::with_capacity(4 * k),
+            bufs,
             asks: 0,
             ask_tube: 0,
             ask_no_wait: false,
@@ -533,6 +657,9 @@ impl Link for Nats {
             rotate: fastrand::usize(..cfg.tubes.len().max(1)),
             settles: VecDeque::with_capacity(k),
             touches: VecDeque::with_capacity(k),
+            unanswered: Vec::new(),
+            carried: Vec::new(),
+            check_idle: cfg.exit_when_idle.is_some(),
             confirmed: Vec::with_capacity(k),
             early: VecDeque::with_capacity(k),
             current: Early::default(),
@@ -558,36 +685,31 @@ impl Link for Nats {
                 let Some(i) = self.held_index(id) else {
                     // Not held here (the lease ran out and the job went to
                     // another worker's link): answer as beanstalkd would.
-                    self.settles.push_back((0, SettleReply::NotFound));
+                    self.settles.push_back(Owed::NotHeld);
                     return Ok(());
                 };
-                let (kind, reply) = match s {
-                    Settle::Delete => (AckKind::Ack, SettleReply::Deleted),
-                    Settle::Release { delay, .. } => (
-                        AckKind::Nak {
-                            delay: (delay > 0).then(|| Duration::from_secs(u64::from(delay))),
-                        },
-                        SettleReply::Released,
-                    ),
-                    Settle::Bury { .. } => {
-                        self.bury_copy(id, self.held[i].tube)?;
-                        (AckKind::Ack, SettleReply::Buried)
-                    }
-                };
+                if let Settle::Bury { .. } = s {
+                    self.bury_copy(id, self.held[i].tube)?;
+                }
                 let i = self.held_index(id).expect("still held");
                 let token = self
                     .conn
-                    .queue_ack(&self.held[i].ack, kind, true)
+                    .queue_ack(&self.held[i].ack, ack_kind(s), true)
                     .map_err(conn_error)?
                     .expect("a confirmed ack has a token");
                 let h = self.held.swap_remove(i);
-                self.spare.push(h.ack);
-                self.settles.push_back((token, reply));
+                let sent = Unconfirmed {
+                    id,
+                    settle: s,
+                    to: h.ack,
+                    due: h.leased + self.tubes[h.tube].ack_wait,
+                };
+                self.settles.push_back(Owed::Sent(token, sent));
                 Ok(())
             }
             Req::Touch(id) => {
                 let Some(i) = self.held_index(id) else {
-                    self.touches.push_back(0);
+                    self.touches.push_back((0, id, Instant::now()));
                     return Ok(());
                 };
                 let token = self
@@ -595,8 +717,7 @@ impl Link for Nats {
                     .queue_ack(&self.held[i].ack, AckKind::InProgress, true)
                     .map_err(conn_error)?
                     .expect("a confirmed ack has a token");
-                self.held[i].leased = Instant::now();
-                self.touches.push_back(token);
+                self.touches.push_back((token, id, Instant::now()));
                 Ok(())
             }
             Req::Ask(ask) => {
@@ -620,6 +741,7 @@ impl Link for Nats {
                 no_wait: self.ask_no_wait,
                 scan: self.ask_scan,
                 sent: false,
+                at: Instant::now(),
                 ended: None,
             });
             if self.pulls.len() == 1 {
@@ -641,14 +763,51 @@ impl Link for Nats {
     }
 
     fn settled(&mut self) -> Result<SettleReply, Fault> {
-        let Some((token, reply)) = self.settles.pop_front() else {
-            return Err(Fault::Conn(ConnectionError::NothingOwed));
+        let (token, sent) = match self.settles.pop_front() {
+            None => return Err(Fault::Conn(ConnectionError::NothingOwed)),
+            Some(Owed::NotHeld) => return Ok(SettleReply::NotFound),
+            Some(Owed::Sent(token, sent)) => (token, sent),
         };
-        if reply == SettleReply::NotFound {
-            return Ok(reply);
+        match self.confirm(token) {
+            Ok(()) => {
+                let reply = sent.settle.reply();
+                self.bufs.names.give(sent.to);
+                Ok(reply)
+            }
+            Err(f) => {
+                // No confirmation (the connection failed, or the cluster had
+                // no leader for the consumer): the link is given up, and the
+                // loop may have the ack sent again on the next connection.
+                self.conn.mark_broken();
+                self.unanswered.push(sent);
+                Err(f)
+            }
         }
-        self.confirm(token)?;
-        Ok(reply)
+    }
+
+    fn carry_settle(&mut self, id: u64) -> bool {
+        let sent = if let Some(k) = self.unanswered.iter().position(|u| u.id == id) {
+            self.unanswered.swap_remove(k)
+        } else if let Some(k) = self
+            .settles
+            .iter()
+            .position(|o| matches!(o, Owed::Sent(_, u) if u.id == id))
+        {
+            // Queued or sent, never read: the link failed first.
+            match self.settles.remove(k) {
+                Some(Owed::Sent(_, u)) => u,
+                _ => unreachable!("found above"),
+            }
+        } else {
+            return false;
+        };
+        self.conn.mark_broken();
+        self.carried.push(sent);
+        true
+    }
+
+    fn hand_over(&mut self, carry: &mut Carry) {
+        carry.open.append(&mut self.carried);
     }
 
     fn reserved(&mut self) -> Result<Took<'_>, Fault> {
@@ -657,9 +816,11 @@ impl Link for Nats {
                 let no_wait = self.answered();
                 let taken = self.take(&e);
                 let old = std::mem::replace(&mut self.current, e);
-                self.spare.extend([old.subject, old.ack, old.body]);
+                self.bufs.names.give(old.subject);
+                self.bufs.names.give(old.ack);
+                self.bufs.bodies.give(old.body);
                 if !taken? {
-                    return Ok(Nats::empty(no_wait, End::Empty));
+                    return self.empty(no_wait, End::Empty);
                 }
                 return Ok(Took::Job {
                     id: self.current.seq,
@@ -680,11 +841,11 @@ impl Link for Nats {
             }
             if let Some(end) = self.pulls.front().and_then(|p| p.ended) {
                 let no_wait = self.answered();
-                return Ok(Nats::empty(no_wait, end));
+                return self.empty(no_wait, end);
             }
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.spare),
+                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
                 Err(NatsError::NoResponders) => {
                     tracing::debug!("pull answered 503: no responders");
                     if let Some(p) = self.pulls.front_mut() {
@@ -697,13 +858,17 @@ impl Link for Nats {
     }
 
     fn touched(&mut self) -> Result<bool, Fault> {
-        let Some(token) = self.touches.pop_front() else {
+        let Some((token, id, queued)) = self.touches.pop_front() else {
             return Err(Fault::Conn(ConnectionError::NothingOwed));
         };
         if token == 0 {
             return Ok(false);
         }
         self.confirm(token)?;
+        // Only a touch the server confirmed restarted the lease.
+        if let Some(i) = self.held_index(id) {
+            self.held[i].leased = queued;
+        }
         Ok(true)
     }
 

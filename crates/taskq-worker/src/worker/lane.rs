@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use taskq_proto::{IoCounts, Reconnect};
 
 use super::prefetch::{Keep, Pipe};
-use super::turn::{failed, Turn};
-use super::{LaneShared, Shared, IDLE};
+use super::turn::{count_resolved, failed, Turn};
+use super::{LaneShared, Shared, CONNECTING, IDLE};
 use crate::counters::Counters;
-use crate::engine::Link;
+use crate::engine::{Carry, Link};
 use crate::fair::Schedule;
 use crate::Handler;
 
@@ -30,9 +30,12 @@ struct Lane<L> {
     /// Connect attempts so far, from the thread's index (where a cluster's
     /// seeds are tried from).
     connects: usize,
-    /// The addresses the last connection was told of, tried after the
-    /// configured ones on the next connect.
+    /// The addresses the last connection was told of (at its connect, or by
+    /// a later `INFO`), tried after the configured ones on the next connect.
     learned: Vec<String>,
+    /// Settles a failed connection sent without an answer, for the next
+    /// connection to send again.
+    carry: Carry,
     /// Weighted tubes: this connection's place in the cycle.
     sched: Option<Schedule>,
     /// The connection's system calls already added to the counters.
@@ -74,6 +77,7 @@ impl<L: Link + Send + 'static> Lanes<L> {
                 ever_connected: false,
                 connects: thread,
                 learned: Vec::new(),
+                carry: Carry::default(),
                 sched: shared
                     .cfg
                     .is_weighted()
@@ -136,11 +140,33 @@ impl<L: Link + Send + 'static> Lanes<L> {
         }
         for i in 0..m {
             self.lane_shared(i).state.store(IDLE, Ordering::SeqCst);
-            if let Some(c) = self.lanes[i].conn.take() {
+            if let Some(mut c) = self.lanes[i].conn.take() {
                 account_io(&self.shared.counters, &c, &mut self.lanes[i].io_seen);
+                c.hand_over(&mut self.lanes[i].carry);
+                c.quit();
+            }
+            self.settle_carried(i);
+        }
+    }
+
+    /// At the end: settles still carried get one more connection to be
+    /// confirmed on (not when aborting); what is left is counted unknown.
+    fn settle_carried(&mut self, i: usize) {
+        if self.lanes[i].carry.open.is_empty() {
+            return;
+        }
+        if !self.shared.abort.load(Ordering::SeqCst) && self.connect(i) {
+            let sh = &*self.shared;
+            if let Some(c) = self.lanes[i].conn.take() {
+                account_io(&sh.counters, &c, &mut self.lanes[i].io_seen);
                 c.quit();
             }
         }
+        let sh = &*self.shared;
+        let lane = &mut self.lanes[i];
+        lane.carry.give_up();
+        count_carried(sh, sh.cfg.servers[lane.server].as_str(), &mut lane.carry);
+        self.lane_shared(i).carrying.store(false, Ordering::SeqCst);
     }
 
     /// Opens the lane's connection and restores its watch list; on failure, sets
@@ -149,8 +175,20 @@ impl<L: Link + Send + 'static> Lanes<L> {
         let sh = &*self.shared;
         let addr = sh.cfg.servers[self.lanes[i].server].as_str();
         let lane = &mut self.lanes[i];
-        let result = L::connect(&sh.cfg, addr, lane.connects, &lane.learned);
+        let ls = &sh.lanes[self.thread * sh.cfg.servers.len() + i];
+        ls.state.store(CONNECTING, Ordering::SeqCst);
+        // Settles whose jobs' leases have ended are given up first.
+        lane.carry.expire(Instant::now());
+        count_carried(sh, addr, &mut lane.carry);
+        let result = L::connect(&sh.cfg, addr, lane.connects, &lane.learned, &mut lane.carry);
+        ls.state.store(IDLE, Ordering::SeqCst);
+        // However long it took, the time was the server's (an election can
+        // hold a stream lookup for seconds): not idle time.
+        sh.busy();
         lane.connects = lane.connects.wrapping_add(1);
+        count_carried(sh, addr, &mut lane.carry);
+        ls.carrying
+            .store(!lane.carry.open.is_empty(), Ordering::SeqCst);
         match result {
             Ok(conn) => {
                 lane.learned.clear();
@@ -177,8 +215,6 @@ impl<L: Link + Send + 'static> Lanes<L> {
             }
             Err(e) => {
                 Counters::add(&sh.counters.connect_failures);
-                // A server that cannot be reached is not an empty queue.
-                sh.busy();
                 if e.is_timeout() {
                     Counters::add(&sh.counters.io_timeouts);
                 }
@@ -201,11 +237,21 @@ impl<L: Link + Send + 'static> Lanes<L> {
     /// that broke before any reply counts as a failure, so a server that cuts
     /// every connection is retried with backoff, not in a tight loop.
     fn broke(&mut self, i: usize) {
-        self.lane_shared(i).state.store(IDLE, Ordering::SeqCst);
+        let ls = &self.shared.lanes[self.thread * self.lanes.len() + i];
+        ls.state.store(IDLE, Ordering::SeqCst);
         let lane = &mut self.lanes[i];
-        if let Some(c) = lane.conn.take() {
+        if let Some(mut c) = lane.conn.take() {
             account_io(&self.shared.counters, &c, &mut lane.io_seen);
+            c.hand_over(&mut lane.carry);
+            // The cluster's addresses as the connection last heard them
+            // (an `INFO` after the connect announces nodes that joined).
+            if !c.learned().is_empty() {
+                lane.learned.clear();
+                lane.learned.extend_from_slice(c.learned());
+            }
         }
+        ls.carrying
+            .store(!lane.carry.open.is_empty(), Ordering::SeqCst);
         lane.reconnect.broke(
             &self.shared.cfg.reconnect_backoff,
             Instant::now(),
@@ -300,6 +346,13 @@ fn serve_window<L: Link + Send + 'static>(
     let after = turn.window(&pipe);
     *slot = pipe.lock().unwrap_or_else(|e| e.into_inner()).link.take();
     after
+}
+
+/// Counts the carried settles resolved since the last call.
+fn count_carried(sh: &Shared, server: &str, carry: &mut Carry) {
+    for (id, settle, confirmed) in carry.resolved.drain(..) {
+        count_resolved(sh, server, id, settle, confirmed);
+    }
 }
 
 /// Adds the system calls a link made since the last call to the counters.

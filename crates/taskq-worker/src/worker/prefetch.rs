@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 use taskq_proto::ConnectionError;
 
 use super::lane::{account_io, After};
-use super::settle::decide;
+use super::settle::{decide, Settled};
 use super::turn::{count_settled, failed, unexpected, Turn};
 use super::{Shared, HOLDING, IDLE};
 use crate::counters::Counters;
-use crate::engine::{Ask, Fault, JobLink, Link, Req, Settle, Took};
+use crate::engine::{Ask, Fault, JobLink, Link, Pool, Req, Settle, Took};
 use crate::job::{job_info, JobError, JobInfo};
 use crate::Outcome;
 
@@ -93,7 +93,7 @@ pub(super) struct Pipe<L> {
     server: usize,
     held: VecDeque<Held>,
     /// Body buffers of jobs gone, reused by the next ones.
-    spare: Vec<Vec<u8>>,
+    bodies: Pool,
     owed: VecDeque<Owed>,
     /// Reserves in flight.
     asks: usize,
@@ -105,19 +105,6 @@ pub(super) struct Pipe<L> {
     turn_empty: bool,
     /// A reply came since the loop last looked.
     progress: bool,
-    /// The largest body seen: a body buffer that must grow grows to it, so
-    /// that every buffer of the window soon fits any body.
-    widest: usize,
-}
-
-/// Copies `body` into `buf`, which grows (when it must) to the largest body seen.
-fn copy_body(buf: &mut Vec<u8>, body: &[u8], widest: &mut usize) {
-    *widest = (*widest).max(body.len());
-    buf.clear();
-    if buf.capacity() < body.len() {
-        buf.reserve(*widest);
-    }
-    buf.extend_from_slice(body);
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -130,7 +117,7 @@ impl<L: Link> Pipe<L> {
             link: None,
             server,
             held: VecDeque::with_capacity(k),
-            spare: Vec::with_capacity(k + 1),
+            bodies: Pool::with_room(k + 1),
             // Per job at most a settle, a touch per waiting job and a
             // refill; read once more than 2k are owed.
             owed: VecDeque::with_capacity(5 * k + 8),
@@ -139,7 +126,6 @@ impl<L: Link> Pipe<L> {
             dry: false,
             turn_empty: false,
             progress: false,
-            widest: 0,
         }
     }
 
@@ -211,11 +197,10 @@ impl<L: Link> Pipe<L> {
                                 // held once, on the newer lease.
                                 Counters::add(&sh.counters.lost_lease_on_release);
                                 sh.give_ticket();
-                                copy_body(&mut h.body, body, &mut self.widest);
+                                self.bodies.copy_into(&mut h.body, body);
                                 (h.asked, h.leased) = (sent, sent);
                             } else {
-                                let mut b = self.spare.pop().unwrap_or_default();
-                                copy_body(&mut b, body, &mut self.widest);
+                                let b = self.bodies.copy(body);
                                 self.held.push_back(Held {
                                     id,
                                     body: b,
@@ -291,7 +276,7 @@ impl<L: Link> Pipe<L> {
 
     fn drop_held(&mut self, k: usize) {
         if let Some(h) = self.held.remove(k) {
-            self.spare.push(h.body);
+            self.bodies.give(h.body);
         }
     }
 
@@ -303,14 +288,15 @@ impl<L: Link> Pipe<L> {
         }
         while let Some(o) = self.owed.pop_front() {
             match o {
-                Owed::Settle { settle, .. } => {
+                Owed::Settle { id, settle } => {
+                    if self.link.as_mut().is_some_and(|l| l.carry_settle(id)) {
+                        // Sent again on the next connection; counted then.
+                        continue;
+                    }
                     // A delete may have been carried out: it counts as
                     // unknown, which keeps the bracket of the server's record.
-                    Counters::add(if settle == Settle::Delete {
-                        &sh.counters.ack_unknown
-                    } else {
-                        &sh.counters.lease_dropped
-                    });
+                    let settled = Settled::unanswered(settle == Settle::Delete);
+                    Counters::add(settled.counter(&sh.counters));
                     sh.give_ticket();
                 }
                 Owed::Ask { .. } => sh.give_ticket(),
@@ -641,7 +627,7 @@ impl Turn<'_> {
                     continue;
                 };
                 let old = std::mem::replace(self.body, h.body);
-                p.spare.push(old);
+                p.bodies.give(old);
                 ls.state.store(HOLDING, Ordering::SeqCst);
                 return ControlFlow::Continue(h.id);
             }
@@ -778,7 +764,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::engine::SettleReply;
+    use crate::engine::{Carry, SettleReply};
     use crate::worker::Worker;
 
     const MS: Duration = Duration::from_millis(1);
@@ -836,7 +822,13 @@ mod tests {
     }
 
     impl Link for Scripted {
-        fn connect(_: &Config, _: &str, _: usize, _: &[String]) -> Result<Self, ConnectionError> {
+        fn connect(
+            _: &Config,
+            _: &str,
+            _: usize,
+            _: &[String],
+            _: &mut Carry,
+        ) -> Result<Self, ConnectionError> {
             Ok(Scripted::default())
         }
         fn io_counts(&self) -> IoCounts {
@@ -953,7 +945,7 @@ mod tests {
         let c = sh.counters.snapshot();
         assert_eq!((c.touched, c.lost_lease_on_release), (1, 1));
         assert_eq!(tickets(&sh), 9);
-        assert_eq!(p.spare.len(), 1, "the body buffer is kept for reuse");
+        assert_eq!(p.bodies.spare(), 1, "the body buffer is kept for reuse");
     }
 
     #[test]

@@ -50,6 +50,16 @@ impl Settled {
         }
     }
 
+    /// A settle with no answer: it may have been carried out (a delete is
+    /// unknown), or the job goes back (a release or bury is dropped).
+    pub(crate) fn unanswered(is_delete: bool) -> Settled {
+        if is_delete {
+            Settled::AckUnknown
+        } else {
+            Settled::LeaseDropped
+        }
+    }
+
     /// The counter this outcome adds one to.
     pub(crate) fn counter(self, c: &Counters) -> &AtomicU64 {
         match self {

@@ -95,10 +95,17 @@ impl Turn<'_> {
                     }
                     continue;
                 }
-                Ok(Took::TimedOut) => {
+                Ok(took @ (Took::TimedOut | Took::Outstanding)) => {
                     ls.state.store(IDLE, Ordering::SeqCst);
                     self.reconnect.progress();
                     Counters::add(&sh.counters.reserve_timeouts);
+                    // Jobs still out (on JetStream, deliveries lost with a
+                    // connection come back after their ack wait): not idle.
+                    let out = matches!(took, Took::Outstanding);
+                    ls.outstanding.store(out, Ordering::SeqCst);
+                    if out {
+                        sh.busy();
+                    }
                     sh.give_ticket();
                     // One lane per server.
                     return ControlFlow::Break(if sh.cfg.servers.len() > 1 {
@@ -232,10 +239,15 @@ impl Turn<'_> {
         let is_delete = settle == Settle::Delete;
         if let Err(e) = sent {
             ls.state.store(IDLE, Ordering::SeqCst);
-            sh.give_ticket();
             if next {
                 sh.give_ticket();
             }
+            if link.carry_settle(id) {
+                // Sent again on the next connection, and counted (its
+                // ticket given back or kept) once that resolves it.
+                return ControlFlow::Break(failed(sh, server, Some(id), &e));
+            }
+            sh.give_ticket();
             if is_delete && !e.not_sent() {
                 Counters::add(&sh.counters.ack_unknown);
             } else {
@@ -264,8 +276,9 @@ impl Turn<'_> {
 
 /// Counts the reply to the settle of job `id`, and gives its `max_jobs`
 /// ticket back unless it was deleted. `Err`: no answer that fits, and the
-/// link is given up.
-pub(super) fn count_settled<L: JobLink + ?Sized>(
+/// link is given up; a settle the link keeps to send again on the next
+/// connection ([`Link::carry_settle`]) is counted when that resolves it.
+pub(super) fn count_settled<L: Link>(
     sh: &Shared,
     link: &mut L,
     server: &str,
@@ -273,7 +286,62 @@ pub(super) fn count_settled<L: JobLink + ?Sized>(
     settle: Settle,
     reply: Result<SettleReply, Fault>,
 ) -> Result<(), After> {
+    if let Err(fault) = &reply {
+        if link.carry_settle(id) {
+            return Err(match fault {
+                Fault::Conn(e) => failed(sh, server, Some(id), e),
+                Fault::Unexpected(word) => {
+                    tracing::warn!(job = id, server, reply = word, "settle not confirmed");
+                    After::Broken
+                }
+            });
+        }
+    }
     let settled = Settled::of(settle == Settle::Delete, &reply);
+    tally(sh, server, id, settle, settled);
+    if let Settled::AckUnknown | Settled::LeaseDropped = settled {
+        return Err(match reply {
+            Err(Fault::Unexpected(word)) => unexpected(sh, link, server, Some(id), word),
+            Err(Fault::Conn(e)) => failed(sh, server, Some(id), &e),
+            // An answer that fits another kind of settle.
+            Ok(r) => unexpected(sh, link, server, Some(id), r.word()),
+        });
+    }
+    Ok(())
+}
+
+/// Counts a settle carried from a failed connection and now resolved:
+/// `confirmed` by the server on a later connection, or given up when the
+/// job's lease ended first (outcome unknown).
+pub(super) fn count_resolved(sh: &Shared, server: &str, id: u64, settle: Settle, confirmed: bool) {
+    let is_delete = settle == Settle::Delete;
+    let settled = if confirmed {
+        Settled::of(is_delete, &Ok(settle.reply()))
+    } else {
+        Settled::unanswered(is_delete)
+    };
+    if confirmed {
+        Counters::add(&sh.counters.acks_resent);
+        tracing::info!(
+            job = id,
+            server,
+            command = settle.name(),
+            "confirmed on a later connection"
+        );
+    } else {
+        tracing::warn!(
+            job = id,
+            server,
+            command = settle.name(),
+            "no confirmation before the job's lease ended: outcome unknown"
+        );
+    }
+    tally(sh, server, id, settle, settled);
+}
+
+/// Adds what a settle came to to the counters, and keeps its `max_jobs`
+/// ticket for a job done or gives it back.
+fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled: Settled) {
     Counters::add(settled.counter(&sh.counters));
     match settled {
         Settled::Deleted => {
@@ -292,17 +360,8 @@ pub(super) fn count_settled<L: JobLink + ?Sized>(
                 "lease lost: NOT_FOUND"
             );
         }
-        Settled::AckUnknown | Settled::LeaseDropped => {
-            sh.give_ticket();
-            return Err(match reply {
-                Err(Fault::Unexpected(word)) => unexpected(sh, link, server, Some(id), word),
-                Err(Fault::Conn(e)) => failed(sh, server, Some(id), &e),
-                // An answer that fits another kind of settle.
-                Ok(r) => unexpected(sh, link, server, Some(id), r.word()),
-            });
-        }
+        Settled::AckUnknown | Settled::LeaseDropped => sh.give_ticket(),
     }
-    Ok(())
 }
 
 /// A request failed: count a timeout or an undecodable reply, log, and give up the link.

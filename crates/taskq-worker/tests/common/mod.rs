@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats};
 
+mod js;
+#[allow(unused_imports)]
+pub use js::*;
+
 /// Connects with test-friendly timeouts.
 pub fn connect(addr: SocketAddr) -> Connection {
     let mut cfg = ConnectionConfig::default();
@@ -321,6 +325,28 @@ pub fn js_consumer(c: &taskq_testkit::NatsCluster, tube: &str) -> taskq_proto::n
         .expect("consumer info")
 }
 
+/// JetStream: the nats-server release `c` runs, `(major, minor, patch)`,
+/// from the `version` in the `INFO` its first node greets a client with.
+pub fn nats_version(c: &taskq_testkit::NatsCluster) -> (u32, u32, u32) {
+    use std::io::{BufRead, BufReader};
+    let sock = std::net::TcpStream::connect(c.addr(0)).expect("connect for INFO");
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut line = String::new();
+    BufReader::new(sock).read_line(&mut line).expect("INFO");
+    let info: serde_json::Value = serde_json::from_str(
+        line.trim_end()
+            .strip_prefix("INFO ")
+            .unwrap_or_else(|| panic!("not an INFO: {line:?}")),
+    )
+    .expect("INFO json");
+    let v = info["version"].as_str().expect("version in INFO");
+    let mut parts = v
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse().unwrap_or(0));
+    let mut next = || parts.next().unwrap_or(0);
+    (next(), next(), next())
+}
+
 /// Sends the library worker's logs to the test's output when `RUST_LOG` is
 /// set (`RUST_LOG=taskq_worker=debug cargo test ... -- --nocapture`).
 pub fn log_from_env() {
@@ -334,31 +360,48 @@ pub fn log_from_env() {
 
 /// JetStream: creates taskq's stream `TASKQ` (3 replicas on 3 nodes or
 /// more) and, with `ack_wait`, tube `tube`'s consumer, before any worker or
-/// producer starts: a fresh cluster can take longer to create them than a
-/// client's I/O deadline.
+/// producer starts. A fresh cluster (or one with a node down) can take
+/// longer to answer than a request's deadline: each is asked again, on a
+/// new connection, up to ten times (both calls look up before they create).
 pub fn js_setup(c: &taskq_testkit::NatsCluster, tube: &str, ack_wait: Option<Duration>) {
-    use taskq_proto::nats::{ConsumerSpec, StreamSpec};
-    let mut a = js_admin(c);
-    a.ensure_stream(&StreamSpec {
-        name: "TASKQ".into(),
-        subjects: vec!["taskq.>".into()],
-        replicas: c.len().min(3),
-        duplicate_window: None,
-    })
-    .expect("create the stream");
+    use taskq_proto::nats::{ConsumerSpec, NatsError, StreamSpec};
+    let again =
+        |what: &str,
+         f: &dyn Fn(&mut taskq_proto::nats::NatsConnection) -> Result<(), NatsError>| {
+            let mut last = None;
+            for _ in 0..10 {
+                match f(&mut js_admin(c)) {
+                    Ok(()) => return,
+                    Err(e @ NatsError::Timeout { .. }) => last = Some(e),
+                    Err(e) => panic!("{what}: {e:?}"),
+                }
+            }
+            panic!("{what}: {last:?}");
+        };
+    again("create the stream", &|a| {
+        a.ensure_stream(&StreamSpec {
+            name: "TASKQ".into(),
+            subjects: vec!["taskq.>".into()],
+            replicas: c.len().min(3),
+            duplicate_window: None,
+        })
+        .map(|_| ())
+    });
     if let Some(ack_wait) = ack_wait {
-        a.ensure_consumer(
-            "TASKQ",
-            &format!("taskq-{tube}"),
-            &ConsumerSpec {
-                filter_subject: format!("taskq.{tube}"),
-                ack_wait,
-                max_deliver: -1,
-                max_ack_pending: 1000,
-                max_waiting: 512,
-            },
-        )
-        .expect("create the consumer");
+        again("create the consumer", &|a| {
+            a.ensure_consumer(
+                "TASKQ",
+                &format!("taskq-{tube}"),
+                &ConsumerSpec {
+                    filter_subject: format!("taskq.{tube}"),
+                    ack_wait,
+                    max_deliver: -1,
+                    max_ack_pending: 1000,
+                    max_waiting: 512,
+                },
+            )
+            .map(|_| ())
+        });
     }
 }
 
