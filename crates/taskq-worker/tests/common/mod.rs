@@ -326,25 +326,10 @@ pub fn js_consumer(c: &taskq_testkit::NatsCluster, tube: &str) -> taskq_proto::n
 }
 
 /// JetStream: the nats-server release `c` runs, `(major, minor, patch)`,
-/// from the `version` in the `INFO` its first node greets a client with.
+/// as its monitoring port reports it.
 pub fn nats_version(c: &taskq_testkit::NatsCluster) -> (u32, u32, u32) {
-    use std::io::{BufRead, BufReader};
-    let sock = std::net::TcpStream::connect(c.addr(0)).expect("connect for INFO");
-    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut line = String::new();
-    BufReader::new(sock).read_line(&mut line).expect("INFO");
-    let info: serde_json::Value = serde_json::from_str(
-        line.trim_end()
-            .strip_prefix("INFO ")
-            .unwrap_or_else(|| panic!("not an INFO: {line:?}")),
-    )
-    .expect("INFO json");
-    let v = info["version"].as_str().expect("version in INFO");
-    let mut parts = v
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse().unwrap_or(0));
-    let mut next = || parts.next().unwrap_or(0);
-    (next(), next(), next())
+    let v = c.version().expect("the server's version");
+    (v.major, v.minor, v.patch)
 }
 
 /// Sends the library worker's logs to the test's output when `RUST_LOG` is
