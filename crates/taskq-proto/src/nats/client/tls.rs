@@ -20,8 +20,8 @@ use crate::conn::sock::SockIo;
 use crate::error::ConnectionError;
 use crate::nats::access::TlsSettings;
 
-use super::error::{TlsError, TlsFailure};
 use super::NatsError;
+use super::{TlsError, TlsFailure};
 
 /// Ciphertext read from the socket in one go: the largest TLS record.
 const CIPHER_BUF: usize = 18 * 1024;

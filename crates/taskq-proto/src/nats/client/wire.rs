@@ -51,6 +51,11 @@ impl Wire {
         Ok(())
     }
 
+    /// The socket itself, for another driver (a plain connection's).
+    pub(crate) fn into_socket(self) -> socket2::Socket {
+        self.sock.sock
+    }
+
     /// System calls made so far.
     pub(crate) fn counts(&self) -> IoCounts {
         self.sock.counts
