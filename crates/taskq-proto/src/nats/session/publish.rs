@@ -140,11 +140,16 @@ impl NatsSession {
     pub fn poll_puback(&mut self) -> Result<Option<PubAck>, NatsError> {
         let token = self.next_puback()?;
         match self.poll_reply(token)? {
-            Some(m) => {
-                self.pubacks.pop_front();
-                self.puback(m).map(Some)
-            }
+            Some(m) => self.take_puback(m).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Reads the reply `m` to the oldest queued publish (polled with
+    /// [`poll_reply`](Self::poll_reply) for [`next_puback`](Self::next_puback)'s
+    /// token) as its PubAck, which is then no longer owed.
+    pub fn take_puback(&mut self, m: MsgFrame) -> Result<PubAck, NatsError> {
+        self.pubacks.pop_front();
+        self.puback(m)
     }
 }
