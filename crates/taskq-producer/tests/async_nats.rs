@@ -3,14 +3,17 @@
 //! id), a batch in one write, an unknown outcome resolved by a re-send with
 //! the same `Nats-Msg-Id` that the stream answers as a duplicate, a rejection,
 //! not sent (nothing listens; no responders past `resolve_for`), an invalid
-//! tube, credentials, and TLS refused with a typed error.
+//! tube, credentials, and TLS (the session the blocking handshake set up,
+//! driven by tokio).
 #![cfg(feature = "tokio")]
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use taskq_producer::{AsyncProducer, Error, Invalid, NotSent, Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::{MsgSelect, NatsAccess, NatsConfig, NatsConnection, StreamInfo};
+use taskq_producer::{AsyncProducer, Error, NotSent, Producer, PutOptions, PutOutcome};
+use taskq_proto::nats::{
+    MsgSelect, NatsAccess, NatsConfig, NatsConnection, StreamInfo, TlsFailure, TlsSettings,
+};
 use taskq_proto::{Secret, READY_AT_HEADER};
 use taskq_testkit::{ChaosProxy, Direction, NatsCluster, Toxic};
 
@@ -250,7 +253,7 @@ fn nothing_listening_is_not_sent_and_bad_tubes_are_refused_before_sending() {
 }
 
 #[test]
-fn credentials_come_from_nats_access_and_tls_is_refused_with_a_typed_error() {
+fn credentials_come_from_nats_access_and_the_address_wins() {
     let c = NatsCluster::builder()
         .config("authorization { users = [ { user: alice, password: \"s3cret-pw\" } ] }")
         .start()
@@ -280,14 +283,87 @@ fn credentials_come_from_nats_access_and_tls_is_refused_with_a_typed_error() {
             .connect_async(&format!("nats://alice:s3cret-pw@{host}"))
             .await
             .unwrap();
-        // TLS is not in the async driver: refused before anything is sent.
-        for addr in [format!("tls://{host}")] {
-            match AsyncProducer::connect(&addr).await {
-                Err(Error::Invalid(Invalid::Unsupported { what })) => {
-                    assert!(what.contains("TLS"), "{what}")
-                }
-                r => panic!("{addr}: {r:?}"),
+    });
+}
+
+/// Test-only certificates (`tests/tls/`): a CA, and a server certificate it
+/// signed for 127.0.0.1 and localhost, valid 2020-2120 (made with `openssl ca`).
+fn tls_file(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tls")
+        .join(name)
+}
+
+#[test]
+fn over_tls_puts_and_batches_run_through_the_session_the_handshake_made() {
+    let c = NatsCluster::builder()
+        .config(format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\" }}",
+            tls_file("server.pem").display(),
+            tls_file("server-key.pem").display()
+        ))
+        .start()
+        .unwrap();
+    let host = c.addr(0).to_string();
+    let trusted = NatsAccess {
+        tls: TlsSettings {
+            ca_file: Some(tls_file("ca.pem")),
+            ..TlsSettings::default()
+        },
+        ..NatsAccess::default()
+    };
+    let bodies: Vec<Vec<u8>> = (0..100).map(|i| format!("t{i}").into_bytes()).collect();
+    run(async {
+        let mut p = Producer::builder()
+            .nats_access(trusted.clone())
+            .tube("secure")
+            .connect_async(&format!("tls://{host}"))
+            .await
+            .unwrap();
+        let before = p.io_counts().unwrap();
+        for i in 1..=3u64 {
+            assert_eq!(
+                p.put(b"sealed", PutOptions::default()).await.unwrap().get(),
+                i
+            );
+        }
+        // A body larger than one TLS record.
+        p.put(&vec![b'z'; 40_000], PutOptions::default())
+            .await
+            .unwrap();
+        let mut out = vec![PutOutcome::NotSent; bodies.len()];
+        let r = p
+            .put_batch(&bodies, PutOptions::default(), &mut out)
+            .await
+            .unwrap();
+        assert_eq!(r.inserted, 100);
+        assert_eq!(out[99].id().map(|id| id.get()), Some(104));
+        let writes = p.io_counts().unwrap().writes - before.writes;
+        assert_eq!(writes, 5, "one write per put and per batch, through TLS");
+        // Without the CA the server's certificate is not trusted: not sent.
+        match Producer::builder()
+            .connect_async(&format!("tls://{host}"))
+            .await
+        {
+            Err(Error::NotSent(NotSent::Tls(t))) => {
+                assert_eq!(t.failure, TlsFailure::UnknownIssuer, "{t}")
             }
+            r => panic!("an untrusted certificate: {r:?}"),
         }
     });
+    let mut a = NatsConnection::connect(
+        &[host],
+        NatsConfig {
+            access: trusted,
+            ..NatsConfig::default()
+        },
+    )
+    .unwrap();
+    let info = a.stream_info("TASKQ").unwrap();
+    assert_eq!(info.messages, 104);
+    let m = a.msg_get("TASKQ", MsgSelect::Seq(2)).unwrap();
+    assert_eq!(
+        (m.subject.as_str(), &m.data[..]),
+        ("taskq.secure", &b"sealed"[..])
+    );
 }

@@ -12,17 +12,13 @@ use taskq_proto::{Address, ConnectionConfig, IoCounts};
 use crate::classify::{
     check_tube, chunk_end, chunk_write_failed, record, resend_from, start_batch, too_big,
 };
-use crate::error::{Error, Invalid, NotSent};
+use crate::error::{Error, NotSent};
 use crate::nats::{connect_stream, from_nats, nats_config, ready_at, IdBuf, NatsSetup};
 use crate::producer::{BatchError, BatchReport, Builder, PutOutcome, RESOLVE_PAUSE};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
 
-use super::nats_conn::{Adopt, AsyncNatsConn};
-
-/// What the async producer cannot do on JetStream yet.
-const NO_TLS: &str =
-    "TLS (tls://, TLS files, or a server that requires TLS) in the async producer; use the blocking Producer";
+use super::nats_conn::AsyncNatsConn;
 
 /// The async producer's engine on JetStream.
 #[derive(Debug)]
@@ -52,9 +48,6 @@ impl AsyncJetStream {
             addrs.extend(found);
         }
         let setup = b.nats_setup(Some(&addr))?;
-        if setup.access.tls.wanted() {
-            return Err(Error::Invalid(Invalid::Unsupported { what: NO_TLS }));
-        }
         let tube = b.checked_tube(&addrs, true)?;
         let subject = setup.layout.subject(tube.as_deref().unwrap_or("default"));
         let mut p = AsyncJetStream {
@@ -319,9 +312,10 @@ impl AsyncJetStream {
         Box::pin(self.reconnect()).await
     }
 
-    /// Opens a connection: the blocking driver connects, authenticates and
-    /// sets the stream up on tokio's blocking pool (the cold path, as name
-    /// resolution is), then this driver takes the socket over.
+    /// Opens a connection: the blocking driver connects, authenticates,
+    /// starts TLS and sets the stream up on tokio's blocking pool (the cold
+    /// path, as name resolution is), then this driver takes the socket and
+    /// the sessions over.
     async fn reconnect(&mut self) -> Result<(), Error> {
         self.conn = None;
         if let Some(left) = self.reconnects.wait_left() {
@@ -338,12 +332,7 @@ impl AsyncJetStream {
         let opened = match joined {
             Ok((r, known)) => {
                 self.setup.known = known;
-                r.and_then(|c| {
-                    AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(|e| match e {
-                        Adopt::Tls => Error::Invalid(Invalid::Unsupported { what: NO_TLS }),
-                        Adopt::Io(e) => Error::NotSent(NotSent::Io(e)),
-                    })
-                })
+                r.and_then(|c| AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(from_nats))
             }
             Err(e) => Err(Error::NotSent(NotSent::Io(std::io::Error::other(e)))),
         };

@@ -21,10 +21,9 @@ use jetstream::AsyncJetStream;
 impl Builder {
     /// Connects an [`AsyncProducer`] with these settings (resolving `addr`
     /// without blocking the runtime); fails with [`Error::NotSent`] when the
-    /// server cannot be reached. `nats://HOST:PORT[,HOST:PORT...]` selects
-    /// JetStream, with the credentials of [`nats_access`](Builder::nats_access)
-    /// (TLS is refused with [`Invalid::Unsupported`](crate::Invalid::Unsupported));
-    /// `HOST:PORT` beanstalkd.
+    /// server cannot be reached. `nats://HOST:PORT[,HOST:PORT...]` (or
+    /// `tls://`) selects JetStream, with the credentials and TLS settings of
+    /// [`nats_access`](Builder::nats_access); `HOST:PORT` beanstalkd.
     pub async fn connect_async(self, addr: &str) -> Result<AsyncProducer, Error> {
         let engine = match taskq_proto::Address::parse(addr) {
             Ok(a) if a.is_nats() => Engine::JetStream(AsyncJetStream::connect(self, a).await?),

@@ -4,16 +4,19 @@
 //! on each whole reply, `PING`s answered as they come, broken for good after
 //! a timeout, an I/O error, a server `-ERR` or bytes it cannot decode).
 //!
-//! A connection starts as a blocking one (handshake, credentials, the
+//! A connection starts as a blocking one (handshake, credentials, TLS, the
 //! stream's setup: the cold path, run on tokio's blocking pool) and is then
-//! taken over here with its session: the hot path is all tokio.
+//! taken over here with its session and, when encrypted, its TLS session
+//! ([`TlsSession`], whose records are read and written here): the hot path
+//! is all tokio. (tokio-rustls cannot adopt a session set up elsewhere, and
+//! a second handshake here would repeat the blocking driver's.)
 
 use std::future::poll_fn;
 use std::io::IoSlice;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use taskq_proto::nats::{MsgFrame, NatsConnection, NatsError, NatsSession, PubAck};
+use taskq_proto::nats::{MsgFrame, NatsConnection, NatsError, NatsSession, PubAck, TlsSession};
 use taskq_proto::{ConnectionError, IoCounts};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -34,6 +37,8 @@ pub(crate) struct AsyncNatsConn {
     /// A write began and has not ended: a put dropped in the middle of its
     /// write leaves the stream out of step.
     writing: bool,
+    /// The TLS session every byte goes through, when encrypted.
+    tls: Option<Box<TlsSession>>,
 }
 
 impl std::fmt::Debug for AsyncNatsConn {
@@ -45,32 +50,29 @@ impl std::fmt::Debug for AsyncNatsConn {
     }
 }
 
-/// Why a connection could not be taken over.
-#[derive(Debug)]
-pub(crate) enum Adopt {
-    /// It is encrypted: this driver has no TLS.
-    Tls,
-    /// Making the socket non-blocking, or registering it with tokio, failed.
-    Io(std::io::Error),
-}
-
 impl AsyncNatsConn {
     /// Takes over a connected blocking connection: its socket (made
-    /// non-blocking and registered with the current runtime) and its session.
+    /// non-blocking and registered with the current runtime), its session
+    /// and its TLS session. Errors are of setting the socket up: nothing of
+    /// the caller's was sent.
     pub(crate) fn adopt(
         conn: NatsConnection,
         io_timeout: Duration,
-    ) -> Result<AsyncNatsConn, Adopt> {
-        let (sock, session) = conn.into_session().map_err(|_| Adopt::Tls)?;
-        sock.set_nonblocking(true).map_err(Adopt::Io)?;
-        let stream = TcpStream::from_std(sock).map_err(Adopt::Io)?;
+    ) -> Result<AsyncNatsConn, NatsError> {
+        let parts = conn.into_parts()?;
+        parts
+            .socket
+            .set_nonblocking(true)
+            .map_err(NatsError::NotSent)?;
+        let stream = TcpStream::from_std(parts.socket).map_err(NatsError::NotSent)?;
         Ok(AsyncNatsConn {
             stream,
-            session,
+            session: parts.session,
             counts: IoCounts::default(),
             io_timeout,
             deadline: Deadline::new(),
             writing: false,
+            tls: parts.tls,
         })
     }
 
@@ -116,50 +118,49 @@ impl AsyncNatsConn {
             self.session.start_put(subject, msg_id, extra, body.len())?
         };
         let token = put.token;
+        let (queued, head) = (put.queued, put.head);
+        let tail: [&[u8]; 2] = if whole { [&[], &[]] } else { [body, b"\r\n"] };
         self.writing = true;
-        let r = if whole && put.queued.is_empty() {
-            // The hot path: one contiguous write, almost always whole at once.
-            match self.stream.try_write(put.head) {
-                Ok(n) if n == put.head.len() => {
-                    self.counts.writes += 1;
-                    Ok(())
-                }
-                other => {
-                    let sent = match other {
-                        Ok(n) => {
-                            self.counts.writes += 1;
-                            n
-                        }
-                        // Not writable yet, or interrupted: the loop waits or retries.
-                        Err(_) => 0,
-                    };
-                    let bufs = &mut [IoSlice::new(&put.head[sent..])];
-                    write_rest(
-                        &self.stream,
-                        &mut self.counts,
-                        &mut self.deadline,
-                        self.io_timeout,
-                        bufs,
-                        sent,
-                    )
-                    .await
+        let r = match self.tls.as_deref_mut() {
+            None if whole && queued.is_empty() => {
+                // The hot path: one contiguous write, almost always whole at once.
+                match self.stream.try_write(head) {
+                    Ok(n) if n == head.len() => {
+                        self.counts.writes += 1;
+                        Ok(())
+                    }
+                    other => {
+                        let sent = match other {
+                            Ok(n) => {
+                                self.counts.writes += 1;
+                                n
+                            }
+                            // Not writable yet, or interrupted: the loop waits or retries.
+                            Err(_) => 0,
+                        };
+                        let bufs = &mut [IoSlice::new(&head[sent..])];
+                        write_rest(
+                            &self.stream,
+                            &mut self.counts,
+                            &mut self.deadline,
+                            self.io_timeout,
+                            bufs,
+                            sent,
+                        )
+                        .await
+                    }
                 }
             }
-        } else {
-            let (queued, head) = (IoSlice::new(put.queued), IoSlice::new(put.head));
-            let (body, end) = if whole {
-                (IoSlice::new(&[]), IoSlice::new(&[]))
-            } else {
-                (IoSlice::new(body), IoSlice::new(b"\r\n"))
-            };
-            write_all(
-                &self.stream,
-                &mut self.counts,
-                &mut self.deadline,
-                self.io_timeout,
-                &mut [queued, head, body, end],
-            )
-            .await
+            tls => {
+                write_parts(
+                    (&self.stream, tls),
+                    &mut self.counts,
+                    &mut self.deadline,
+                    self.io_timeout,
+                    [queued, head, tail[0], tail[1]],
+                )
+                .await
+            }
         };
         self.sent(r)?;
         let m = self.wait_reply(token).await?;
@@ -203,12 +204,12 @@ impl AsyncNatsConn {
             return Ok(());
         };
         self.writing = true;
-        let r = write_all(
-            &self.stream,
+        let r = write_parts(
+            (&self.stream, self.tls.as_deref_mut()),
             &mut self.counts,
             &mut self.deadline,
             self.io_timeout,
-            &mut [IoSlice::new(queued)],
+            [queued, &[], &[], &[]],
         )
         .await;
         self.sent(r)
@@ -229,7 +230,7 @@ impl AsyncNatsConn {
         let mut started = None;
         loop {
             let r = self.session.poll_reply(token);
-            if self.session.pongs_owed() > 0 {
+            if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
                 self.answer_pings().await?;
             }
             if let Some(m) = r? {
@@ -240,17 +241,38 @@ impl AsyncNatsConn {
         }
     }
 
-    /// Answers the server's `PING`s read so far, one write of `PONG` each.
+    /// Answers the server's `PING`s read so far, one write of `PONG` each,
+    /// and sends the records TLS owes the server (an answer to a key update).
     async fn answer_pings(&mut self) -> Result<(), NatsError> {
         while let Some(pong) = self.session.pong() {
-            let r = write_all(
-                &self.stream,
+            let r = write_parts(
+                (&self.stream, self.tls.as_deref_mut()),
                 &mut self.counts,
                 &mut self.deadline,
                 self.io_timeout,
-                &mut [IoSlice::new(pong)],
+                [pong, &[], &[], &[]],
             )
             .await;
+            if let Err(e) = r {
+                self.session.mark_broken();
+                return Err(NatsError::from(e));
+            }
+        }
+        if let Some(tls) = self.tls.as_deref_mut().filter(|t| t.wants_write()) {
+            let r = match tls.records() {
+                Ok(records) => {
+                    let bufs = &mut [IoSlice::new(records)];
+                    write_all(
+                        &self.stream,
+                        &mut self.counts,
+                        &mut self.deadline,
+                        self.io_timeout,
+                        bufs,
+                    )
+                    .await
+                }
+                Err(e) => Err(ConnectionError::Io(e)),
+            };
             if let Err(e) = r {
                 self.session.mark_broken();
                 return Err(NatsError::from(e));
@@ -259,7 +281,8 @@ impl AsyncNatsConn {
         Ok(())
     }
 
-    /// One read into the session's room, or the deadline.
+    /// One read into the session's room, or the deadline (through TLS:
+    /// reads of ciphertext until some plaintext comes).
     fn poll_read(
         &mut self,
         cx: &mut Context<'_>,
@@ -270,20 +293,72 @@ impl AsyncNatsConn {
             Ok(room) => room,
             Err(e) => return Poll::Ready(Err(e)),
         };
-        match poll_read_into(
-            &mut self.stream,
-            room,
-            &mut self.counts,
-            &mut self.deadline,
-            cx,
-            (started, wait),
-        ) {
-            Poll::Ready(Ok(n)) => Poll::Ready(Ok(n)),
-            Poll::Ready(Err(e)) => {
-                self.session.mark_broken();
-                Poll::Ready(Err(NatsError::from(e)))
-            }
-            Poll::Pending => Poll::Pending,
+        let r = match self.tls.as_deref_mut() {
+            None => poll_read_into(
+                &mut self.stream,
+                room,
+                &mut self.counts,
+                &mut self.deadline,
+                cx,
+                (started, wait),
+            )
+            .map_err(NatsError::from),
+            Some(tls) => loop {
+                match tls.open(room) {
+                    Ok(Some(n)) => break Poll::Ready(Ok(n)),
+                    Ok(None) => {}
+                    // A record that does not open, after the request went
+                    // out: the outcome is unknown.
+                    Err(NatsError::Tls(t)) => {
+                        break Poll::Ready(Err(NatsError::Io(std::io::Error::other(t.to_string()))))
+                    }
+                    Err(e) => break Poll::Ready(Err(e)),
+                }
+                match poll_read_into(
+                    &mut self.stream,
+                    tls.cipher_room(),
+                    &mut self.counts,
+                    &mut self.deadline,
+                    cx,
+                    (&mut *started, wait),
+                ) {
+                    Poll::Ready(Ok(n)) => tls.cipher_read(n),
+                    Poll::Ready(Err(e)) => break Poll::Ready(Err(NatsError::from(e))),
+                    Poll::Pending => break Poll::Pending,
+                }
+            },
+        };
+        if let Poll::Ready(Err(_)) = r {
+            self.session.mark_broken();
+        }
+        r
+    }
+}
+
+/// Writes `parts` in order with one write call (more only on a partial
+/// write): vectored on plain TCP, sealed into TLS records when encrypted.
+async fn write_parts(
+    (stream, tls): (&TcpStream, Option<&mut TlsSession>),
+    counts: &mut IoCounts,
+    deadline: &mut Deadline,
+    timeout: Duration,
+    parts: [&[u8]; 4],
+) -> Result<(), ConnectionError> {
+    match tls {
+        None => {
+            let mut bufs = parts.map(IoSlice::new);
+            write_all(stream, counts, deadline, timeout, &mut bufs).await
+        }
+        Some(tls) => {
+            let records = tls.seal(&parts).map_err(ConnectionError::NotSent)?;
+            write_all(
+                stream,
+                counts,
+                deadline,
+                timeout,
+                &mut [IoSlice::new(records)],
+            )
+            .await
         }
     }
 }

@@ -44,7 +44,7 @@ pub use ack::{AckInfo, AckKind};
 #[cfg(feature = "jetstream")]
 pub use client::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
 #[cfg(feature = "blocking")]
-pub use client::{NatsConfig, NatsConnection};
+pub use client::{NatsConfig, NatsConnection, Parts, TlsSession};
 pub use encode::{
     encode_connect, encode_hpub, encode_ping, encode_pong, encode_pub, encode_sub, encode_unsub,
     validate_subject, ConnectOptions, Headers, PutEncoder,

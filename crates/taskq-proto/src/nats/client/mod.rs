@@ -31,8 +31,11 @@ mod request;
 mod tls;
 mod wire;
 
+pub use self::wire::TlsSession;
 use self::wire::Wire;
-use crate::nats::request_error::{ApiError, NatsError, TlsError, TlsFailure};
+#[cfg(feature = "jetstream")]
+use crate::nats::request_error::ApiError;
+use crate::nats::request_error::{NatsError, TlsError, TlsFailure};
 #[cfg(feature = "jetstream")]
 pub use js::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
 
@@ -96,6 +99,18 @@ impl std::fmt::Debug for NatsConnection {
             .field("broken", &self.s.is_broken())
             .finish()
     }
+}
+
+/// A connection taken apart by [`NatsConnection::into_parts`], for another driver.
+#[derive(Debug)]
+pub struct Parts {
+    /// The connected socket (blocking mode).
+    pub socket: std::net::TcpStream,
+    /// The protocol state: buffers, tokens, the server's `INFO`.
+    pub session: NatsSession,
+    /// The TLS session, when the connection is encrypted: every byte on the
+    /// socket goes through it.
+    pub tls: Option<Box<TlsSession>>,
 }
 
 /// The host of `host:port` (an IPv6 literal without its brackets).
@@ -236,7 +251,7 @@ impl NatsConnection {
     #[cfg(feature = "secure")]
     fn start_tls(&mut self, host: &str, started: Instant, wait: Duration) -> Result<(), NatsError> {
         let config = tls::client_config(&self.cfg.access.tls)?;
-        let session = Box::new(tls::Tls::new(config, host)?);
+        let session = Box::new(tls::TlsSession::new(config, host)?);
         self.io.start_tls(session, started, wait)
     }
 
@@ -326,16 +341,23 @@ impl NatsConnection {
         Interrupter::new(&self.io.sock.sock)
     }
 
-    /// Hands the socket and the protocol state over to another driver (an
-    /// async one): only a plain TCP connection with nothing owed, else the
-    /// connection comes back unchanged. The socket is left blocking, with
-    /// the I/O timeout as its socket timeouts.
-    pub fn into_session(self) -> Result<(std::net::TcpStream, NatsSession), Box<NatsConnection>> {
-        if self.io.is_tls() || self.s.idle().is_err() || !self.s.queued().is_empty() {
-            return Err(Box::new(self));
+    /// Hands the connection over to another driver (an async one): its
+    /// socket (left blocking, with the I/O timeout as its socket timeouts),
+    /// its protocol state, and its TLS session when it is encrypted.
+    /// [`NatsError::Busy`] when replies are owed or operations queued (the
+    /// connection is dropped then).
+    pub fn into_parts(self) -> Result<Parts, NatsError> {
+        self.s.idle()?;
+        if !self.s.queued().is_empty() {
+            return Err(NatsError::Busy);
         }
         let NatsConnection { io, s, .. } = self;
-        Ok((io.into_socket().into(), s))
+        let (socket, tls) = io.into_parts();
+        Ok(Parts {
+            socket: socket.into(),
+            session: s,
+            tls,
+        })
     }
 
     /// Marks the connection broken and hands `e` back.
