@@ -243,7 +243,6 @@ impl NatsConnection {
             Ok(s.poll_connected()?.then_some(()))
         })?;
         self.step = "";
-        self.cfg.limits = *self.s.limits();
         Ok(())
     }
 
@@ -403,6 +402,8 @@ impl NatsConnection {
         match self.io.fill(room, started, wait, first) {
             Ok(n) => {
                 self.s.received(n);
+                // What the settings say follows the server's latest INFO.
+                self.cfg.limits = *self.s.limits();
                 Ok(())
             }
             // After the handshake a TLS failure breaks a request whose
