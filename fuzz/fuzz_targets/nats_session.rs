@@ -23,7 +23,8 @@ fn session() -> NatsSession {
     s.start_put_whole(b"taskq.T", b"id", &[], b"x").unwrap();
     s.queue_sent();
     s.queue_pull("S", "c", 3, None, None).unwrap();
-    s.queue_ack(b"$JS.ACK.S.c.1.1.1.1.0", AckKind::Ack, true).unwrap();
+    s.queue_ack(b"$JS.ACK.S.c.1.1.1.1.0", AckKind::Ack, true)
+        .unwrap();
     s.queue_sent();
     s
 }
