@@ -261,12 +261,25 @@ fn main() {
         .build()
         .unwrap();
     ensure_stream(&rt, addr, ca.as_ref());
-    let js = rt.block_on(async { async_nats::jetstream::new(async_client(addr, ca.as_ref()).await) });
+    let js =
+        rt.block_on(async { async_nats::jetstream::new(async_client(addr, ca.as_ref()).await) });
     let (t, at) = template(&[b'x'; 64]);
     let id = u64::from(std::process::id()) << 32;
     let raw: Box<dyn Side> = match &ca {
-        None => Box::new(RawSide { r: Raw::connect(addr), t, at, out: Vec::new(), id }),
-        Some(ca) => Box::new(RawSide { r: Raw::connect_tls(addr, ca), t, at, out: Vec::new(), id }),
+        None => Box::new(RawSide {
+            r: Raw::connect(addr),
+            t,
+            at,
+            out: Vec::new(),
+            id,
+        }),
+        Some(ca) => Box::new(RawSide {
+            r: Raw::connect_tls(addr, ca),
+            t,
+            at,
+            out: Vec::new(),
+            id,
+        }),
     };
     let mut access = NatsAccess::default();
     access.tls.ca_file = ca.clone();

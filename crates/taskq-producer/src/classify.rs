@@ -181,6 +181,18 @@ pub(crate) fn read_chunk(
     Ok(())
 }
 
+/// JetStream: where a batch that broke off at `e` starts again (with the
+/// same message ids). A job sent once stays unknown in `out` (it may be
+/// stored) until its re-send is answered; the rest are not sent yet.
+pub(crate) fn resend_from(e: &BatchError, out: &mut [PutOutcome]) -> usize {
+    for o in &mut out[e.replied..] {
+        if !matches!(o, PutOutcome::Unknown) {
+            *o = PutOutcome::NotSent;
+        }
+    }
+    e.replied
+}
+
 #[cfg(test)]
 mod tests {
     //! The producer's outcome rules, through the protocol session with

@@ -43,12 +43,7 @@ impl Link {
         nats: Option<&mut NatsSetup>,
     ) -> Result<Link, Error> {
         if let Some(setup) = nats {
-            let ncfg = taskq_proto::nats::NatsConfig {
-                connect_timeout: cfg.connect_timeout,
-                io_timeout: cfg.io_timeout,
-                keepalive: cfg.keepalive,
-                ..taskq_proto::nats::NatsConfig::default()
-            };
+            let ncfg = crate::nats::nats_config(&cfg);
             return NatsLink::open(addrs, ncfg, setup, tube.unwrap_or("default")).map(Link::Nats);
         }
         let mut link = Connection::connect(addrs, cfg)

@@ -24,8 +24,9 @@
 //! ```
 //!
 //! With the `tokio` feature, `AsyncProducer` is the same producer for async
-//! code: one tokio `TcpStream`, the same outcomes, batches and reconnect rule,
-//! one write and no heap allocation or timer registration per put.
+//! code, on beanstalkd or JetStream (`nats://`): one tokio `TcpStream`, the
+//! same outcomes, batches and reconnect rule, one write and no heap
+//! allocation or timer registration per put.
 #![cfg_attr(
     feature = "tokio",
     doc = r#"

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use taskq_proto::nats::{NatsAccess, NatsConfig, NatsConnection, NatsError, StreamSpec};
-use taskq_proto::{ConnectionError, Layout, READY_AT_HEADER};
+use taskq_proto::{ConnectionConfig, ConnectionError, Layout, READY_AT_HEADER};
 
 use crate::classify::{chunk_write_failed, read_chunk};
 use crate::error::{Error, Invalid, NotSent, Rejection};
@@ -130,35 +130,7 @@ impl NatsLink {
         setup: &mut NatsSetup,
         tube: &str,
     ) -> Result<NatsLink, Error> {
-        let mut nodes: Vec<String> = if setup.seeds.is_empty() {
-            seeds.iter().map(SocketAddr::to_string).collect()
-        } else {
-            setup.seeds.clone()
-        };
-        let cfg = NatsConfig {
-            access: setup.access.clone(),
-            ..cfg
-        };
-        for k in &setup.known {
-            if !nodes.contains(k) {
-                nodes.push(k.clone());
-            }
-        }
-        let mut conn =
-            NatsConnection::connect(&nodes, cfg).map_err(|e| setup_failed("connecting", e))?;
-        setup.known.clear();
-        setup.known.extend(conn.servers().iter().cloned());
-        let replicas = setup
-            .replicas
-            .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
-        let spec = StreamSpec {
-            name: setup.layout.stream().to_owned(),
-            subjects: vec![setup.layout.capture()],
-            replicas,
-            duplicate_window: None,
-        };
-        conn.ensure_stream(&spec)
-            .map_err(|e| setup_failed("looking up the stream", e))?;
+        let conn = connect_stream(seeds, cfg, setup)?;
         Ok(NatsLink {
             conn,
             layout: setup.layout.clone(),
@@ -258,15 +230,76 @@ impl NatsLink {
     }
 }
 
+/// Connects to the first seed that answers (the seeds as given, then the
+/// nodes the last connection learned) and makes sure the stream exists,
+/// creating it when missing; one that does not fit is an error. Updates the
+/// nodes learned.
+pub(crate) fn connect_stream(
+    seeds: &[SocketAddr],
+    cfg: NatsConfig,
+    setup: &mut NatsSetup,
+) -> Result<NatsConnection, Error> {
+    let mut nodes: Vec<String> = if setup.seeds.is_empty() {
+        seeds.iter().map(SocketAddr::to_string).collect()
+    } else {
+        setup.seeds.clone()
+    };
+    let cfg = NatsConfig {
+        access: setup.access.clone(),
+        ..cfg
+    };
+    for k in &setup.known {
+        if !nodes.contains(k) {
+            nodes.push(k.clone());
+        }
+    }
+    let mut conn =
+        NatsConnection::connect(&nodes, cfg).map_err(|e| setup_failed("connecting", e))?;
+    setup.known.clear();
+    setup.known.extend(conn.servers().iter().cloned());
+    let replicas = setup
+        .replicas
+        .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
+    let spec = StreamSpec {
+        name: setup.layout.stream().to_owned(),
+        subjects: vec![setup.layout.capture()],
+        replicas,
+        duplicate_window: None,
+    };
+    conn.ensure_stream(&spec)
+        .map_err(|e| setup_failed("looking up the stream", e))?;
+    Ok(conn)
+}
+
+/// The NATS settings of a producer's connection settings.
+pub(crate) fn nats_config(cfg: &ConnectionConfig) -> NatsConfig {
+    NatsConfig {
+        connect_timeout: cfg.connect_timeout,
+        io_timeout: cfg.io_timeout,
+        keepalive: cfg.keepalive,
+        ..NatsConfig::default()
+    }
+}
+
 /// Runs `f` with a put's extra headers: none, or the ready time of a job
 /// delayed `delay` seconds (formatted on the stack).
 #[inline]
-fn with_ready_at<R>(delay: u32, f: impl FnOnce(&[(&[u8], &[u8])]) -> R) -> R {
-    if delay == 0 {
-        return f(&[]);
-    }
+pub(crate) fn with_ready_at<R>(delay: u32, f: impl FnOnce(&[(&[u8], &[u8])]) -> R) -> R {
     let mut at = itoa::Buffer::new();
-    f(&[(READY_AT_HEADER, at.format(ready_at_ms(delay)).as_bytes())])
+    match ready_at(delay, &mut at) {
+        None => f(&[]),
+        Some(h) => f(&[h]),
+    }
+}
+
+/// The ready-time header of a job delayed `delay` seconds, formatted into
+/// `at`; `None` for a job ready at once.
+#[inline]
+pub(crate) fn ready_at(delay: u32, at: &mut itoa::Buffer) -> Option<(&'static [u8], &[u8])> {
+    if delay == 0 {
+        return None;
+    }
+    Some((READY_AT_HEADER, at.format(ready_at_ms(delay)).as_bytes()))
 }
 
 /// When a job put now with `delay` seconds becomes ready, in Unix milliseconds.

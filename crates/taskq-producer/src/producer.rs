@@ -11,14 +11,14 @@ use crate::reconnects::Reconnects;
 use crate::target::IntoTarget;
 use taskq_proto::nats::NatsAccess;
 
-use crate::classify::{check_tube, chunk_end, in_backoff, start_batch, too_big};
+use crate::classify::{check_tube, chunk_end, in_backoff, resend_from, start_batch, too_big};
 use crate::engine::Link;
 use crate::error::{Error, Rejection};
 use crate::NotSent;
 use crate::{JobId, PutOptions};
 
 /// The pause before re-sending a put JetStream answered `503`.
-const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
 
 /// Most jobs sent in one write by [`Producer::put_batch`]; a longer batch goes
 /// out in several writes. Bounds the replies waiting in the socket while the
@@ -230,19 +230,7 @@ impl Builder {
             .map_err(|e| Error::NotSent(NotSent::Io(e)))?;
         let nats = match target.engine() {
             taskq_proto::Engine::Beanstalkd => None,
-            taskq_proto::Engine::Nats => {
-                let stream = self
-                    .stream
-                    .as_deref()
-                    .unwrap_or(taskq_proto::DEFAULT_STREAM);
-                let layout = taskq_proto::Layout::new(stream)
-                    .map_err(|e| Error::from(taskq_proto::EncodeError::BadTubeName(e)))?;
-                let (access, seeds) = match target.address() {
-                    Some(a) => (self.access.for_address(a), a.hosts().to_vec()),
-                    None => (self.access.clone(), Vec::new()),
-                };
-                Some(NatsSetup::new(layout, self.replicas, access, seeds))
-            }
+            taskq_proto::Engine::Nats => Some(self.nats_setup(target.address())?),
         };
         let addrs = target.addrs().to_vec();
         let tube = self.checked_tube(&addrs, nats.is_some())?;
@@ -260,6 +248,26 @@ impl Builder {
 }
 
 impl Builder {
+    /// JetStream's layout, message ids, credentials and seeds for a
+    /// producer of `address` (its user info and `tls://` win over the
+    /// builder's access; `None` when given socket addresses).
+    pub(crate) fn nats_setup(
+        &self,
+        address: Option<&taskq_proto::Address>,
+    ) -> Result<NatsSetup, Error> {
+        let stream = self
+            .stream
+            .as_deref()
+            .unwrap_or(taskq_proto::DEFAULT_STREAM);
+        let layout = taskq_proto::Layout::new(stream)
+            .map_err(|e| Error::from(taskq_proto::EncodeError::BadTubeName(e)))?;
+        let (access, seeds) = match address {
+            Some(a) => (self.access.for_address(a), a.hosts().to_vec()),
+            None => (self.access.clone(), Vec::new()),
+        };
+        Ok(NatsSetup::new(layout, self.replicas, access, seeds))
+    }
+
     /// Refuses an empty address list or a bad tube name; the tube to restore
     /// on each connection (`None` for `default`, which a connection starts with).
     pub(crate) fn checked_tube(
@@ -519,14 +527,7 @@ impl Producer {
                     if matches!(e.error, Error::NotSent(NotSent::Unavailable)) {
                         std::thread::sleep(RESOLVE_PAUSE);
                     }
-                    from = e.replied;
-                    // A job sent once stays unknown (it may be stored) until
-                    // its re-send, with the same message id, is answered.
-                    for o in &mut out[from..] {
-                        if !matches!(o, PutOutcome::Unknown) {
-                            *o = PutOutcome::NotSent;
-                        }
-                    }
+                    from = resend_from(&e, out);
                 }
                 Err(e) => return Err(e),
             }

@@ -1,52 +1,40 @@
 //! The producer over tokio: the same puts, batches, outcomes and reconnect
-//! rule as the blocking [`Producer`](crate::Producer), on one tokio `TcpStream`.
+//! rule as the blocking [`Producer`](crate::Producer), on beanstalkd
+//! ([`beanstalkd`]: one `TcpStream` under the beanstalkd session) and on
+//! JetStream ([`jetstream`]: one `TcpStream` under the NATS session).
 
-use std::net::SocketAddr;
+use taskq_proto::IoCounts;
 
-use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
-
-use crate::classify::{
-    check_tube, chunk_end, not_inserted, record, start_batch, too_big, use_failed_on_reconnect,
-    using,
-};
-use crate::error::{Error, NotSent};
+use crate::error::Error;
 use crate::producer::{BatchError, BatchReport, Builder, PutOutcome};
-use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
 
+mod beanstalkd;
 mod driver;
+mod io;
+mod jetstream;
+mod nats_conn;
 
-use driver::AsyncConn;
+use beanstalkd::AsyncBeanstalkd;
+use jetstream::AsyncJetStream;
 
 impl Builder {
     /// Connects an [`AsyncProducer`] with these settings (resolving `addr`
     /// without blocking the runtime); fails with [`Error::NotSent`] when the
-    /// server cannot be reached.
+    /// server cannot be reached. `nats://HOST:PORT[,HOST:PORT...]` (or
+    /// `tls://`) selects JetStream, with the credentials and TLS settings of
+    /// [`nats_access`](Builder::nats_access); `HOST:PORT` beanstalkd.
     pub async fn connect_async(self, addr: &str) -> Result<AsyncProducer, Error> {
-        if taskq_proto::Address::parse(addr).is_ok_and(|a| a.is_nats()) {
-            return Err(Error::Invalid(crate::Invalid::Unsupported {
-                what: "JetStream (nats://) in the async producer; use the blocking Producer",
-            }));
-        }
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
-            .await
-            .map_err(|e| Error::NotSent(NotSent::Io(e)))?
-            .collect();
-        let tube = self.checked_tube(&addrs, false)?;
-        let mut p = AsyncProducer {
-            addrs,
-            cfg: self.cfg,
-            reconnects: Reconnects::new(self.backoff),
-            retries: self.retries,
-            tube,
-            conn: None,
+        let engine = match taskq_proto::Address::parse(addr) {
+            Ok(a) if a.is_nats() => Engine::JetStream(AsyncJetStream::connect(self, a).await?),
+            _ => Engine::Beanstalkd(AsyncBeanstalkd::connect(self, addr).await?),
         };
-        p.connected().await?;
-        Ok(p)
+        Ok(AsyncProducer { engine })
     }
 }
 
-/// A producer of jobs on one beanstalkd-protocol server, for tokio.
+/// A producer of jobs for tokio, on one beanstalkd-protocol server or one
+/// JetStream cluster.
 ///
 /// Each put is one write and one read on a reused `TcpStream`, with no heap
 /// allocation and no timer registration in steady state: the whole-reply
@@ -54,7 +42,9 @@ impl Builder {
 /// early. Outcomes mean what they mean for the blocking
 /// [`Producer`](crate::Producer); after a connection breaks, the next call
 /// reconnects (at once the first time after progress, then after a capped,
-/// jittered backoff) and restores the tube in use.
+/// jittered backoff) and restores the tube in use. On JetStream a put whose
+/// outcome is unknown is sent again with the same `Nats-Msg-Id` within
+/// [`resolve_for`](Builder::resolve_for), and the stream stores it once.
 ///
 /// Settings come from the blocking producer's [`Builder`]:
 /// `Producer::builder().io_timeout(..).connect_async(addr).await`.
@@ -62,131 +52,64 @@ impl Builder {
 /// A producer belongs to the runtime it was connected on, which must have its
 /// time and I/O drivers enabled (`Builder::enable_all`). Its futures are not
 /// cancellation-safe in the sense that matters here: a put dropped after its
-/// write leaves the connection owing a reply, so the next call finds it
-/// broken, reconnects, and the dropped job's outcome is unknown.
+/// write leaves the connection owing a reply (on beanstalkd the next call
+/// finds it broken and reconnects; on JetStream the reply is skipped, and a
+/// put dropped in the middle of its write breaks the connection), and the
+/// dropped job's outcome is unknown.
 #[derive(Debug)]
 pub struct AsyncProducer {
-    addrs: Vec<SocketAddr>,
-    cfg: ConnectionConfig,
-    reconnects: Reconnects,
-    retries: u32,
-    /// The tube in use; `None` is `default`, which a new connection starts with.
-    tube: Option<String>,
-    conn: Option<AsyncConn>,
+    engine: Engine,
+}
+
+#[derive(Debug)]
+// One engine per producer: its size does not matter, and boxing either
+// would put a pointer chase on every put.
+#[allow(clippy::large_enum_variant)]
+enum Engine {
+    Beanstalkd(AsyncBeanstalkd),
+    JetStream(AsyncJetStream),
 }
 
 impl AsyncProducer {
-    /// Connects with the default settings.
+    /// Connects with the default settings (see [`Builder::connect_async`]
+    /// for the addresses taken).
     pub async fn connect(addr: &str) -> Result<AsyncProducer, Error> {
         Builder::default().connect_async(addr).await
     }
 
-    /// Puts later jobs into `tube`. Refused before sending when the name is invalid.
+    /// Puts later jobs into `tube`. Refused before sending when the name is
+    /// invalid (on JetStream: not one subject token).
     pub async fn use_tube(&mut self, tube: &str) -> Result<(), Error> {
-        check_tube(tube, false)?;
-        let wanted = (tube != "default").then_some(tube);
-        if self.tube.as_deref() == wanted && self.is_connected() {
-            return Ok(());
+        match &mut self.engine {
+            Engine::Beanstalkd(b) => b.use_tube(tube).await,
+            Engine::JetStream(j) => j.use_tube(tube).await,
         }
-        self.tube = wanted.map(str::to_owned);
-        if !self.is_connected() {
-            // A fresh connection issues the `use` itself.
-            return self.connected().await.map(|_| ());
-        }
-        let conn = self.conn.as_mut().expect("checked above");
-        let r = use_on(conn, tube).await;
-        if r.is_err() {
-            self.broke();
-        }
-        r
     }
 
     /// The tube puts go to.
     pub fn tube(&self) -> &str {
-        self.tube.as_deref().unwrap_or("default")
+        match &self.engine {
+            Engine::Beanstalkd(b) => b.tube(),
+            Engine::JetStream(j) => j.tube(),
+        }
     }
 
     /// The largest body this producer sends.
     pub fn max_job_size(&self) -> usize {
-        self.cfg.limits.max_job_size
+        match &self.engine {
+            Engine::Beanstalkd(b) => b.max_job_size(),
+            Engine::JetStream(j) => j.max_job_size(),
+        }
     }
 
-    /// Puts one job: one write, one read.
+    /// Puts one job: one write, one read. On JetStream the id is the
+    /// job's stream sequence.
     #[inline]
     pub async fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
-        let cmd = opts.command(body);
-        // Steady state: a live connection and nothing to recover from. (A body
-        // over the maximum is refused by the session before sending, with the
-        // same error `put_cold` gives.)
-        if self.reconnects.made_progress() {
-            if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
-                let e = match conn.send(&cmd).await {
-                    Ok(()) => match conn.recv().await {
-                        Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
-                        other => not_inserted(other),
-                    },
-                    Err(e) => Error::from_conn(e),
-                };
-                // Boxed: the cold paths (reconnect, retry) would otherwise
-                // make every put's future several kilobytes, which tokio
-                // itself boxes when it is spawned or passed to `block_on`.
-                return Box::pin(self.put_failed(&cmd, e)).await;
-            }
+        match &mut self.engine {
+            Engine::Beanstalkd(b) => b.put(body, opts).await,
+            Engine::JetStream(j) => j.put(body, opts).await,
         }
-        Box::pin(self.put_cold(&cmd)).await
-    }
-
-    /// The hot path's put did not come back `INSERTED`: a rejection is the
-    /// answer; an unknown or not-sent outcome drops a broken connection and is
-    /// retried in at-least-once mode.
-    async fn put_failed(&mut self, cmd: &Command<'_>, e: Error) -> Result<JobId, Error> {
-        let r = Err(e);
-        if let Some(conn) = self.conn.as_mut() {
-            mark_if_out_of_step(conn, &r);
-        }
-        if !matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
-            return r;
-        }
-        self.drop_if_broken();
-        self.put_again(cmd, r).await
-    }
-
-    /// A put that needs a connection first (or a body refused before that).
-    async fn put_cold(&mut self, cmd: &Command<'_>) -> Result<JobId, Error> {
-        let len = cmd.body().len();
-        if len > self.cfg.limits.max_job_size {
-            return Err(too_big(len, self.cfg.limits.max_job_size));
-        }
-        let r = self.put_once(cmd).await;
-        self.put_again(cmd, r).await
-    }
-
-    /// At-least-once mode: sends again while the outcome is unknown or not sent.
-    async fn put_again(
-        &mut self,
-        cmd: &Command<'_>,
-        mut r: Result<JobId, Error>,
-    ) -> Result<JobId, Error> {
-        let mut retries = self.retries;
-        while retries > 0 && matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
-            retries -= 1;
-            r = self.put_once(cmd).await;
-        }
-        r
-    }
-
-    /// One attempt at a put, reconnecting first if needed.
-    async fn put_once(&mut self, cmd: &Command<'_>) -> Result<JobId, Error> {
-        let conn = self.connected().await?;
-        let r = match conn.send(cmd).await {
-            Ok(()) => put_reply(conn).await,
-            Err(e) => Err(Error::from_conn(e)),
-        };
-        match &r {
-            Ok(_) | Err(Error::Rejected(_)) => self.reconnects.progress(),
-            Err(_) => self.drop_if_broken(),
-        }
-        r
     }
 
     /// Puts many jobs with one write (per [`MAX_PIPELINE_JOBS`](crate::MAX_PIPELINE_JOBS)
@@ -199,142 +122,43 @@ impl AsyncProducer {
         opts: PutOptions,
         out: &mut [PutOutcome],
     ) -> Result<BatchReport, BatchError> {
-        let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
-        let mut report = BatchReport::default();
-        let mut from = 0;
-        let mut retries = self.retries;
-        while from < bodies.len() {
-            match self.batch_chunk(bodies, from, opts, out, &mut report).await {
-                Ok(next) => from = next,
-                Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
-                    retries -= 1;
-                    from = e.replied;
-                    out[from..].fill(PutOutcome::NotSent);
-                }
-                Err(e) => return Err(e),
-            }
+        match &mut self.engine {
+            Engine::Beanstalkd(b) => b.put_batch(bodies, opts, out).await,
+            Engine::JetStream(j) => j.put_batch(bodies, opts, out).await,
         }
-        Ok(report)
-    }
-
-    /// Sends one write's worth of the batch starting at `from` and reads its
-    /// replies; returns where the next chunk starts.
-    async fn batch_chunk<B: AsRef<[u8]>>(
-        &mut self,
-        bodies: &[B],
-        from: usize,
-        opts: PutOptions,
-        out: &mut [PutOutcome],
-        report: &mut BatchReport,
-    ) -> Result<usize, BatchError> {
-        let broke = |replied: usize, error: Error| BatchError { replied, error };
-        let conn = self.connected().await.map_err(|e| broke(from, e))?;
-        let end = chunk_end(bodies, from);
-        for body in &bodies[from..end] {
-            if let Err(e) = conn.queue(&opts.command(body.as_ref())) {
-                conn.clear_queue();
-                return Err(broke(from, Error::from_conn(e)));
-            }
-        }
-        if let Err(e) = conn.flush().await {
-            let e = Error::from_conn(e);
-            if e.outcome_unknown() {
-                out[from..end].fill(PutOutcome::Unknown);
-            }
-            self.drop_if_broken();
-            return Err(broke(from, e));
-        }
-        for i in from..end {
-            if let Err(e) = record(put_reply(conn).await, &mut out[i], report) {
-                out[i..end].fill(PutOutcome::Unknown);
-                self.drop_if_broken();
-                return Err(broke(i, e));
-            }
-        }
-        self.reconnects.progress();
-        Ok(end)
     }
 
     /// True while a connection is open (it may still turn out broken on the next call).
     pub fn is_connected(&self) -> bool {
-        self.conn.as_ref().is_some_and(|c| !c.is_broken())
+        match &self.engine {
+            Engine::Beanstalkd(b) => b.is_connected(),
+            Engine::JetStream(j) => j.is_connected(),
+        }
     }
 
     /// Connections opened so far (1 after `connect`, more after reconnects).
     pub fn connects(&self) -> u64 {
-        self.reconnects.count()
+        match &self.engine {
+            Engine::Beanstalkd(b) => b.connects(),
+            Engine::JetStream(j) => j.connects(),
+        }
     }
 
     /// System calls on the current connection, for tests and benchmarks:
     /// writes and reads that moved bytes or failed.
     pub fn io_counts(&self) -> Option<IoCounts> {
-        self.conn.as_ref().map(AsyncConn::io_counts)
-    }
-
-    /// The open connection, opening one (and restoring the tube) if needed,
-    /// after waiting out the reconnect backoff.
-    async fn connected(&mut self) -> Result<&mut AsyncConn, Error> {
-        if self.is_connected() {
-            return Ok(self.conn.as_mut().expect("checked above"));
-        }
-        // Boxed, so that a batch's future stays small (see `put`).
-        Box::pin(self.reconnect()).await
-    }
-
-    /// Opens a connection (waiting out the backoff) and restores the tube.
-    async fn reconnect(&mut self) -> Result<&mut AsyncConn, Error> {
-        self.conn = None;
-        if let Some(left) = self.reconnects.wait_left() {
-            tokio::time::sleep(left).await;
-        }
-        let opened = match AsyncConn::connect(&self.addrs, &self.cfg).await {
-            Ok(mut c) => match &self.tube {
-                Some(t) => match use_on(&mut c, t).await {
-                    Ok(()) => Ok(c),
-                    Err(e) => Err(use_failed_on_reconnect(t, e)),
-                },
-                None => Ok(c),
-            },
-            Err(e) => Err(Error::from_conn(e)),
-        };
-        self.reconnects.opened(&mut self.conn, opened)
-    }
-
-    /// Forgets a connection that broke so the next call opens a new one.
-    fn drop_if_broken(&mut self) {
-        if self.conn.as_ref().is_some_and(AsyncConn::is_broken) {
-            self.broke();
+        match &self.engine {
+            Engine::Beanstalkd(b) => b.io_counts(),
+            Engine::JetStream(j) => j.io_counts(),
         }
     }
 
-    fn broke(&mut self) {
-        // The first reconnect after a healthy spell is immediate; repeated breaks back off.
-        self.reconnects.broke(&mut self.conn);
-    }
-}
-
-async fn use_on(conn: &mut AsyncConn, tube: &str) -> Result<(), Error> {
-    let r = match conn.send(&Command::Use { tube }).await {
-        Ok(()) => using(conn.recv().await, tube),
-        Err(e) => Err(Error::from_conn(e)),
-    };
-    mark_if_out_of_step(conn, &r);
-    r
-}
-
-/// Reads a put's reply: the id, or the rejection.
-#[inline]
-async fn put_reply(conn: &mut AsyncConn) -> Result<JobId, Error> {
-    let r = match conn.recv().await {
-        Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
-        other => Err(not_inserted(other)),
-    };
-    mark_if_out_of_step(conn, &r);
-    r
-}
-
-fn mark_if_out_of_step<T>(conn: &mut AsyncConn, r: &Result<T, Error>) {
-    if matches!(r, Err(Error::Unknown(_))) {
-        conn.mark_broken();
+    /// Server `PING`s the current connection answered (each one write of
+    /// `PONG`): JetStream only, `None` on beanstalkd.
+    pub fn pings_answered(&self) -> Option<u64> {
+        match &self.engine {
+            Engine::Beanstalkd(_) => None,
+            Engine::JetStream(j) => j.pings_answered(),
+        }
     }
 }

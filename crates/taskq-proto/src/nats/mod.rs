@@ -10,6 +10,9 @@
 //!   changes from one publish to the next.
 //! - [`parse_js_reply`] reads a JetStream PubAck (or its error object) and
 //!   [`AckInfo::parse`] an ack subject, both by hand and without allocation.
+//! - [`NatsSession`] is one connection's state over all of these: what is
+//!   sent, which replies are owed, `PING`s to answer, deliveries. The
+//!   blocking [`NatsConnection`] (feature `blocking`) drives it over a socket.
 //!
 //! ```
 //! use taskq_proto::nats::{parse_op, NatsLimits, ServerOp};
@@ -33,17 +36,15 @@ mod error;
 mod headers;
 pub(crate) mod json;
 pub(crate) mod op;
+mod request_error;
+pub mod session;
 
-#[cfg(feature = "blocking")]
 pub use access::{NatsAccess, TlsSettings};
 pub use ack::{AckInfo, AckKind};
-#[cfg(feature = "blocking")]
-pub use client::{
-    ApiError, Delivery, NatsConfig, NatsConnection, NatsError, PubAck, Refusal, TlsError,
-    TlsFailure,
-};
 #[cfg(feature = "jetstream")]
 pub use client::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
+#[cfg(feature = "blocking")]
+pub use client::{NatsConfig, NatsConnection, Parts, TlsSession};
 pub use encode::{
     encode_connect, encode_hpub, encode_ping, encode_pong, encode_pub, encode_sub, encode_unsub,
     validate_subject, ConnectOptions, Headers, PutEncoder,
@@ -52,6 +53,8 @@ pub use error::{NatsEncodeError, NatsProtoError};
 pub use headers::HeaderBlock;
 pub use json::{parse_info, parse_js_reply, ApiErrorRef, InfoRef, JsReply, PubAckRef};
 pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp, Span};
+pub use request_error::{ApiError, NatsError, Refusal, TlsError, TlsFailure};
+pub use session::{Delivery, NatsSession, PubAck};
 
 /// The NATS server's default `max_payload`: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;

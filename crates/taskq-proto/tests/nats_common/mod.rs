@@ -2,6 +2,8 @@
 //! it, and the work-queue stream and consumer the tests use.
 #![allow(dead_code)] // not every test file uses every helper
 
+pub mod script;
+
 use std::time::Duration;
 
 use taskq_proto::nats::{ConsumerSpec, NatsConfig, NatsConnection, StreamSpec};

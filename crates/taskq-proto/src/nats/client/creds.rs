@@ -11,7 +11,8 @@ use std::path::Path;
 use crate::nats::access::NatsAccess;
 use crate::secret::Secret;
 
-use super::{NatsError, Signed};
+use super::NatsError;
+use crate::nats::session::Signed;
 
 /// Signs `nonce` with the credentials file or nkey seed file of `access`;
 /// `None` when neither is given.

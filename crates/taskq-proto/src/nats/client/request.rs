@@ -15,27 +15,10 @@ impl NatsConnection {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, NatsError> {
-        self.idle()?;
-        let token = self.next_token;
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&self.inbox);
-        self.scratch
-            .extend_from_slice(itoa::Buffer::new().format(token).as_bytes());
-        let max = self.cfg.limits.max_payload;
-        crate::nats::encode_pub(
-            &mut self.tx,
-            subject.as_bytes(),
-            Some(&self.scratch),
-            payload,
-            max,
-        )?;
-        self.next_token += 1;
+        let token = self.s.queue_request(subject.as_bytes(), payload)?;
         let started = Instant::now();
         self.flush_tx()?;
-        let (m, base) = self.wait_reply(token, started, timeout)?;
-        if self.no_responders(&m) {
-            return Err(NatsError::NoResponders);
-        }
-        Ok(m.payload.of(self.rx.from(base)).to_vec())
+        let m = self.wait_reply(token, started, timeout)?;
+        self.s.reply_payload(m).map(<[u8]>::to_vec)
     }
 }

@@ -20,14 +20,18 @@ use crate::conn::sock::SockIo;
 use crate::error::ConnectionError;
 use crate::nats::access::TlsSettings;
 
-use super::error::{TlsError, TlsFailure};
 use super::NatsError;
+use super::{TlsError, TlsFailure};
 
 /// Ciphertext read from the socket in one go: the largest TLS record.
 const CIPHER_BUF: usize = 18 * 1024;
 
-/// A TLS session over a connection's socket.
-pub(crate) struct Tls {
+/// A TLS session with no socket: rustls's client connection with the
+/// ciphertext read and not yet opened, and the records sealed for the next
+/// write. The blocking driver runs the handshake and its reads and writes
+/// over it; another driver (the async producer's) takes it over with the
+/// socket ([`NatsConnection::into_parts`](super::NatsConnection::into_parts)).
+pub struct TlsSession {
     conn: ClientConnection,
     /// Ciphertext read but not yet handed to rustls: `inbuf[start..end]`.
     inbuf: Box<[u8]>,
@@ -38,6 +42,14 @@ pub(crate) struct Tls {
     /// The plaintext of a write given in several slices, gathered so that it
     /// becomes one record (per 16 KiB), not one per slice; reused.
     plain: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSession")
+            .field("buffered", &(self.end - self.start))
+            .finish_non_exhaustive()
+    }
 }
 
 /// The rustls client configuration for `settings`.
@@ -137,16 +149,16 @@ pub(crate) fn tls_error(e: &rustls::Error) -> NatsError {
     })
 }
 
-impl Tls {
+impl TlsSession {
     /// Starts a session with the server named `host` (a DNS name or an IP address).
-    pub(crate) fn new(config: Arc<ClientConfig>, host: &str) -> Result<Tls, NatsError> {
+    pub(crate) fn new(config: Arc<ClientConfig>, host: &str) -> Result<TlsSession, NatsError> {
         let name = ServerName::try_from(host.to_owned())
             .map_err(|_| other(format!("{host:?} is not a name a certificate can hold")))?;
         let mut conn = ClientConnection::new(config, name).map_err(|e| tls_error(&e))?;
         // Every write's records are sent before the call returns, so nothing
         // piles up; rustls's default 64 KiB limit would refuse a larger put.
         conn.set_buffer_limit(None);
-        Ok(Tls {
+        Ok(TlsSession {
             conn,
             inbuf: vec![0; CIPHER_BUF].into_boxed_slice(),
             start: 0,
@@ -156,7 +168,77 @@ impl Tls {
         })
     }
 
-    /// Runs the handshake to its end within `wait` of `started`.
+    /// Encrypts `parts`, in order, into records for one write.
+    pub fn seal(&mut self, parts: &[&[u8]]) -> io::Result<&[u8]> {
+        let mut w = self.conn.writer();
+        for p in parts {
+            w.write_all(p)?;
+        }
+        self.records()
+    }
+
+    /// The records rustls wants sent: sealed plaintext, the handshake's, or
+    /// an answer to a key update.
+    pub fn records(&mut self) -> io::Result<&[u8]> {
+        self.out.clear();
+        while self.conn.wants_write() {
+            self.conn.write_tls(&mut self.out)?;
+        }
+        Ok(&self.out)
+    }
+
+    /// True when rustls has records to send.
+    pub fn wants_write(&self) -> bool {
+        self.conn.wants_write()
+    }
+
+    /// Plaintext into `room`, opening the ciphertext read earlier as needed;
+    /// `None` when more ciphertext must be read first (into
+    /// [`cipher_room`](Self::cipher_room)). A record that does not open is
+    /// [`NatsError::Tls`]; the server's close is [`NatsError::Closed`].
+    pub fn open(&mut self, room: &mut [u8]) -> Result<Option<usize>, NatsError> {
+        loop {
+            match self.conn.reader().read(room) {
+                Ok(0) => return Err(NatsError::Closed),
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Err(NatsError::Closed)
+                }
+                Err(e) => return Err(NatsError::Io(e)),
+            }
+            if !self.feed()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Hands the ciphertext read earlier to rustls; false when there is none.
+    fn feed(&mut self) -> Result<bool, NatsError> {
+        if self.start == self.end {
+            return Ok(false);
+        }
+        let mut pending = &self.inbuf[self.start..self.end];
+        let n = self.conn.read_tls(&mut pending).map_err(NatsError::Io)?;
+        self.start += n;
+        self.conn.process_new_packets().map_err(|e| tls_error(&e))?;
+        Ok(true)
+    }
+
+    /// Room to read ciphertext into, once all read before was handed over.
+    pub fn cipher_room(&mut self) -> &mut [u8] {
+        debug_assert_eq!(self.start, self.end);
+        self.start = 0;
+        self.end = 0;
+        &mut self.inbuf
+    }
+
+    /// Says that `n` bytes of ciphertext were read into the cipher room.
+    pub fn cipher_read(&mut self, n: usize) {
+        self.end = n.min(self.inbuf.len());
+    }
+
+    /// Runs the handshake over `sock` to its end within `wait` of `started`.
     pub(crate) fn handshake(
         &mut self,
         sock: &mut SockIo,
@@ -168,8 +250,8 @@ impl Tls {
             if self.conn.wants_write() {
                 self.send_records(sock)?;
             }
-            if self.conn.is_handshaking() && self.conn.wants_read() {
-                self.read_records(sock, started, wait, &mut first)?;
+            if self.conn.is_handshaking() && self.conn.wants_read() && !self.feed()? {
+                self.read_cipher(sock, started, wait, &mut first)?;
             }
         }
         // The client's Finished (and any ticket request) goes out now.
@@ -204,17 +286,12 @@ impl Tls {
     }
 
     fn send_records(&mut self, sock: &mut SockIo) -> Result<(), NatsError> {
-        self.out.clear();
-        while self.conn.wants_write() {
-            self.conn
-                .write_tls(&mut self.out)
-                .map_err(NatsError::NotSent)?;
-        }
-        sock.send(&self.out).map_err(NatsError::from)
+        let records = self.records().map_err(NatsError::NotSent)?;
+        sock.send(records).map_err(NatsError::from)
     }
 
-    /// Reads plaintext into `room`, reading and decrypting records until some
-    /// arrives or the deadline passes.
+    /// Reads plaintext into `room` over `sock`, reading and opening records
+    /// until some arrives or the deadline passes.
     pub(crate) fn fill(
         &mut self,
         sock: &mut SockIo,
@@ -224,16 +301,11 @@ impl Tls {
         first: &mut bool,
     ) -> Result<usize, NatsError> {
         loop {
-            match self.conn.reader().read(room) {
-                Ok(0) => return Err(NatsError::Closed),
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                    return Err(NatsError::Closed)
-                }
-                Err(e) => return Err(NatsError::Io(e)),
+            if let Some(n) = self.open(room)? {
+                return Ok(n);
             }
-            self.read_records(sock, started, wait, first)?;
+            self.read_cipher(sock, started, wait, first)?;
+            self.feed()?;
             // A key update or an alert may want an answer.
             if self.conn.wants_write() {
                 self.send_records(sock)?;
@@ -241,28 +313,21 @@ impl Tls {
         }
     }
 
-    /// Hands rustls the ciphertext read earlier, or reads more first.
-    fn read_records(
+    /// Reads ciphertext from `sock` before the deadline.
+    fn read_cipher(
         &mut self,
         sock: &mut SockIo,
         started: Instant,
         wait: Duration,
         first: &mut bool,
     ) -> Result<(), NatsError> {
-        if self.start == self.end {
-            let n = sock
-                .fill(&mut self.inbuf, started, wait, first)
-                .map_err(|e| match e {
-                    ConnectionError::Closed => NatsError::Closed,
-                    e => NatsError::from(e),
-                })?;
-            self.start = 0;
-            self.end = n;
-        }
-        let mut pending = &self.inbuf[self.start..self.end];
-        let n = self.conn.read_tls(&mut pending).map_err(NatsError::Io)?;
-        self.start += n;
-        self.conn.process_new_packets().map_err(|e| tls_error(&e))?;
+        let n = sock
+            .fill(self.cipher_room(), started, wait, first)
+            .map_err(|e| match e {
+                ConnectionError::Closed => NatsError::Closed,
+                e => NatsError::from(e),
+            })?;
+        self.cipher_read(n);
         Ok(())
     }
 }

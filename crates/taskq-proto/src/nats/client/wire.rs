@@ -10,13 +10,18 @@ use crate::conn::IoCounts;
 use super::NatsError;
 
 #[cfg(feature = "secure")]
-use super::tls::Tls;
+pub use super::tls::TlsSession;
+
+/// A TLS session (there is none without feature `secure`).
+#[cfg(not(feature = "secure"))]
+#[derive(Debug)]
+pub enum TlsSession {}
 
 /// The socket and, once started, its TLS session.
 pub(crate) struct Wire {
     pub(crate) sock: SockIo,
     #[cfg(feature = "secure")]
-    tls: Option<Box<Tls>>,
+    tls: Option<Box<TlsSession>>,
 }
 
 impl Wire {
@@ -42,13 +47,21 @@ impl Wire {
     #[cfg(feature = "secure")]
     pub(crate) fn start_tls(
         &mut self,
-        mut tls: Box<Tls>,
+        mut tls: Box<TlsSession>,
         started: Instant,
         wait: Duration,
     ) -> Result<(), NatsError> {
         tls.handshake(&mut self.sock, started, wait)?;
         self.tls = Some(tls);
         Ok(())
+    }
+
+    /// The socket and, once started, the TLS session, for another driver.
+    pub(crate) fn into_parts(self) -> (socket2::Socket, Option<Box<TlsSession>>) {
+        #[cfg(feature = "secure")]
+        return (self.sock.sock, self.tls);
+        #[cfg(not(feature = "secure"))]
+        (self.sock.sock, None)
     }
 
     /// System calls made so far.

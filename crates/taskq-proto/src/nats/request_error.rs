@@ -1,4 +1,5 @@
-//! Why a request on a [`NatsConnection`](super::NatsConnection) failed.
+//! Why a NATS request failed: what the session and every driver over it
+//! answer (sent or not, outcome known or not, connection usable or not).
 
 use std::fmt;
 use std::io;

@@ -1,0 +1,373 @@
+//! The async producer on JetStream: the outcomes of the blocking
+//! [`Producer`](crate::Producer) there (a put is a publish to the tube's
+//! subject with a `Nats-Msg-Id`, answered by the stream's PubAck; an unknown
+//! outcome is resolved by sending the put again with the same id within
+//! `resolve_for`; a batch goes out in one write), over [`AsyncNatsConn`].
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use taskq_proto::{Address, ConnectionConfig, IoCounts};
+
+use crate::classify::{
+    check_tube, chunk_end, chunk_write_failed, record, resend_from, start_batch, too_big,
+};
+use crate::error::{Error, NotSent};
+use crate::nats::{connect_stream, from_nats, nats_config, ready_at, IdBuf, NatsSetup};
+use crate::producer::{BatchError, BatchReport, Builder, PutOutcome, RESOLVE_PAUSE};
+use crate::reconnects::Reconnects;
+use crate::{JobId, PutOptions};
+
+use super::nats_conn::AsyncNatsConn;
+
+/// The async producer's engine on JetStream.
+#[derive(Debug)]
+pub(crate) struct AsyncJetStream {
+    addrs: Vec<SocketAddr>,
+    cfg: ConnectionConfig,
+    setup: NatsSetup,
+    reconnects: Reconnects,
+    retries: u32,
+    resolve_for: Duration,
+    /// The tube in use; `None` is `default`.
+    tube: Option<String>,
+    /// Its subject.
+    subject: String,
+    conn: Option<AsyncNatsConn>,
+}
+
+impl AsyncJetStream {
+    /// Connects with the settings of `b` to the cluster of `addr` (a
+    /// `nats://` address; its hosts resolved without blocking the runtime).
+    pub(crate) async fn connect(b: Builder, addr: Address) -> Result<AsyncJetStream, Error> {
+        let mut addrs = Vec::new();
+        for h in addr.hosts() {
+            let found = tokio::net::lookup_host(h.as_str())
+                .await
+                .map_err(|e| Error::NotSent(NotSent::Io(e)))?;
+            addrs.extend(found);
+        }
+        let setup = b.nats_setup(Some(&addr))?;
+        let tube = b.checked_tube(&addrs, true)?;
+        let subject = setup.layout.subject(tube.as_deref().unwrap_or("default"));
+        let mut p = AsyncJetStream {
+            addrs,
+            cfg: b.cfg,
+            setup,
+            reconnects: Reconnects::new(b.backoff),
+            retries: b.retries,
+            resolve_for: b.resolve_for.unwrap_or(crate::DEFAULT_RESOLVE_FOR),
+            tube,
+            subject,
+            conn: None,
+        };
+        p.connected().await?;
+        Ok(p)
+    }
+
+    /// Puts later jobs into `tube` (only the subject changes). Refused
+    /// before sending when the name is not one subject token.
+    pub(crate) async fn use_tube(&mut self, tube: &str) -> Result<(), Error> {
+        check_tube(tube, true)?;
+        self.tube = (tube != "default").then(|| tube.to_owned());
+        self.subject = self.setup.layout.subject(tube);
+        if !self.is_connected() {
+            self.connected().await?;
+        }
+        Ok(())
+    }
+
+    /// The tube puts go to.
+    pub(crate) fn tube(&self) -> &str {
+        self.tube.as_deref().unwrap_or("default")
+    }
+
+    /// The largest body this producer sends.
+    pub(crate) fn max_job_size(&self) -> usize {
+        self.cfg.limits.max_job_size
+    }
+
+    /// Puts one job with a fresh message id: one write, one PubAck.
+    #[inline]
+    pub(crate) async fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
+        if self.reconnects.made_progress() {
+            if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
+                let k = self.setup.ids.take(1);
+                return match put_as(conn, &self.setup, &self.subject, k, body, opts).await {
+                    Ok(id) => Ok(id),
+                    // Boxed: the cold paths would otherwise make every put's future large.
+                    Err(e) => Box::pin(self.put_failed(k, body, opts, e)).await,
+                };
+            }
+        }
+        Box::pin(self.put_cold(body, opts)).await
+    }
+
+    /// The hot path's put did not come back stored: a rejection is the
+    /// answer; an unknown or not-sent outcome is resolved by re-sending.
+    async fn put_failed(
+        &mut self,
+        k: u64,
+        body: &[u8],
+        opts: PutOptions,
+        e: Error,
+    ) -> Result<JobId, Error> {
+        if !matches!(e, Error::Unknown(_) | Error::NotSent(_)) {
+            return Err(e);
+        }
+        self.drop_if_broken();
+        self.resolve(k, body, opts, e).await
+    }
+
+    /// A put that needs a connection first (or a body refused before that).
+    async fn put_cold(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
+        let max = self.cfg.limits.max_job_size;
+        if body.len() > max {
+            return Err(too_big(body.len(), max));
+        }
+        let k = self.setup.ids.take(1);
+        self.resolve(k, body, opts, Error::NotSent(NotSent::Broken))
+            .await
+    }
+
+    /// Sends the put of counter `k` again, with the same message id, after
+    /// `failed` (unknown or not sent), until the stream answers or
+    /// `resolve_for` runs out: the stream stores it once however many copies
+    /// reach it. Out of time, the outcome is unknown if any copy may have
+    /// reached the stream, even when the last attempt could not connect.
+    async fn resolve(
+        &mut self,
+        k: u64,
+        body: &[u8],
+        opts: PutOptions,
+        failed: Error,
+    ) -> Result<JobId, Error> {
+        let until = Instant::now() + self.resolve_for;
+        let mut last = failed;
+        let mut unknown = None;
+        while Instant::now() < until {
+            if matches!(last, Error::NotSent(NotSent::Unavailable)) {
+                // Answered at once while a leader is elected: not a tight loop.
+                tokio::time::sleep(RESOLVE_PAUSE).await;
+            }
+            let r = match self.connected().await {
+                Ok(()) => {
+                    let conn = self.conn.as_mut().expect("connected above");
+                    put_as(conn, &self.setup, &self.subject, k, body, opts).await
+                }
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(id) => {
+                    self.reconnects.progress();
+                    return Ok(id);
+                }
+                Err(e @ (Error::Unknown(_) | Error::NotSent(_))) => {
+                    self.drop_if_broken();
+                    let prev = std::mem::replace(&mut last, e);
+                    if matches!(prev, Error::Unknown(_)) {
+                        unknown = Some(prev);
+                    }
+                }
+                Err(e) => {
+                    if matches!(e, Error::Rejected(_)) {
+                        self.reconnects.progress();
+                    }
+                    self.drop_if_broken();
+                    return Err(e);
+                }
+            }
+        }
+        match (last, unknown) {
+            (Error::NotSent(_), Some(u)) => Err(u),
+            (last, _) => Err(last),
+        }
+    }
+
+    /// Puts many jobs with one write per chunk and reads the PubAcks in
+    /// order, exactly as [`Producer::put_batch`](crate::Producer::put_batch)
+    /// on JetStream: the message ids are fixed before the first send, so a
+    /// chunk sent again (within `resolve_for`, or in at-least-once mode) is
+    /// stored once.
+    pub(crate) async fn put_batch<B: AsRef<[u8]>>(
+        &mut self,
+        bodies: &[B],
+        opts: PutOptions,
+        out: &mut [PutOutcome],
+    ) -> Result<BatchReport, BatchError> {
+        let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
+        let mut report = BatchReport::default();
+        let mut from = 0;
+        let first = self.setup.ids.take(bodies.len() as u64);
+        let until = Instant::now() + self.resolve_for;
+        let mut retries = self.retries;
+        while from < bodies.len() {
+            match self
+                .batch_chunk(bodies, from, first, opts, out, &mut report)
+                .await
+            {
+                Ok(next) => from = next,
+                Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
+                    retries -= 1;
+                    from = e.replied;
+                    out[from..].fill(PutOutcome::NotSent);
+                }
+                Err(e)
+                    if matches!(e.error, Error::Unknown(_) | Error::NotSent(_))
+                        && Instant::now() < until =>
+                {
+                    if matches!(e.error, Error::NotSent(NotSent::Unavailable)) {
+                        tokio::time::sleep(RESOLVE_PAUSE).await;
+                    }
+                    from = resend_from(&e, out);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Sends one write's worth of the batch starting at `from` (job `i`
+    /// with the id of counter `first + i`) and reads its PubAcks; returns
+    /// where the next chunk starts.
+    async fn batch_chunk<B: AsRef<[u8]>>(
+        &mut self,
+        bodies: &[B],
+        from: usize,
+        first: u64,
+        opts: PutOptions,
+        out: &mut [PutOutcome],
+        report: &mut BatchReport,
+    ) -> Result<usize, BatchError> {
+        let broke = |replied: usize, error: Error| BatchError { replied, error };
+        if let Err(e) = self.connected().await {
+            return Err(broke(from, e));
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        let end = chunk_end(bodies, from);
+        let mut at = itoa::Buffer::new();
+        let ready = ready_at(opts.delay, &mut at);
+        let extra = ready.as_slice();
+        let mut id = IdBuf::new();
+        for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
+            let msg_id = self.setup.ids.id(first + i as u64, &mut id);
+            if let Err(e) =
+                conn.queue_publish(self.subject.as_bytes(), msg_id, extra, body.as_ref())
+            {
+                // Nothing of the chunk was written yet; PubAcks it queued are owed.
+                conn.mark_broken();
+                self.drop_if_broken();
+                return Err(broke(from, from_nats(e)));
+            }
+        }
+        if let Err(e) = conn.flush().await {
+            let e = chunk_write_failed(from_nats(e), out, (from, end));
+            self.drop_if_broken();
+            return Err(e);
+        }
+        for i in from..end {
+            let r = conn
+                .recv_puback()
+                .await
+                .map(|a| JobId::new(a.stream_seq))
+                .map_err(from_nats);
+            if let Err(e) = record(r, &mut out[i], report) {
+                out[i..end].fill(PutOutcome::Unknown);
+                // PubAcks still owed would be read as the next chunk's.
+                conn.mark_broken();
+                self.drop_if_broken();
+                return Err(broke(i, e));
+            }
+        }
+        self.reconnects.progress();
+        Ok(end)
+    }
+
+    /// True while a connection is open (it may still turn out broken on the next call).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| !c.is_broken())
+    }
+
+    /// Connections opened so far.
+    pub(crate) fn connects(&self) -> u64 {
+        self.reconnects.count()
+    }
+
+    /// System calls on the current connection.
+    pub(crate) fn io_counts(&self) -> Option<IoCounts> {
+        self.conn.as_ref().map(AsyncNatsConn::io_counts)
+    }
+
+    /// Server `PING`s the current connection answered.
+    pub(crate) fn pings_answered(&self) -> Option<u64> {
+        self.conn.as_ref().map(AsyncNatsConn::pings_answered)
+    }
+
+    /// Makes sure a connection is open, opening one (after waiting out the
+    /// reconnect backoff) if needed.
+    async fn connected(&mut self) -> Result<(), Error> {
+        if self.is_connected() {
+            return Ok(());
+        }
+        Box::pin(self.reconnect()).await
+    }
+
+    /// Opens a connection: the blocking driver connects, authenticates,
+    /// starts TLS and sets the stream up on tokio's blocking pool (the cold
+    /// path, as name resolution is), then this driver takes the socket and
+    /// the sessions over.
+    async fn reconnect(&mut self) -> Result<(), Error> {
+        self.conn = None;
+        if let Some(left) = self.reconnects.wait_left() {
+            tokio::time::sleep(left).await;
+        }
+        let addrs = self.addrs.clone();
+        let cfg = nats_config(&self.cfg);
+        let mut setup = self.setup.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let r = connect_stream(&addrs, cfg, &mut setup);
+            (r, setup.known)
+        })
+        .await;
+        let opened = match joined {
+            Ok((r, known)) => {
+                self.setup.known = known;
+                r.and_then(|c| AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(from_nats))
+            }
+            Err(e) => Err(Error::NotSent(NotSent::Io(std::io::Error::other(e)))),
+        };
+        self.reconnects.opened(&mut self.conn, opened).map(|_| ())
+    }
+
+    /// Forgets a connection that broke so the next call opens a new one.
+    fn drop_if_broken(&mut self) {
+        if self.conn.as_ref().is_some_and(AsyncNatsConn::is_broken) {
+            // The first reconnect after a healthy spell is immediate; repeated breaks back off.
+            self.reconnects.broke(&mut self.conn);
+        }
+    }
+}
+
+/// One put with the id of counter `k` (a fresh one, or a re-send): one
+/// write, one PubAck; the job id is the stream sequence.
+#[inline]
+async fn put_as(
+    conn: &mut AsyncNatsConn,
+    setup: &NatsSetup,
+    subject: &str,
+    k: u64,
+    body: &[u8],
+    opts: PutOptions,
+) -> Result<JobId, Error> {
+    let mut id = IdBuf::new();
+    let msg_id = setup.ids.id(k, &mut id);
+    let mut at = itoa::Buffer::new();
+    let ready = ready_at(opts.delay, &mut at);
+    match conn
+        .publish(subject.as_bytes(), msg_id, ready.as_slice(), body)
+        .await
+    {
+        Ok(ack) => Ok(JobId::new(ack.stream_seq)),
+        Err(e) => Err(from_nats(e)),
+    }
+}

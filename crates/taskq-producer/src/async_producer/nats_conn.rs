@@ -1,0 +1,364 @@
+//! The async JetStream driver: one tokio `TcpStream` under a
+//! [`NatsSession`], beside the blocking `NatsConnection` over the same
+//! session (whose rules it mirrors: one write per put or batch, a deadline
+//! on each whole reply, `PING`s answered as they come, broken for good after
+//! a timeout, an I/O error, a server `-ERR` or bytes it cannot decode).
+//!
+//! A connection starts as a blocking one (handshake, credentials, TLS, the
+//! stream's setup: the cold path, run on tokio's blocking pool) and is then
+//! taken over here with its session and, when encrypted, its TLS session
+//! ([`TlsSession`], whose records are read and written here): the hot path
+//! is all tokio. (tokio-rustls cannot adopt a session set up elsewhere, and
+//! a second handshake here would repeat the blocking driver's.)
+
+use std::future::poll_fn;
+use std::io::IoSlice;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use taskq_proto::nats::{MsgFrame, NatsConnection, NatsError, NatsSession, PubAck, TlsSession};
+use taskq_proto::{ConnectionError, IoCounts};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::io::{poll_read_into, write_all, write_rest, Deadline};
+
+/// Bodies up to this size are copied behind their header block and sent
+/// from one buffer; larger ones go out as a vectored write of three parts.
+const WHOLE_PUT: usize = 16 * 1024;
+
+/// A JetStream connection over tokio.
+pub(crate) struct AsyncNatsConn {
+    stream: TcpStream,
+    session: NatsSession,
+    counts: IoCounts,
+    io_timeout: Duration,
+    deadline: Deadline,
+    /// A write began and has not ended: a put dropped in the middle of its
+    /// write leaves the stream out of step.
+    writing: bool,
+    /// The TLS session every byte goes through, when encrypted.
+    tls: Option<Box<TlsSession>>,
+}
+
+impl std::fmt::Debug for AsyncNatsConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncNatsConn")
+            .field("session", &self.session)
+            .field("counts", &self.counts)
+            .finish()
+    }
+}
+
+impl AsyncNatsConn {
+    /// Takes over a connected blocking connection: its socket (made
+    /// non-blocking and registered with the current runtime), its session
+    /// and its TLS session. Errors are of setting the socket up: nothing of
+    /// the caller's was sent.
+    pub(crate) fn adopt(
+        conn: NatsConnection,
+        io_timeout: Duration,
+    ) -> Result<AsyncNatsConn, NatsError> {
+        let parts = conn.into_parts()?;
+        parts
+            .socket
+            .set_nonblocking(true)
+            .map_err(NatsError::NotSent)?;
+        let stream = TcpStream::from_std(parts.socket).map_err(NatsError::NotSent)?;
+        Ok(AsyncNatsConn {
+            stream,
+            session: parts.session,
+            counts: IoCounts::default(),
+            io_timeout,
+            deadline: Deadline::new(),
+            writing: false,
+            tls: parts.tls,
+        })
+    }
+
+    /// True once the connection is out of step; it must be replaced.
+    #[inline]
+    pub(crate) fn is_broken(&self) -> bool {
+        self.session.is_broken() || self.writing
+    }
+
+    /// Marks the connection broken.
+    pub(crate) fn mark_broken(&mut self) {
+        self.session.mark_broken();
+    }
+
+    /// System calls that moved bytes (or failed) so far.
+    pub(crate) fn io_counts(&self) -> IoCounts {
+        self.counts
+    }
+
+    /// Server `PING`s answered so far.
+    pub(crate) fn pings_answered(&self) -> u64 {
+        self.session.pings_answered()
+    }
+
+    /// Publishes `body` to `subject` with dedup id `msg_id` (and `extra`
+    /// headers) and waits for its PubAck: one write, then reads until the
+    /// reply with this put's token, answering `PING`s on the way.
+    #[inline]
+    pub(crate) async fn publish(
+        &mut self,
+        subject: &[u8],
+        msg_id: &[u8],
+        extra: &[(&[u8], &[u8])],
+        body: &[u8],
+    ) -> Result<PubAck, NatsError> {
+        if self.writing {
+            self.session.mark_broken();
+        }
+        let whole = body.len() <= WHOLE_PUT;
+        let put = if whole {
+            self.session.start_put_whole(subject, msg_id, extra, body)?
+        } else {
+            self.session.start_put(subject, msg_id, extra, body.len())?
+        };
+        let token = put.token;
+        let (queued, head) = (put.queued, put.head);
+        let tail: [&[u8]; 2] = if whole { [&[], &[]] } else { [body, b"\r\n"] };
+        self.writing = true;
+        let r = match self.tls.as_deref_mut() {
+            None if whole && queued.is_empty() => {
+                // The hot path: one contiguous write, almost always whole at once.
+                match self.stream.try_write(head) {
+                    Ok(n) if n == head.len() => {
+                        self.counts.writes += 1;
+                        Ok(())
+                    }
+                    other => {
+                        let sent = match other {
+                            Ok(n) => {
+                                self.counts.writes += 1;
+                                n
+                            }
+                            // Not writable yet, or interrupted: the loop waits or retries.
+                            Err(_) => 0,
+                        };
+                        let bufs = &mut [IoSlice::new(&head[sent..])];
+                        write_rest(
+                            &self.stream,
+                            &mut self.counts,
+                            &mut self.deadline,
+                            self.io_timeout,
+                            bufs,
+                            sent,
+                        )
+                        .await
+                    }
+                }
+            }
+            tls => {
+                write_parts(
+                    (&self.stream, tls),
+                    &mut self.counts,
+                    &mut self.deadline,
+                    self.io_timeout,
+                    [queued, head, tail[0], tail[1]],
+                )
+                .await
+            }
+        };
+        self.sent(r)?;
+        let m = self.wait_reply(token).await?;
+        self.session.puback(m)
+    }
+
+    /// After a write: the queue is sent, or the connection is broken.
+    fn sent(&mut self, r: Result<(), ConnectionError>) -> Result<(), NatsError> {
+        self.writing = false;
+        match r {
+            Ok(()) => {
+                self.session.queue_sent();
+                Ok(())
+            }
+            Err(e) => {
+                self.session.clear_queue();
+                self.session.mark_broken();
+                Err(NatsError::from(e))
+            }
+        }
+    }
+
+    /// Queues a publish for [`flush`](Self::flush); its PubAck is read by
+    /// [`recv_puback`](Self::recv_puback), in the order of queueing.
+    pub(crate) fn queue_publish(
+        &mut self,
+        subject: &[u8],
+        msg_id: &[u8],
+        extra: &[(&[u8], &[u8])],
+        body: &[u8],
+    ) -> Result<(), NatsError> {
+        self.session.queue_publish(subject, msg_id, extra, body)
+    }
+
+    /// Sends everything queued with one write.
+    pub(crate) async fn flush(&mut self) -> Result<(), NatsError> {
+        if self.writing {
+            self.session.mark_broken();
+        }
+        let Some(queued) = self.session.to_flush()? else {
+            return Ok(());
+        };
+        self.writing = true;
+        let r = write_parts(
+            (&self.stream, self.tls.as_deref_mut()),
+            &mut self.counts,
+            &mut self.deadline,
+            self.io_timeout,
+            [queued, &[], &[], &[]],
+        )
+        .await;
+        self.sent(r)
+    }
+
+    /// Reads the PubAck of the oldest queued publish (after [`flush`](Self::flush)).
+    pub(crate) async fn recv_puback(&mut self) -> Result<PubAck, NatsError> {
+        let token = self.session.next_puback()?;
+        let m = self.wait_reply(token).await?;
+        self.session.take_puback(m)
+    }
+
+    /// Reads until the reply to request `token`, against one deadline for
+    /// the whole of it, answering `PING`s on the way.
+    #[inline]
+    async fn wait_reply(&mut self, token: u64) -> Result<MsgFrame, NatsError> {
+        let wait = self.io_timeout;
+        let mut started = None;
+        loop {
+            let r = self.session.poll_reply(token);
+            if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
+                self.answer_pings().await?;
+            }
+            if let Some(m) = r? {
+                return Ok(m);
+            }
+            let n = poll_fn(|cx| self.poll_read(cx, &mut started, wait)).await?;
+            self.session.received(n);
+        }
+    }
+
+    /// Answers the server's `PING`s read so far, one write of `PONG` each,
+    /// and sends the records TLS owes the server (an answer to a key update).
+    async fn answer_pings(&mut self) -> Result<(), NatsError> {
+        while let Some(pong) = self.session.pong() {
+            let r = write_parts(
+                (&self.stream, self.tls.as_deref_mut()),
+                &mut self.counts,
+                &mut self.deadline,
+                self.io_timeout,
+                [pong, &[], &[], &[]],
+            )
+            .await;
+            if let Err(e) = r {
+                self.session.mark_broken();
+                return Err(NatsError::from(e));
+            }
+        }
+        if let Some(tls) = self.tls.as_deref_mut().filter(|t| t.wants_write()) {
+            let r = match tls.records() {
+                Ok(records) => {
+                    let bufs = &mut [IoSlice::new(records)];
+                    write_all(
+                        &self.stream,
+                        &mut self.counts,
+                        &mut self.deadline,
+                        self.io_timeout,
+                        bufs,
+                    )
+                    .await
+                }
+                Err(e) => Err(ConnectionError::Io(e)),
+            };
+            if let Err(e) = r {
+                self.session.mark_broken();
+                return Err(NatsError::from(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// One read into the session's room, or the deadline (through TLS:
+    /// reads of ciphertext until some plaintext comes).
+    fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        started: &mut Option<Instant>,
+        wait: Duration,
+    ) -> Poll<Result<usize, NatsError>> {
+        let room = match self.session.recv_room() {
+            Ok(room) => room,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let r = match self.tls.as_deref_mut() {
+            None => poll_read_into(
+                &mut self.stream,
+                room,
+                &mut self.counts,
+                &mut self.deadline,
+                cx,
+                (started, wait),
+            )
+            .map_err(NatsError::from),
+            Some(tls) => loop {
+                match tls.open(room) {
+                    Ok(Some(n)) => break Poll::Ready(Ok(n)),
+                    Ok(None) => {}
+                    // A record that does not open, after the request went
+                    // out: the outcome is unknown.
+                    Err(NatsError::Tls(t)) => {
+                        break Poll::Ready(Err(NatsError::Io(std::io::Error::other(t.to_string()))))
+                    }
+                    Err(e) => break Poll::Ready(Err(e)),
+                }
+                match poll_read_into(
+                    &mut self.stream,
+                    tls.cipher_room(),
+                    &mut self.counts,
+                    &mut self.deadline,
+                    cx,
+                    (&mut *started, wait),
+                ) {
+                    Poll::Ready(Ok(n)) => tls.cipher_read(n),
+                    Poll::Ready(Err(e)) => break Poll::Ready(Err(NatsError::from(e))),
+                    Poll::Pending => break Poll::Pending,
+                }
+            },
+        };
+        if let Poll::Ready(Err(_)) = r {
+            self.session.mark_broken();
+        }
+        r
+    }
+}
+
+/// Writes `parts` in order with one write call (more only on a partial
+/// write): vectored on plain TCP, sealed into TLS records when encrypted.
+async fn write_parts(
+    (stream, tls): (&TcpStream, Option<&mut TlsSession>),
+    counts: &mut IoCounts,
+    deadline: &mut Deadline,
+    timeout: Duration,
+    parts: [&[u8]; 4],
+) -> Result<(), ConnectionError> {
+    match tls {
+        None => {
+            let mut bufs = parts.map(IoSlice::new);
+            write_all(stream, counts, deadline, timeout, &mut bufs).await
+        }
+        Some(tls) => {
+            let records = tls.seal(&parts).map_err(ConnectionError::NotSent)?;
+            write_all(
+                stream,
+                counts,
+                deadline,
+                timeout,
+                &mut [IoSlice::new(records)],
+            )
+            .await
+        }
+    }
+}

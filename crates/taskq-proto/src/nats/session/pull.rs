@@ -1,0 +1,275 @@
+//! Pulling from a JetStream consumer and settling what it delivers: a pull
+//! request (queued with any acks for one write), its deliveries and statuses
+//! read one at a time, and acks with optional confirmation.
+
+use std::time::Duration;
+
+use crate::nats::op::{MsgFrame, Span};
+use crate::nats::request_error::NatsError;
+use crate::nats::{encode_pub, AckInfo, AckKind, HeaderBlock, NatsProtoError};
+
+use super::state::{no_responders, Event, NatsSession, PullOwed};
+
+/// What [`NatsSession::take_delivery`] read, borrowed from the receive
+/// buffer until the next read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Delivery<'a> {
+    /// A message of the stream.
+    Msg {
+        /// The subject it was published to.
+        subject: &'a [u8],
+        /// Its ack subject.
+        reply: &'a [u8],
+        /// Its headers, if it has any.
+        headers: Option<HeaderBlock<'a>>,
+        /// Its body.
+        body: &'a [u8],
+        /// What the ack subject says (delivery count, sequences).
+        info: AckInfo<'a>,
+    },
+    /// `404 No Messages`: a `no_wait` pull found nothing. The pull is over.
+    NoMessages,
+    /// `408 Request Timeout`: the pull expired. The pull is over.
+    Timeout,
+    /// `100 Idle Heartbeat`: the server is there; the pull goes on.
+    Heartbeat,
+    /// `409 ...`: the server ended the pull (its description says why:
+    /// `Exceeded MaxWaiting`, `Consumer Deleted`, `Leadership Change`, ...).
+    Conflict(&'a [u8]),
+    /// Another status ended the pull.
+    Status {
+        /// The status code.
+        code: u16,
+        /// Its description.
+        description: &'a [u8],
+    },
+    /// The ack queued with confirmation under this token was confirmed.
+    Confirmed(u64),
+}
+
+/// A delivery found by [`NatsSession::poll_delivery`], as offsets: what a
+/// driver holds while it may still read, before
+/// [`take_delivery`](NatsSession::take_delivery) borrows the buffer for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryFrame(Next);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Msg(MsgFrame),
+    Status(u16, Span, Span),
+    Confirmed(u64),
+}
+
+impl NatsSession {
+    /// Queues a pull of up to `batch` messages from consumer `consumer` of
+    /// `stream`: with `expires` the server waits that long, without it the
+    /// pull is `no_wait`; with `heartbeat` the server sends idle heartbeats
+    /// meanwhile. The pull is under way once the queue is written
+    /// ([`queue_sent`](Self::queue_sent)). Refused ([`NatsError::Busy`])
+    /// while another pull or PubAcks are owed.
+    pub fn queue_pull(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        batch: u32,
+        expires: Option<Duration>,
+        heartbeat: Option<Duration>,
+    ) -> Result<(), NatsError> {
+        self.usable()?;
+        if self.pull.is_some() || self.pull_queued.is_some() || !self.pubacks.is_empty() {
+            return Err(NatsError::Busy);
+        }
+        let token = self.peek_token();
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let mut n = itoa::Buffer::new();
+        // Subject, reply and body one after the other in the scratch buffer.
+        self.scratch.clear();
+        self.scratch
+            .extend_from_slice(b"$JS.API.CONSUMER.MSG.NEXT.");
+        self.scratch.extend_from_slice(stream.as_bytes());
+        self.scratch.push(b'.');
+        self.scratch.extend_from_slice(consumer.as_bytes());
+        let subject_end = self.scratch.len();
+        self.scratch.extend_from_slice(&self.inbox);
+        self.scratch.extend_from_slice(n.format(token).as_bytes());
+        let reply_end = self.scratch.len();
+        self.scratch.extend_from_slice(b"{\"batch\":");
+        self.scratch.extend_from_slice(n.format(batch).as_bytes());
+        match expires {
+            Some(e) => {
+                self.scratch.extend_from_slice(b",\"expires\":");
+                self.scratch
+                    .extend_from_slice(n.format(nanos(e)).as_bytes());
+            }
+            None => self.scratch.extend_from_slice(b",\"no_wait\":true"),
+        }
+        if let Some(h) = heartbeat {
+            self.scratch.extend_from_slice(b",\"idle_heartbeat\":");
+            self.scratch
+                .extend_from_slice(n.format(nanos(h)).as_bytes());
+        }
+        self.scratch.push(b'}');
+        let queued = self.tx.len();
+        let (subject, rest) = self.scratch.split_at(subject_end);
+        let (reply, body) = rest.split_at(reply_end - subject_end);
+        if let Err(e) = encode_pub(
+            &mut self.tx,
+            subject,
+            Some(reply),
+            body,
+            self.limits.max_payload,
+        ) {
+            self.tx.truncate(queued);
+            return Err(e.into());
+        }
+        self.token();
+        self.pull_queued = Some(PullOwed {
+            token,
+            remaining: u64::from(batch),
+        });
+        Ok(())
+    }
+
+    /// True while a pull may still deliver.
+    pub fn pulling(&self) -> bool {
+        self.pull.is_some()
+    }
+
+    /// Ack confirmations owed.
+    pub fn confirms_owed(&self) -> usize {
+        self.confirms.len()
+    }
+
+    /// Reads until what comes next for the pull under way (or, with none,
+    /// for the owed ack confirmations); `None` when more bytes are needed.
+    /// A pull is over after `batch` messages or a status other than a
+    /// heartbeat. [`NatsError::NothingOwed`] when neither is owed.
+    pub fn poll_delivery(&mut self) -> Result<Option<DeliveryFrame>, NatsError> {
+        self.usable()?;
+        if self.pull.is_none() && self.confirms.is_empty() {
+            return Err(NatsError::NothingOwed);
+        }
+        loop {
+            let next = match self.poll_event()? {
+                None => return Ok(None),
+                Some(Event::Pong) => continue,
+                Some(Event::Delivery(m)) => {
+                    let Some(p) = self.pull.as_mut() else {
+                        continue; // a late delivery nobody waits for: redelivered after ack wait
+                    };
+                    p.remaining = p.remaining.saturating_sub(1);
+                    if p.remaining == 0 {
+                        self.pull = None;
+                    }
+                    Next::Msg(m)
+                }
+                Some(Event::Reply { token, m }) => {
+                    if self.pull.is_some_and(|p| p.token == token) {
+                        let Some((raw, code, desc)) = m.headers else {
+                            let e = NatsProtoError::Malformed { op: "HMSG" };
+                            return Err(self.broke(NatsError::Protocol(e)));
+                        };
+                        if code != 100 {
+                            self.pull = None;
+                        }
+                        Next::Status(code, raw, desc)
+                    } else if let Some(i) = self.confirms.iter().position(|&t| t == token) {
+                        self.confirms.remove(i);
+                        if no_responders(&m) {
+                            return Err(NatsError::NoResponders);
+                        }
+                        Next::Confirmed(token)
+                    } else {
+                        continue;
+                    }
+                }
+            };
+            return Ok(Some(DeliveryFrame(next)));
+        }
+    }
+
+    /// The delivery [`poll_delivery`](Self::poll_delivery) found, borrowed
+    /// from the receive buffer. A status `503` is [`NatsError::NoResponders`];
+    /// a message whose ack subject cannot be read breaks the session.
+    pub fn take_delivery(&mut self, f: DeliveryFrame) -> Result<Delivery<'_>, NatsError> {
+        match f.0 {
+            Next::Confirmed(t) => Ok(Delivery::Confirmed(t)),
+            Next::Status(code, raw, desc) => {
+                let description = desc.of(raw.of(self.event_bytes()));
+                Ok(match code {
+                    404 => Delivery::NoMessages,
+                    408 => Delivery::Timeout,
+                    100 => Delivery::Heartbeat,
+                    409 => Delivery::Conflict(description),
+                    503 => return Err(NatsError::NoResponders),
+                    code => Delivery::Status { code, description },
+                })
+            }
+            Next::Msg(m) => {
+                // The buffer through its field, so that breaking the session
+                // on a bad ack subject does not conflict with the borrow.
+                let m = m.attach(self.rx.from(self.base));
+                let reply = m.reply.unwrap_or_default();
+                match AckInfo::parse(reply) {
+                    Ok(info) => Ok(Delivery::Msg {
+                        subject: m.subject,
+                        reply,
+                        headers: m.headers,
+                        body: m.payload,
+                        info,
+                    }),
+                    Err(e) => {
+                        self.broken = true;
+                        Err(NatsError::Protocol(e))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues an ack of the delivery whose ack subject is `ack_subject`, for
+    /// the next write. With `confirm` the server confirms it under the token
+    /// returned here ([`Delivery::Confirmed`], or
+    /// [`ack_confirmed`](Self::ack_confirmed) for an ack awaited alone).
+    pub fn queue_ack(
+        &mut self,
+        ack_subject: &[u8],
+        kind: AckKind,
+        confirm: bool,
+    ) -> Result<Option<u64>, NatsError> {
+        self.usable()?;
+        let next = self.peek_token();
+        let token = confirm.then_some(next);
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&self.inbox);
+        self.scratch
+            .extend_from_slice(itoa::Buffer::new().format(next).as_bytes());
+        let reply_end = self.scratch.len();
+        kind.encode_body(&mut self.scratch);
+        let (reply, body) = self.scratch.split_at(reply_end);
+        let max = self.limits.max_payload;
+        encode_pub(
+            &mut self.tx,
+            ack_subject,
+            confirm.then_some(reply),
+            body,
+            max,
+        )?;
+        if let Some(t) = token {
+            self.token();
+            self.confirms.push_back(t);
+        }
+        Ok(token)
+    }
+
+    /// The confirmation `m` of the one ack awaited alone (nothing else was
+    /// owed when it was queued): true once confirmed.
+    pub fn ack_confirmed(&mut self, m: MsgFrame) -> Result<bool, NatsError> {
+        self.confirms.clear();
+        if no_responders(&m) {
+            return Err(NatsError::NoResponders);
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,36 @@
+//! A request with a reply: the generic call under the JetStream API (and
+//! anything else that answers on a reply subject).
+
+use crate::nats::encode_pub;
+use crate::nats::op::MsgFrame;
+use crate::nats::request_error::NatsError;
+
+use super::state::{no_responders, NatsSession};
+
+impl NatsSession {
+    /// Queues `payload` to `subject` with a reply token, for one write;
+    /// returns the token its reply comes back with
+    /// ([`poll_reply`](Self::poll_reply)). Refused ([`NatsError::Busy`])
+    /// while other replies are owed.
+    pub fn queue_request(&mut self, subject: &[u8], payload: &[u8]) -> Result<u64, NatsError> {
+        self.idle()?;
+        let token = self.peek_token();
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&self.inbox);
+        self.scratch
+            .extend_from_slice(itoa::Buffer::new().format(token).as_bytes());
+        let max = self.limits.max_payload;
+        encode_pub(&mut self.tx, subject, Some(&self.scratch), payload, max)?;
+        self.token();
+        Ok(token)
+    }
+
+    /// The payload of the reply `m` just polled; a `503` status is
+    /// [`NatsError::NoResponders`].
+    pub fn reply_payload(&self, m: MsgFrame) -> Result<&[u8], NatsError> {
+        if no_responders(&m) {
+            return Err(NatsError::NoResponders);
+        }
+        Ok(m.payload.of(self.event_bytes()))
+    }
+}

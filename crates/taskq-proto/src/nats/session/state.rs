@@ -1,0 +1,459 @@
+//! [`NatsSession`]: the state of one NATS connection and the reading of
+//! server operations into the events a driver waits for. The requests are
+//! encoded by the sibling files (handshake, publish, pull, request), each an
+//! `impl` of this type.
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hasher};
+
+use crate::nats::op::{parse_frame, Frame, MsgFrame, Span};
+use crate::nats::request_error::NatsError;
+use crate::nats::{parse_info, NatsLimits, NatsProtoError, PutEncoder};
+use crate::reply::{parse_u64, Status};
+use crate::session::{RecvBuf, INITIAL_RECV};
+
+/// The subscription id of the connection's inbox.
+pub(crate) const INBOX_SID: u64 = 1;
+
+/// What a driver writes to answer a server `PING`.
+pub const PONG: &[u8] = b"PONG\r\n";
+
+/// Replies a session keeps room for without allocating: a batch of PubAcks
+/// or a window of ack confirmations.
+const OWED_INITIAL: usize = 1024;
+
+/// A pull request: its reply token and the messages it may still deliver.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PullOwed {
+    pub(crate) token: u64,
+    pub(crate) remaining: u64,
+}
+
+/// What reading brought that a caller may wait for. The message's spans
+/// point into [`NatsSession::event_bytes`] until the next read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A message on the inbox: the reply to request `token`.
+    Reply {
+        /// The request it answers.
+        token: u64,
+        /// The message, as offsets.
+        m: MsgFrame,
+    },
+    /// A message under its own subject: a pulled delivery.
+    Delivery(MsgFrame),
+    /// `PONG`: the answer to our `PING`.
+    Pong,
+}
+
+/// What the handshake needs of the server's first `INFO`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The nonce to sign for nkey or JWT authentication (empty when none).
+    pub nonce: String,
+    /// The server requires TLS.
+    pub tls_required: bool,
+    /// The server offers TLS.
+    pub tls_available: bool,
+}
+
+/// One NATS connection's protocol state, with no socket and no clock.
+///
+/// It holds the send buffer (operations queued for the next write) and the
+/// put encoder, the receive buffer, the inbox and its reply tokens, and what
+/// is owed: the pull under way, PubAcks of queued publishes, ack
+/// confirmations, and `PONG`s for the server's `PING`s. A driver writes what
+/// it encodes, reads into [`recv_room`](Self::recv_room), polls for what it
+/// waits for, and holds each wait to a deadline of its own.
+///
+/// Every reply to the connection (PubAcks, request replies, pull statuses,
+/// ack confirmations) arrives on `<inbox><token>` through one wildcard
+/// subscription; the token says which request it answers. Pulled messages
+/// arrive on the same subscription under their own subject. After a server
+/// `-ERR` or bytes it cannot decode the session is broken for good.
+pub struct NatsSession {
+    pub(super) limits: NatsLimits,
+    pub(super) rx: RecvBuf,
+    /// Where the last event's spans start in the receive buffer.
+    pub(super) base: usize,
+    /// Operations queued for the next write.
+    pub(super) tx: Vec<u8>,
+    /// Scratch for the parts of an operation (a subject, a JSON body).
+    pub(super) scratch: Vec<u8>,
+    pub(super) put: PutEncoder,
+    /// `_INBOX.<random>.`
+    pub(super) inbox: Vec<u8>,
+    next_token: u64,
+    /// The pull under way (its request written).
+    pub(super) pull: Option<PullOwed>,
+    /// A pull encoded into the send buffer, owed once the buffer is written.
+    pub(super) pull_queued: Option<PullOwed>,
+    /// PubAcks owed, by token, in the order their publishes were queued.
+    pub(super) pubacks: VecDeque<u64>,
+    /// Ack confirmations owed, by token.
+    pub(super) confirms: VecDeque<u64>,
+    pongs_owed: u32,
+    pings: u64,
+    pub(super) broken: bool,
+    /// The server's address as the driver names it, first among the servers.
+    peer: String,
+    server_id: String,
+    version: String,
+    servers: Vec<String>,
+    /// What the handshake authenticated with, for a refusal's message.
+    pub(super) auth: String,
+}
+
+impl std::fmt::Debug for NatsSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsSession")
+            .field("server_id", &self.server_id)
+            .field("pulling", &self.pull.is_some())
+            .field("pubacks", &self.pubacks.len())
+            .field("confirms", &self.confirms.len())
+            .field("queued", &self.tx.len())
+            .field("buffered", &self.rx.len())
+            .field("broken", &self.broken)
+            .finish()
+    }
+}
+
+/// A random inbox prefix, `_INBOX.<22 base-36 digits>.`, from the standard
+/// library's randomly keyed hasher (no extra dependency, no clock).
+pub fn random_inbox() -> Vec<u8> {
+    let mut out = b"_INBOX.".to_vec();
+    for round in 0..2u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(round);
+        h.write_u32(std::process::id());
+        let mut n = h.finish();
+        for _ in 0..11 {
+            out.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
+            n /= 36;
+        }
+    }
+    out.push(b'.');
+    out
+}
+
+/// True when an inbox reply is a `503` no-responders status.
+pub(super) fn no_responders(m: &MsgFrame) -> bool {
+    matches!(m.headers, Some((_, 503, _))) && m.payload.start == m.payload.end
+}
+
+impl NatsSession {
+    /// A session for the server at `peer` (`host:port`, listed first among
+    /// [`servers`](Self::servers)), with a random inbox.
+    pub fn new(limits: NatsLimits, peer: &str) -> NatsSession {
+        NatsSession::with_inbox(limits, peer, &random_inbox())
+    }
+
+    /// A session whose reply subjects start with `inbox` (`_INBOX.x.`): for
+    /// tests that script the server's bytes.
+    pub fn with_inbox(limits: NatsLimits, peer: &str, inbox: &[u8]) -> NatsSession {
+        NatsSession {
+            rx: RecvBuf::new(INITIAL_RECV, limits.recv_capacity()),
+            limits,
+            base: 0,
+            tx: Vec::with_capacity(4096),
+            scratch: Vec::with_capacity(256),
+            put: PutEncoder::new(inbox),
+            inbox: inbox.to_vec(),
+            next_token: 1,
+            pull: None,
+            pull_queued: None,
+            pubacks: VecDeque::with_capacity(OWED_INITIAL),
+            confirms: VecDeque::with_capacity(OWED_INITIAL),
+            pongs_owed: 0,
+            pings: 0,
+            broken: false,
+            peer: peer.to_owned(),
+            server_id: String::new(),
+            version: String::new(),
+            servers: Vec::new(),
+            auth: String::new(),
+        }
+    }
+
+    /// What the parser accepts; `max_payload` is lowered to the server's.
+    pub fn limits(&self) -> &NatsLimits {
+        &self.limits
+    }
+
+    /// The inbox prefix (`_INBOX.<random>.`).
+    pub fn inbox(&self) -> &[u8] {
+        &self.inbox
+    }
+
+    /// The server's `server_id`.
+    pub fn server_id(&self) -> &str {
+        &self.server_id
+    }
+
+    /// The server's release as its `INFO` gave it (`2.9.10`).
+    pub fn server_version(&self) -> &str {
+        &self.version
+    }
+
+    /// The cluster's addresses (`host:port`) as the server last announced
+    /// them (`connect_urls`), the peer first.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    /// True once the stream is out of step; the connection must be replaced.
+    #[inline]
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Marks the session broken (the transport failed, or a caller cannot
+    /// accept what came).
+    pub fn mark_broken(&mut self) {
+        self.broken = true;
+    }
+
+    /// Marks the session broken and hands `e` back.
+    pub(super) fn broke(&mut self, e: NatsError) -> NatsError {
+        self.broken = true;
+        e
+    }
+
+    /// Refuses work on a broken session.
+    #[inline]
+    pub fn usable(&self) -> Result<(), NatsError> {
+        if self.broken {
+            return Err(NatsError::Broken);
+        }
+        Ok(())
+    }
+
+    /// Refuses a request whose wait would skip owed replies.
+    #[inline]
+    pub fn idle(&self) -> Result<(), NatsError> {
+        self.usable()?;
+        if self.pull.is_some() || !self.pubacks.is_empty() || !self.confirms.is_empty() {
+            return Err(NatsError::Busy);
+        }
+        Ok(())
+    }
+
+    /// The next reply token.
+    #[inline]
+    pub(super) fn token(&mut self) -> u64 {
+        let t = self.next_token;
+        self.next_token += 1;
+        t
+    }
+
+    /// The token the next request will get.
+    #[inline]
+    pub(super) fn peek_token(&self) -> u64 {
+        self.next_token
+    }
+
+    /// Operations queued for the next write (publishes, acks, a pull).
+    #[inline]
+    pub fn queued(&self) -> &[u8] {
+        &self.tx
+    }
+
+    /// The queued operations for one write, or `None` when nothing is
+    /// queued. On a broken session the queue is dropped and the answer is
+    /// [`NatsError::Broken`]. After the write, call [`queue_sent`](Self::queue_sent).
+    pub fn to_flush(&mut self) -> Result<Option<&[u8]>, NatsError> {
+        if self.broken {
+            self.clear_queue();
+            return Err(NatsError::Broken);
+        }
+        Ok(Some(self.tx.as_slice()).filter(|q| !q.is_empty()))
+    }
+
+    /// Says that the queued operations were written: a pull among them is now under way.
+    #[inline]
+    pub fn queue_sent(&mut self) {
+        self.tx.clear();
+        if let Some(p) = self.pull_queued.take() {
+            self.pull = Some(p);
+        }
+    }
+
+    /// Drops the queued operations without sending them (a pull among them
+    /// is not under way). PubAcks and confirmations they were owed stay
+    /// owed: drop them by replacing the connection.
+    pub fn clear_queue(&mut self) {
+        self.tx.clear();
+        self.pull_queued = None;
+    }
+
+    /// Zeroes and drops the send buffer: after `CONNECT`, whose line holds
+    /// the credentials, no copy is left behind.
+    pub fn wipe_queue(&mut self) {
+        self.tx.fill(0);
+        self.clear_queue();
+    }
+
+    /// Room for the driver to read into. A buffer at its cap with no whole
+    /// operation in it breaks the session.
+    #[inline]
+    pub fn recv_room(&mut self) -> Result<&mut [u8], NatsError> {
+        if self.broken {
+            return Err(NatsError::Broken);
+        }
+        match self.rx.spare() {
+            Ok(room) => Ok(room),
+            Err(_) => {
+                // The parser refuses longer lines and larger payloads before this point.
+                let max = self.limits.max_line.max(self.limits.max_info);
+                self.broken = true;
+                Err(NatsError::Protocol(NatsProtoError::LineTooLong { max }))
+            }
+        }
+    }
+
+    /// Says that `n` bytes were read into the room [`recv_room`](Self::recv_room) gave.
+    #[inline]
+    pub fn received(&mut self, n: usize) {
+        self.rx.filled(n);
+    }
+
+    /// Bytes received and not yet read as operations.
+    pub fn buffered(&self) -> usize {
+        self.rx.len()
+    }
+
+    /// `PING`s read and not yet answered.
+    #[inline]
+    pub fn pongs_owed(&self) -> u32 {
+        self.pongs_owed
+    }
+
+    /// The answer to one owed `PING`, for the driver to write at once (one
+    /// write each); `None` when none is owed or the session is broken.
+    #[inline]
+    pub fn pong(&mut self) -> Option<&'static [u8]> {
+        if self.pongs_owed == 0 || self.broken {
+            return None;
+        }
+        self.pongs_owed -= 1;
+        self.pings += 1;
+        Some(PONG)
+    }
+
+    /// Server `PING`s answered so far.
+    pub fn pings_answered(&self) -> u64 {
+        self.pings
+    }
+
+    /// The bytes the last event's spans point into (valid until the next read).
+    #[inline]
+    pub fn event_bytes(&self) -> &[u8] {
+        self.rx.from(self.base)
+    }
+
+    /// Reads the next event from the bytes received: a reply on the inbox, a
+    /// delivery or a `PONG`; `None` when more bytes are needed. On the way it
+    /// counts `PING`s owed an answer, takes `INFO`s and skips `+OK` and other
+    /// subscriptions. A server `-ERR` or bytes it cannot decode break the
+    /// session.
+    pub fn poll_event(&mut self) -> Result<Option<Event>, NatsError> {
+        self.usable()?;
+        loop {
+            match parse_frame(self.rx.data(), &self.limits) {
+                Ok(Status::Complete(f, n)) => {
+                    let base = self.rx.start();
+                    self.rx.consume(n);
+                    match f {
+                        Frame::Msg(m) if m.sid == INBOX_SID => {
+                            let subject = m.subject.of(self.rx.from(base));
+                            match subject.strip_prefix(&self.inbox[..]) {
+                                Some(tok) => {
+                                    // A token we never made (not a number) is no reply of ours.
+                                    if let Ok(token) = parse_u64(tok) {
+                                        self.base = base;
+                                        return Ok(Some(Event::Reply { token, m }));
+                                    }
+                                }
+                                None => {
+                                    self.base = base;
+                                    return Ok(Some(Event::Delivery(m)));
+                                }
+                            }
+                        }
+                        Frame::Pong => return Ok(Some(Event::Pong)),
+                        Frame::Msg(_) | Frame::Ok => {}
+                        Frame::Ping => self.pongs_owed = self.pongs_owed.saturating_add(1),
+                        Frame::Info(s) => {
+                            if let Err(e) = self.take_info(base, s, false) {
+                                return Err(self.broke(e));
+                            }
+                        }
+                        Frame::Err(s) => {
+                            let text = String::from_utf8_lossy(s.of(self.rx.from(base)));
+                            // The server keeps the connection after a
+                            // permissions violation, but which request it
+                            // answers is not certain: replace it all the same.
+                            let e = if text.starts_with("Permissions Violation") {
+                                NatsError::Permission(text.into_owned())
+                            } else {
+                                NatsError::Server(text.into_owned())
+                            };
+                            return Err(self.broke(e));
+                        }
+                    }
+                }
+                Ok(Status::Partial) => return Ok(None),
+                Err(e) => return Err(self.broke(NatsError::Protocol(e))),
+            }
+        }
+    }
+
+    /// Reads until the reply to request `token` (skipping stale replies and
+    /// deliveries nobody waits for); `None` when more bytes are needed.
+    #[inline]
+    pub fn poll_reply(&mut self, token: u64) -> Result<Option<MsgFrame>, NatsError> {
+        loop {
+            match self.poll_event()? {
+                Some(Event::Reply { token: t, m }) if t == token => return Ok(Some(m)),
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Takes what an `INFO` says: the server's id and release, its payload
+    /// limit, and the cluster's other addresses. Only the first (`handshake`)
+    /// must offer headers; a later INFO that leaves the field out changes
+    /// nothing about what the server takes.
+    pub(super) fn take_info(
+        &mut self,
+        base: usize,
+        s: Span,
+        handshake: bool,
+    ) -> Result<Hello, NatsError> {
+        let json = s.of(self.rx.from(base));
+        let mut urls: Vec<String> = Vec::new();
+        let info = parse_info(json, |u| urls.push(String::from_utf8_lossy(u).into_owned()))
+            .map_err(NatsError::Protocol)?;
+        if handshake && !info.headers {
+            return Err(NatsError::Unsupported("message headers"));
+        }
+        if info.max_payload > 0 {
+            let max = usize::try_from(info.max_payload).unwrap_or(usize::MAX);
+            self.limits.max_payload = self.limits.max_payload.min(max);
+        }
+        self.server_id = String::from_utf8_lossy(info.server_id).into_owned();
+        if !info.version.is_empty() {
+            self.version = String::from_utf8_lossy(info.version).into_owned();
+        }
+        if !urls.contains(&self.peer) {
+            urls.insert(0, self.peer.clone());
+        }
+        self.servers = urls;
+        Ok(Hello {
+            nonce: String::from_utf8_lossy(info.nonce).into_owned(),
+            tls_required: info.tls_required,
+            tls_available: info.tls_available,
+        })
+    }
+}

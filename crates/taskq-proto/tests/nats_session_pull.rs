@@ -1,0 +1,226 @@
+//! The NATS session's pulls with scripted bytes and no socket: deliveries,
+//! statuses and ack confirmations cut at every byte (with a `PING` before
+//! them), the end of a batch, and a property test of reading in pieces
+//! against the script read whole.
+
+mod nats_common;
+
+use std::time::Duration;
+
+use taskq_proto::nats::session::Event;
+use taskq_proto::nats::{AckKind, Delivery, NatsError, NatsProtoError as P, NatsSession};
+
+use nats_common::script::{cut_and_poll, feed, msg, session};
+
+#[test]
+fn pull_deliveries_statuses_and_confirmations_cut_at_every_byte() {
+    let ack_subject = "$JS.ACK.TASKQ.taskq-T.2.5.6.1700000000000000000.3";
+    let table: Vec<(String, &str)> = vec![
+        (
+            msg("taskq.T", Some(ack_subject), None, "body"),
+            "msg taskq.T body delivered 2 seq 5",
+        ),
+        (
+            msg("_INBOX.t.1", None, Some("404 No Messages"), ""),
+            "no messages",
+        ),
+        (
+            msg("_INBOX.t.1", None, Some("408 Request Timeout"), ""),
+            "timeout",
+        ),
+        (
+            msg("_INBOX.t.1", None, Some("100 Idle Heartbeat"), ""),
+            "heartbeat",
+        ),
+        (
+            msg("_INBOX.t.1", None, Some("409 Leadership Change"), ""),
+            "conflict Leadership Change",
+        ),
+        (
+            msg("_INBOX.t.1", None, Some("400 Bad Request"), ""),
+            "status 400 Bad Request",
+        ),
+        (msg("_INBOX.t.2", None, None, ""), "confirmed 2"),
+        // A reply to nobody first.
+        (
+            format!(
+                "{}{}",
+                msg("_INBOX.t.77", None, None, "{}"),
+                msg("taskq.T", Some(ack_subject), None, "b2")
+            ),
+            "msg taskq.T b2 delivered 2 seq 5",
+        ),
+    ];
+    let show = |d: Delivery<'_>| -> String {
+        let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match d {
+            Delivery::Msg {
+                subject,
+                body,
+                info,
+                reply,
+                ..
+            } => {
+                assert_eq!(reply, ack_subject.as_bytes());
+                format!(
+                    "msg {} {} delivered {} seq {}",
+                    s(subject),
+                    s(body),
+                    info.delivered,
+                    info.stream_seq
+                )
+            }
+            Delivery::NoMessages => "no messages".into(),
+            Delivery::Timeout => "timeout".into(),
+            Delivery::Heartbeat => "heartbeat".into(),
+            Delivery::Conflict(why) => format!("conflict {}", s(why)),
+            Delivery::Status { code, description } => {
+                format!("status {code} {}", s(description))
+            }
+            Delivery::Confirmed(t) => format!("confirmed {t}"),
+            d => format!("{d:?}"),
+        }
+    };
+    let mut cases = 0;
+    for (wire, want) in &table {
+        let wire = format!("PING\r\n{wire}");
+        for cut in 0..=wire.len() {
+            let mut s = session();
+            s.queue_pull("TASKQ", "taskq-T", 2, Some(Duration::from_secs(1)), None)
+                .unwrap();
+            // An ack with confirmation rides in the same write (token 2).
+            let confirm = s
+                .queue_ack(ack_subject.as_bytes(), AckKind::Ack, true)
+                .unwrap();
+            assert_eq!(confirm, Some(2));
+            assert!(!s.pulling(), "not under way before it is written");
+            s.queue_sent();
+            assert!(s.pulling() && s.confirms_owed() == 1);
+            let f = cut_and_poll(&mut s, wire.as_bytes(), cut, NatsSession::poll_delivery).unwrap();
+            let got = show(s.take_delivery(f).unwrap());
+            assert_eq!(got, *want, "{wire:?} cut at {cut}");
+            // A heartbeat or one message of two keeps the pull going.
+            let going =
+                want.starts_with("msg") || *want == "heartbeat" || want.starts_with("confirmed");
+            assert_eq!(s.pulling(), going, "{want}");
+            let confirmed = want.starts_with("confirmed");
+            assert_eq!(s.confirms_owed(), usize::from(!confirmed));
+            assert_eq!(s.pongs_owed(), 1);
+            cases += 1;
+        }
+    }
+    assert!(cases > 500, "{cases} cuts");
+}
+
+#[test]
+fn a_pull_ends_after_its_batch_and_late_deliveries_are_dropped() {
+    let mut s = session();
+    s.queue_pull("TASKQ", "c", 2, None, None).unwrap();
+    assert_eq!(
+        s.queued(),
+        &b"PUB $JS.API.CONSUMER.MSG.NEXT.TASKQ.c _INBOX.t.1 26\r\n{\"batch\":2,\"no_wait\":true}\r\n"[..]
+    );
+    s.queue_sent();
+    let a = "$JS.ACK.TASKQ.c.1.1.1.1.0";
+    let three: String = (0..3).map(|_| msg("taskq.T", Some(a), None, "x")).collect();
+    feed(&mut s, three.as_bytes());
+    for _ in 0..2 {
+        let f = s.poll_delivery().unwrap().unwrap();
+        assert!(matches!(s.take_delivery(f).unwrap(), Delivery::Msg { .. }));
+    }
+    assert!(!s.pulling());
+    // The third is nobody's: nothing is owed any more.
+    assert!(matches!(s.poll_delivery(), Err(NatsError::NothingOwed)));
+    // A message whose reply is no ack subject breaks the session.
+    let mut s = session();
+    s.queue_pull("TASKQ", "c", 1, None, None).unwrap();
+    s.queue_sent();
+    feed(&mut s, msg("taskq.T", Some("nope"), None, "x").as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert!(matches!(s.take_delivery(f), Err(NatsError::Protocol(_))));
+    assert!(s.is_broken());
+    // A pull status without a header block is malformed.
+    let mut s = session();
+    s.queue_pull("TASKQ", "c", 1, None, None).unwrap();
+    s.queue_sent();
+    feed(&mut s, msg("_INBOX.t.1", None, None, "").as_bytes());
+    assert!(matches!(
+        s.poll_delivery(),
+        Err(NatsError::Protocol(P::Malformed { op: "HMSG" }))
+    ));
+    assert!(s.is_broken());
+    // A pull's 503 is no responders, and ends it.
+    let mut s = session();
+    s.queue_pull("TASKQ", "c", 1, None, None).unwrap();
+    s.queue_sent();
+    feed(&mut s, msg("_INBOX.t.1", None, Some("503"), "").as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert!(matches!(s.take_delivery(f), Err(NatsError::NoResponders)));
+    assert!(!s.pulling() && !s.is_broken());
+}
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// One server operation, and what the session must make of it (`None`: nothing).
+    fn op(kind: u8, n: u64) -> (String, Option<String>) {
+        let body = format!("p{n}");
+        match kind % 6 {
+            0 => ("PING\r\n".into(), None),
+            1 => ("+OK\r\n".into(), None),
+            2 => (
+                msg(&format!("_INBOX.t.{n}"), None, None, &body),
+                Some(format!("reply {n} {body}")),
+            ),
+            3 => (
+                msg("taskq.T", Some("$JS.ACK.S.c.1.1.1.1.0"), None, &body),
+                Some(format!("delivery {body}")),
+            ),
+            4 => (
+                msg("elsewhere", None, None, &body).replace(" 1 ", " 7 "),
+                None,
+            ),
+            _ => ("PONG\r\n".into(), Some("pong".into())),
+        }
+    }
+
+    proptest! {
+        /// However a script of operations is cut into reads, the events and
+        /// the PINGs owed are those of the script read whole.
+        #[test]
+        fn events_do_not_depend_on_how_the_bytes_arrive(
+            ops in prop::collection::vec((any::<u8>(), 0..1000u64), 1..24),
+            cuts in prop::collection::vec(1..40usize, 1..64),
+        ) {
+            let (wire, want): (String, Vec<Option<String>>) =
+                ops.iter().map(|&(k, n)| op(k, n)).unzip();
+            let want: Vec<String> = want.into_iter().flatten().collect();
+            let pings = ops.iter().filter(|(k, _)| k % 6 == 0).count() as u32;
+            let mut s = session();
+            let mut got = Vec::new();
+            let mut rest = wire.as_bytes();
+            let mut i = 0;
+            while !rest.is_empty() {
+                let n = cuts[i % cuts.len()].min(rest.len());
+                i += 1;
+                feed(&mut s, &rest[..n]);
+                rest = &rest[n..];
+                while let Some(e) = s.poll_event().unwrap() {
+                    let text = |m: taskq_proto::nats::MsgFrame| {
+                        String::from_utf8_lossy(m.payload.of(s.event_bytes())).into_owned()
+                    };
+                    got.push(match e {
+                        Event::Reply { token, m } => format!("reply {token} {}", text(m)),
+                        Event::Delivery(m) => format!("delivery {}", text(m)),
+                        Event::Pong => "pong".into(),
+                    });
+                }
+            }
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(s.pongs_owed(), pings);
+            prop_assert_eq!(s.buffered(), 0);
+        }
+    }
+}
