@@ -419,7 +419,11 @@ impl Producer {
         mut r: Result<JobId, Error>,
     ) -> Result<JobId, Error> {
         let until = Instant::now() + self.resolve_for;
+        // Once a send may have reached the stream, the put stays unknown
+        // however the later re-sends fail.
+        let mut maybe_stored = false;
         while matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) && Instant::now() < until {
+            maybe_stored |= matches!(r, Err(Error::Unknown(_)));
             if matches!(r, Err(Error::NotSent(NotSent::Unavailable))) {
                 // Answered at once while a leader is elected: not a tight loop.
                 std::thread::sleep(RESOLVE_PAUSE);
@@ -436,7 +440,14 @@ impl Producer {
                 Err(_) => self.drop_if_broken(),
             }
         }
-        r
+        match r {
+            Err(Error::NotSent(e)) if maybe_stored => Err(Error::Unknown(
+                taskq_proto::ConnectionError::Io(std::io::Error::other(format!(
+                    "sent earlier with no reply, and no re-send reached the stream ({e})"
+                ))),
+            )),
+            r => r,
+        }
     }
 
     /// A put that needs a connection first (or a body refused before that).

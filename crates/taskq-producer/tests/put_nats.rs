@@ -212,3 +212,29 @@ fn connect_and_first_put_during_an_election_wait_it_out() {
     assert_eq!(got.get(&b"after"[..]), Some(&1));
     assert_eq!(got.get(&b"before"[..]), Some(&1));
 }
+
+#[test]
+fn a_put_sent_once_stays_unknown_when_no_re_send_reaches_the_stream() {
+    let c = NatsCluster::start(1).unwrap();
+    let mut p = Producer::builder()
+        .tube("frozen")
+        .io_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .resolve_for(Duration::from_secs(2))
+        .connect(c.url())
+        .unwrap();
+    p.put(b"before", PutOptions::default()).unwrap();
+    // The node stops answering: the put's PubAck never comes, and every
+    // re-send's connect finds a socket that never says INFO (not sent).
+    c.stop(0).unwrap();
+    let started = Instant::now();
+    let e = p.put(b"during", PutOptions::default()).unwrap_err();
+    let took = started.elapsed();
+    c.cont(0).unwrap();
+    assert!(e.outcome_unknown() && !e.not_sent(), "{e}");
+    assert!(e.maybe_queued(), "{e}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "resolved for {took:?}"
+    );
+}
