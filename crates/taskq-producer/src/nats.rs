@@ -339,6 +339,14 @@ fn setup_failed(step: &str, e: NatsError) -> Error {
         ),
         NatsError::Io(e) => io(e.kind(), format!("connection broke while {step}: {e}")),
         NatsError::Invalid(e) => Error::Invalid(Invalid::Nats(e)),
+        // The connection's own setup broke: said as the step's failure, and
+        // retried as one when it comes and goes.
+        NatsError::Handshake { during, error } => {
+            setup_failed(&format!("{step} ({during})"), *error)
+        }
+        NatsError::Refused(r) => Error::NotSent(NotSent::Refused(r)),
+        NatsError::Tls(t) => Error::NotSent(NotSent::Tls(t)),
+        NatsError::Credentials(what) => Error::NotSent(NotSent::Credentials(what)),
         e => io(ErrorKind::Other, format!("{step}: {e}")),
     }
 }
@@ -454,6 +462,34 @@ mod tests {
         assert!(!again(NatsError::Mismatch("retention limits".into())).0);
         assert!(!again(api(400, 10052)).0);
         assert!(!again(NatsError::Unsupported("message headers")).0);
+        // The handshake's own failures: a silent or closing node comes and
+        // goes; a refusal or a TLS failure is an answer, kept typed.
+        let (yes, text) = again(NatsError::Handshake {
+            during: "waiting for INFO",
+            error: Box::new(NatsError::Timeout {
+                waited: Duration::from_secs(1),
+            }),
+        });
+        assert!(yes, "{text}");
+        assert!(
+            text.contains("no reply within 1s while looking up the stream (waiting for INFO)"),
+            "{text}"
+        );
+        let refusal = taskq_proto::nats::Refusal {
+            reason: "Authorization Violation".into(),
+            auth: "user alice".into(),
+        };
+        let e = setup_failed("connecting", NatsError::Refused(refusal));
+        assert!(e.auth_refused() && !open_again(&e), "{e}");
+        let tls = taskq_proto::nats::TlsError {
+            failure: taskq_proto::nats::TlsFailure::UnknownIssuer,
+            detail: String::new(),
+        };
+        let e = setup_failed("connecting", NatsError::Tls(tls));
+        assert!(
+            matches!(e, Error::NotSent(NotSent::Tls(_))) && !open_again(&e),
+            "{e}"
+        );
     }
 
     #[test]
