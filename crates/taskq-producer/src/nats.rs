@@ -341,6 +341,9 @@ fn setup_failed(step: &str, e: NatsError) -> Error {
         NatsError::Invalid(e) => Error::Invalid(Invalid::Nats(e)),
         // The connection's own setup broke: said as the step's failure, and
         // retried as one when it comes and goes.
+        // A server that said nothing at all (no INFO) is an answer too: a
+        // port that is not NATS's, a server that wants TLS first.
+        e if e.server_said_nothing() => io(ErrorKind::Other, format!("{step}: {e}")),
         NatsError::Handshake { during, error } => {
             setup_failed(&format!("{step} ({during})"), *error)
         }
@@ -465,16 +468,27 @@ mod tests {
         // The handshake's own failures: a silent or closing node comes and
         // goes; a refusal or a TLS failure is an answer, kept typed.
         let (yes, text) = again(NatsError::Handshake {
-            during: "waiting for INFO",
+            during: "waiting for PONG",
             error: Box::new(NatsError::Timeout {
                 waited: Duration::from_secs(1),
             }),
         });
         assert!(yes, "{text}");
         assert!(
-            text.contains("no reply within 1s while looking up the stream (waiting for INFO)"),
+            text.contains("no reply within 1s while looking up the stream (waiting for PONG)"),
             "{text}"
         );
+        let reset = IoError::from(ErrorKind::ConnectionReset);
+        let (yes, _) = again(NatsError::Handshake {
+            during: taskq_proto::nats::WAITING_FOR_INFO,
+            error: Box::new(NatsError::Io(reset)),
+        });
+        assert!(yes, "a reset before INFO is a connection that broke");
+        let (yes, text) = again(NatsError::Handshake {
+            during: taskq_proto::nats::WAITING_FOR_INFO,
+            error: Box::new(NatsError::Closed),
+        });
+        assert!(!yes && text.contains("--tls-first"), "said nothing: {text}");
         let refusal = taskq_proto::nats::Refusal {
             reason: "Authorization Violation".into(),
             auth: "user alice".into(),

@@ -53,7 +53,7 @@ pub use error::{NatsEncodeError, NatsProtoError};
 pub use headers::HeaderBlock;
 pub use json::{parse_info, parse_js_reply, ApiErrorRef, InfoRef, JsReply, PubAckRef};
 pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp, Span};
-pub use request_error::{ApiError, NatsError, Refusal, TlsError, TlsFailure};
+pub use request_error::{ApiError, NatsError, Refusal, TlsError, TlsFailure, WAITING_FOR_INFO};
 pub use session::{Delivery, NatsSession, PubAck};
 
 /// The NATS server's default `max_payload`: 1 MiB.

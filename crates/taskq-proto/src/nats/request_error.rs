@@ -85,8 +85,9 @@ pub enum NatsError {
     Credentials(String),
 }
 
-/// The handshake's first step.
-pub(crate) const WAITING_FOR_INFO: &str = "waiting for INFO";
+/// The handshake's first step (a [`NatsError::Handshake`]'s `during`): the
+/// server has said nothing yet.
+pub const WAITING_FOR_INFO: &str = "waiting for INFO";
 
 /// Why the server refused a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,6 +204,16 @@ impl NatsError {
                 | NatsError::Api(_)
                 | NatsError::Mismatch(_)
         )
+    }
+
+    /// True when a connect failed before the server said anything: no
+    /// `INFO` came, or the connection closed first (a server that wants the
+    /// TLS handshake first, a port that is not a NATS server's, a frozen
+    /// node). A reset is not this: it is a connection that broke.
+    pub fn server_said_nothing(&self) -> bool {
+        matches!(self, NatsError::Handshake { during, error }
+            if *during == WAITING_FOR_INFO
+                && matches!(**error, NatsError::Timeout { .. } | NatsError::Closed))
     }
 
     /// True when the server refused the connection's credentials.
