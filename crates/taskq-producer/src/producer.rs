@@ -637,6 +637,11 @@ impl Producer {
             }
             std::thread::sleep(left);
         }
+        self.open_link()
+    }
+
+    /// Opens a connection now, whatever is left of the backoff.
+    fn open_link(&mut self) -> Result<&mut Link, Error> {
         let opened = Link::open(
             &self.addrs,
             self.cfg,
@@ -649,22 +654,23 @@ impl Producer {
     /// The first connection of [`Builder::connect`]: one attempt on
     /// beanstalkd; on JetStream, attempts while they fail in a way that comes
     /// and goes, within `resolve_for`.
+    /// The backoff is cut short at the end of `resolve_for`, where the last
+    /// attempt is made, so the attempts span the whole of it.
     fn open_first(&mut self) -> Result<(), Error> {
         let until = Instant::now() + self.resolve_for;
         loop {
-            let e = match self.connected(true) {
+            let wait = self.reconnects.wait_left().unwrap_or_default();
+            std::thread::sleep(wait.min(until.saturating_duration_since(Instant::now())));
+            self.conn = None;
+            let e = match self.open_link() {
                 Ok(_) => return Ok(()),
                 Err(e) => e,
             };
-            if self.nats.is_none() || !crate::nats::open_again(&e) || !self.before(until) {
+            let again = self.nats.is_some() && crate::nats::open_again(&e);
+            if !again || Instant::now() >= until {
                 return Err(e);
             }
         }
-    }
-
-    /// True when the next attempt, after what is left of the backoff, starts before `until`.
-    fn before(&self, until: Instant) -> bool {
-        Instant::now() + self.reconnects.wait_left().unwrap_or_default() < until
     }
 
     /// Forgets a connection that broke so the next call opens a new one.
