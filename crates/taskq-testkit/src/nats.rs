@@ -26,6 +26,9 @@ use crate::beanstalkd::free_port;
 
 /// How long a node may take to answer its health check after a start.
 const START_WAIT: Duration = Duration::from_secs(15);
+/// How long [`NatsCluster::stop`] and [`NatsCluster::cont`] wait for the
+/// kernel to stop or resume every thread of a node.
+const SIGNAL_WAIT: Duration = Duration::from_secs(5);
 
 /// One node's ports, directory and process.
 #[derive(Debug)]
@@ -350,13 +353,43 @@ impl NatsCluster {
     }
 
     /// Freezes node `i` (SIGSTOP): its sockets stay open, it answers nothing.
+    /// Returns once every thread of the node is stopped: kill(2) only queues
+    /// the signal, and a node still running for a moment after it would answer
+    /// what a test sends next.
     pub fn stop(&self, i: usize) -> io::Result<()> {
-        self.signal(i, libc::SIGSTOP)
+        self.signal(i, libc::SIGSTOP)?;
+        self.wait_threads(i, true)
     }
 
-    /// Thaws node `i` (SIGCONT).
+    /// Thaws node `i` (SIGCONT), returning once no thread of it is stopped.
     pub fn cont(&self, i: usize) -> io::Result<()> {
-        self.signal(i, libc::SIGCONT)
+        self.signal(i, libc::SIGCONT)?;
+        self.wait_threads(i, false)
+    }
+
+    /// Waits (at most [`SIGNAL_WAIT`]) until every thread of node `i` is
+    /// stopped (`stopped`) or none is, as `/proc/PID/task/*/stat` tells.
+    fn wait_threads(&self, i: usize, stopped: bool) -> io::Result<()> {
+        let pid = self
+            .pid(i)
+            .ok_or_else(|| io::Error::other("node not running"))?;
+        let until = Instant::now() + SIGNAL_WAIT;
+        loop {
+            let states = thread_states(pid)?;
+            if !states.is_empty() && states.iter().all(|&s| (s == b'T') == stopped) {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "node {i}'s threads are {:?} {SIGNAL_WAIT:?} after the signal",
+                        String::from_utf8_lossy(&states)
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     fn signal(&self, i: usize, sig: libc::c_int) -> io::Result<()> {
@@ -623,6 +656,29 @@ fn find_current_server() -> Result<PathBuf, String> {
 }
 
 /// A GET on the monitoring port, parsed as JSON. Bounded by one second.
+/// The state letter of each thread of process `pid` (the field after the
+/// command name in `/proc/PID/task/TID/stat`: `T` when stopped).
+fn thread_states(pid: u32) -> io::Result<Vec<u8>> {
+    let mut states = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = match std::fs::read(task?.path().join("stat")) {
+            Ok(stat) => stat,
+            // A thread that ended between the listing and the read.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        // The command name is in parentheses and may hold spaces: the state
+        // follows the last ')'.
+        let state = stat
+            .iter()
+            .rposition(|&b| b == b')')
+            .and_then(|end| stat.get(end + 2).copied())
+            .ok_or_else(|| io::Error::other("unreadable /proc stat line"))?;
+        states.push(state);
+    }
+    Ok(states)
+}
+
 fn http_json(addr: SocketAddr, path: &str) -> io::Result<Value> {
     let limit = Duration::from_secs(1);
     let mut s = TcpStream::connect_timeout(&addr, limit)?;
@@ -651,6 +707,38 @@ fn tail(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_states_tell_a_stopped_process_from_a_running_one() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        let wait_for = |want: u8| {
+            let until = Instant::now() + SIGNAL_WAIT;
+            loop {
+                let states = thread_states(child.id()).unwrap();
+                if states.iter().all(|&s| s == want) && !states.is_empty() {
+                    return states;
+                }
+                assert!(Instant::now() < until, "states {states:?}, want {want}");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        // SAFETY: kill(2) on our own child, with valid signal numbers.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(pid, libc::SIGSTOP)
+        };
+        assert_eq!(wait_for(b'T'), b"T");
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(pid, libc::SIGCONT)
+        };
+        assert_eq!(wait_for(b'S'), b"S");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let me = thread_states(std::process::id()).unwrap();
+        assert!(!me.is_empty() && !me.contains(&b'T'), "{me:?}");
+    }
 
     #[test]
     fn a_single_node_is_healthy_and_leads() {
