@@ -120,6 +120,11 @@ impl Shared {
             .is_ok()
     }
 
+    /// True when a reservation is allowed under `max_jobs` now.
+    fn has_ticket(&self) -> bool {
+        self.cfg.max_jobs.is_none() || self.tickets.load(Ordering::Acquire) > 0
+    }
+
     fn give_ticket(&self) {
         if self.cfg.max_jobs.is_some() {
             self.tickets.fetch_add(1, Ordering::AcqRel);

@@ -30,11 +30,11 @@ pub(crate) use beanstalkd::Beanstalkd;
 pub(crate) use nats::Nats;
 
 /// Byte buffers (job bodies, subjects) reused from one job to the next,
-/// handed out in turn (oldest first). A buffer that must grow grows to the
-/// largest copy seen so far: buffers reused for one thing and then another
-/// soon all fit anything, every one of them (a last-in first-out pool would
-/// hand the same few out again and again, and grow the rest only at a
-/// peak), and a warm worker allocates nothing per job.
+/// handed out in turn (oldest first). A buffer smaller than the largest copy
+/// seen so far grows to it when next handed out: buffers reused for one
+/// thing and then another soon all fit anything, every one of them (a
+/// last-in first-out pool would hand the same few out again and again, and
+/// grow the rest only at a peak), and a warm worker allocates nothing per job.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
     spare: VecDeque<Vec<u8>>,
@@ -65,12 +65,14 @@ impl Pool {
         b
     }
 
-    /// Copies `bytes` into `buf`, which grows (when it must) to the
-    /// largest copy seen.
+    /// Copies `bytes` into `buf`, which grows to the largest copy seen when
+    /// it is smaller, whether or not this copy needs it: a buffer made
+    /// before the largest copies came grows at its next use, not at the
+    /// first of them it happens to get.
     pub(crate) fn copy_into(&mut self, buf: &mut Vec<u8>, bytes: &[u8]) {
         self.widest = self.widest.max(bytes.len());
         buf.clear();
-        if buf.capacity() < bytes.len() {
+        if buf.capacity() < self.widest {
             buf.reserve(self.widest);
         }
         buf.extend_from_slice(bytes);
@@ -293,6 +295,14 @@ pub(crate) trait JobLink {
 
 /// One thread's connection to one server, as the worker's loop drives it.
 pub(crate) trait Link: JobLink + Sized {
+    /// The engine asks for many jobs in one request (a JetStream pull of a
+    /// batch), and each write costs more than the requests in it. A window
+    /// of prefetched jobs then gathers: the settles of jobs done while the
+    /// next ones are already in hand are queued and not written until the
+    /// write that refills the window (see `worker::prefetch`). False where
+    /// each reserve is a request of its own (beanstalkd): the window writes
+    /// a job's settle and its one refill after each job.
+    const GATHER: bool = false;
     /// Opens a connection to `server` and sets it up for the configured tubes
     /// (the restore hook: run again on every reconnect). `nth` counts the
     /// lane's connect attempts, from its thread's index: a server given as

@@ -10,7 +10,9 @@
 //!   [`Took::Unavailable`], and the loop asks again after a pause.
 //! - Settles are acks sent with a reply subject, so the server confirms each:
 //!   delete `+ACK`, release `-NAK` with the delay, touch `+WPI`. A job is
-//!   counted done only on its confirmation.
+//!   counted done only on its confirmation. A prefetch window gathers
+//!   ([`Link::GATHER`]): the acks of a half window of jobs and the pull that
+//!   refills it are queued one by one and written together.
 //! - Bury copies the job, headers and body as stored, to `taskq.T.buried` and
 //!   acks the original only after the copy's PubAck: a crash between the two
 //!   leaves the job twice, never nowhere. The copy's message id is derived
@@ -358,6 +360,9 @@ impl Nats {
     /// PubAck. Anything owed is read first (into the early queues): the copy
     /// needs the connection to itself.
     fn bury_copy(&mut self, seq: u64, tube: usize) -> Result<(), ConnectionError> {
+        // Acks a window gathered and has not written yet are owed
+        // confirmations too: they go out first.
+        self.conn.flush().map_err(conn_error)?;
         while self.conn.pulling() {
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
@@ -556,6 +561,8 @@ impl JobLink for Nats {
 }
 
 impl Link for Nats {
+    const GATHER: bool = true;
+
     fn connect(
         cfg: &Config,
         server: &str,
@@ -641,7 +648,10 @@ impl Link for Nats {
         let longest = tubes.iter().map(|t| t.consumer.len()).max().unwrap_or(0);
         let bufs = Buffers {
             names: Pool::made(5 * k + 8, 160 + layout.stream().len() + longest),
-            bodies: Pool::with_room(2 * k),
+            // Made empty (no allocation yet), as many as can be read ahead
+            // at once: handed out in turn, each grows once to the largest
+            // body, and a later peak of deliveries read ahead makes none.
+            bodies: Pool::made(2 * k + 2, 0),
         };
         Ok(Nats {
             conn,
@@ -655,13 +665,13 @@ impl Link for Nats {
             ask_scan: 0,
             pulls: VecDeque::with_capacity(k),
             rotate: fastrand::usize(..cfg.tubes.len().max(1)),
-            settles: VecDeque::with_capacity(k),
-            touches: VecDeque::with_capacity(k),
+            settles: VecDeque::with_capacity(2 * k + 8),
+            touches: VecDeque::with_capacity(2 * k + 8),
             unanswered: Vec::new(),
             carried: Vec::new(),
             check_idle: cfg.exit_when_idle.is_some(),
-            confirmed: Vec::with_capacity(k),
-            early: VecDeque::with_capacity(k),
+            confirmed: Vec::with_capacity(2 * k + 8),
+            early: VecDeque::with_capacity(2 * k),
             current: Early::default(),
             slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
         })
@@ -895,5 +905,92 @@ fn pick(ask: Ask<'_>, rotate: &mut usize) -> (usize, bool, usize) {
             *rotate = (*rotate + 1) % n;
             (*rotate, no_wait, n - 1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Jobs on a one-node JetStream, and a link to it with a window of `k`.
+    fn link_with_jobs(c: &taskq_testkit::NatsCluster, jobs: usize, k: usize) -> Nats {
+        let mut p = taskq_producer::Producer::connect(c.url()).unwrap();
+        for i in 0..jobs {
+            p.put(
+                format!("job {i}").as_bytes(),
+                taskq_producer::PutOptions::default(),
+            )
+            .unwrap();
+        }
+        let cfg = Config {
+            servers: vec![c.url()],
+            prefetch: k,
+            ..Config::default()
+        };
+        Nats::connect(&cfg, &cfg.servers[0], 0, &[], &mut Carry::default()).unwrap()
+    }
+
+    fn ask(tubes: &[String]) -> Req<'_> {
+        Req::Ask(Ask {
+            sched: None,
+            tubes,
+            slice: 0,
+        })
+    }
+
+    /// Writes made since `from`, the `PONG`s answering the server's `PING`s
+    /// set apart (each is a write of its own).
+    fn writes_since(link: &Nats, from: (u64, u64)) -> u64 {
+        let pongs = link.conn.pings_answered() - from.1;
+        link.io_counts().writes - from.0 - pongs
+    }
+
+    #[test]
+    fn acks_and_the_pull_that_refills_go_out_in_one_write_and_are_confirmed() {
+        let c = taskq_testkit::NatsCluster::start(1).unwrap();
+        let (k, half) = (16, 8);
+        let mut link = link_with_jobs(&c, k + half, k);
+        let tubes = ["default".to_owned()];
+        let mark = |l: &Nats| (l.io_counts().writes, l.conn.pings_answered());
+        // A window's asks: one pull of 16, one write.
+        let before = mark(&link);
+        for _ in 0..k {
+            link.queue(ask(&tubes)).unwrap();
+        }
+        link.flush().unwrap();
+        assert_eq!(writes_since(&link, before), 1);
+        let mut ids = Vec::new();
+        for _ in 0..k {
+            match link.reserved().unwrap() {
+                Took::Job { id, .. } => ids.push(id),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Half of them done: their acks and the pull for as many more,
+        // queued one by one, written together.
+        let before = mark(&link);
+        for &id in &ids[..half] {
+            link.queue(Req::Settle(id, Settle::Delete)).unwrap();
+        }
+        for _ in 0..half {
+            link.queue(ask(&tubes)).unwrap();
+        }
+        assert_eq!(
+            writes_since(&link, before),
+            0,
+            "nothing written before the flush"
+        );
+        link.flush().unwrap();
+        assert_eq!(writes_since(&link, before), 1, "acks and pull in one write");
+        // Each ack counted on its confirmation; the pull brings the rest.
+        for _ in 0..half {
+            assert_eq!(link.settled().unwrap(), SettleReply::Deleted);
+        }
+        for _ in 0..half {
+            assert!(matches!(link.reserved().unwrap(), Took::Job { .. }));
+        }
+        assert_eq!(writes_since(&link, before), 1, "the reads wrote nothing");
+        let info = link.conn.consumer_info("TASKQ", "taskq-default").unwrap();
+        assert_eq!(info.num_ack_pending, k as u64, "8 acked of 24 delivered");
     }
 }

@@ -8,10 +8,21 @@
 //! job costs one write and a fraction of a read. When the window is empty and the server
 //! had nothing ready, one blocking reserve waits, as without prefetch.
 //!
+//! An engine that asks for a window's jobs in one request ([`Link::GATHER`]:
+//! JetStream, whose refill is one pull of a batch) gathers instead: while the
+//! next job is already in hand, a job's settle is queued and not written.
+//! The settles go out with the pull that refills the window, in one write,
+//! once the window is down to half and the last pull was read; that pull's
+//! answers are read when the window is down to a quarter. A settle is
+//! still counted only on the server's answer. Settles are never held back
+//! long: a touch, a stop, a read or an empty window writes them, and so
+//! does the next job's end or the thread that keeps the leases
+//! ([`Keep::keep_leases`]) once they have waited [`GATHER_MAX`].
+//!
 //! The window lives behind a mutex that the lane's thread holds only between
 //! jobs, so that a stop from another thread can give the jobs that have not
 //! started back at once while a job runs. Whenever the mutex is free, every
-//! queued request has been sent.
+//! queued request has been sent, but for the settles a window gathers.
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -41,6 +52,11 @@ pub(crate) const TOUCH_AFTER: Duration = Duration::from_millis(500);
 /// back: the jobs ahead of it are too long for it to start in time, and
 /// another worker may be free.
 pub(crate) const HOLD_MAX: Duration = Duration::from_secs(30);
+
+/// Settles a gathering window holds back are written once the first of them
+/// has waited this long, whether or not the window needs a refill: a long job
+/// does not hold the acks of the jobs before it.
+pub(crate) const GATHER_MAX: Duration = Duration::from_millis(5);
 
 /// What to do for a job waiting in the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +111,11 @@ pub(super) struct Pipe<L> {
     /// Body buffers of jobs gone, reused by the next ones.
     bodies: Pool,
     owed: VecDeque<Owed>,
+    /// Of `owed`, the newest requests queued and not written yet (settles a
+    /// gathering window holds back): no reply can come for them.
+    unsent: usize,
+    /// When the oldest of those was queued.
+    gathered: Option<Instant>,
     /// Reserves in flight.
     asks: usize,
     /// `DEADLINE_SOON` came since the lease rule last ran.
@@ -121,6 +142,8 @@ impl<L: Link> Pipe<L> {
             // Per job at most a settle, a touch per waiting job and a
             // refill; read once more than 2k are owed.
             owed: VecDeque::with_capacity(5 * k + 8),
+            unsent: 0,
+            gathered: None,
             asks: 0,
             soon: false,
             dry: false,
@@ -137,6 +160,7 @@ impl<L: Link> Pipe<L> {
     fn queue(&mut self, req: Req<'_>, owed: Owed) -> Result<(), ConnectionError> {
         self.link()?.queue(req)?;
         self.owed.push_back(owed);
+        self.unsent += 1;
         Ok(())
     }
 
@@ -146,6 +170,8 @@ impl<L: Link> Pipe<L> {
             .link
             .as_mut()
             .map_or(Err(ConnectionError::Broken), L::flush);
+        self.unsent = 0;
+        self.gathered = None;
         r.map_err(|e| {
             let server = sh.cfg.servers[self.server].as_str();
             self.forget(sh);
@@ -153,17 +179,28 @@ impl<L: Link> Pipe<L> {
         })
     }
 
+    /// Writes the settles held back, if any.
+    fn send_gathered(&mut self, sh: &Shared) -> Result<(), After> {
+        if self.unsent > 0 {
+            self.flush(sh)?;
+        }
+        Ok(())
+    }
+
     /// Reads every owed reply and counts it: settles as without prefetch,
-    /// reserves into the window, touches into the leases.
+    /// reserves into the window, touches into the leases. What was held back
+    /// is written first.
     fn absorb(&mut self, sh: &Shared) -> Result<(), After> {
+        self.send_gathered(sh)?;
         self.absorb_until(sh, usize::MAX)
     }
 
-    /// [`absorb`](Self::absorb), oldest first, stopping once `held` jobs
-    /// wait in the window: the newest replies may not have come yet.
+    /// [`absorb`](Self::absorb) of the replies to what was written, oldest
+    /// first, stopping once `held` jobs wait in the window: the newest
+    /// replies may not have come yet.
     fn absorb_until(&mut self, sh: &Shared, held: usize) -> Result<(), After> {
         let server = sh.cfg.servers[self.server].as_str();
-        while self.held.len() < held {
+        while self.held.len() < held && self.owed.len() > self.unsent {
             let Some(owed) = self.owed.pop_front() else {
                 break;
             };
@@ -274,6 +311,23 @@ impl<L: Link> Pipe<L> {
         Ok(())
     }
 
+    /// A gathering window holds the settle just queued back: the next job is
+    /// in hand, no touch waits to go out, the settles held are young, and
+    /// the refill is not due (it is once the last pull was read and the
+    /// window is down to half, or at once when the server had nothing
+    /// ready last time; never when `max_jobs` leaves nothing to ask for).
+    fn gathers(&self, sh: &Shared, touched: bool, now: Instant) -> bool {
+        let k = sh.cfg.prefetch;
+        let refill = self.asks == 0 && (self.dry || self.held.len() <= k / 2) && sh.has_ticket();
+        L::GATHER
+            && !touched
+            && !self.held.is_empty()
+            && !refill
+            && self
+                .gathered
+                .is_none_or(|t| now.duration_since(t) < GATHER_MAX)
+    }
+
     fn drop_held(&mut self, k: usize) {
         if let Some(h) = self.held.remove(k) {
             self.bodies.give(h.body);
@@ -304,6 +358,8 @@ impl<L: Link> Pipe<L> {
             }
         }
         self.asks = 0;
+        self.unsent = 0;
+        self.gathered = None;
         while !self.held.is_empty() {
             self.drop_held(0);
             Counters::add(&sh.counters.lease_dropped);
@@ -414,11 +470,22 @@ impl<L: Link + Send> Keep for Mutex<Pipe<L>> {
             return;
         };
         let live = p.link.as_ref().is_some_and(|l| !l.is_broken());
-        if live && !p.held.is_empty() {
-            // A failure gives the link up; the lane's thread sees it broken.
-            if let Ok(true) = p.queue_leases(sh, Instant::now()) {
+        if !live {
+            return;
+        }
+        let now = Instant::now();
+        // A failure gives the link up; the lane's thread sees it broken.
+        if !p.held.is_empty() {
+            if let Ok(true) = p.queue_leases(sh, now) {
                 let _ = p.flush(sh).and_then(|()| p.absorb(sh));
+                return;
             }
+        }
+        // The settles of the jobs before the running one wait for nothing.
+        if p.gathered
+            .is_some_and(|t| now.duration_since(t) >= GATHER_MAX)
+        {
+            let _ = p.flush(sh);
         }
     }
 }
@@ -527,8 +594,10 @@ impl Turn<'_> {
         }
     }
 
-    /// Reads the owed replies and passes on what they told the lane.
+    /// Reads the owed replies (writing what was held back first) and
+    /// passes on what they told the lane.
     fn absorb<L: Link>(&mut self, p: &mut Pipe<L>) -> Result<(), After> {
+        p.send_gathered(self.sh)?;
         self.absorb_until(p, usize::MAX)
     }
 
@@ -582,9 +651,16 @@ impl Turn<'_> {
         let mut p = lock(pipe);
         // Half the window left: read the older replies (long come) up to
         // three quarters full, so the server always has requests to answer
-        // and the handler jobs to run.
-        if p.held.len() <= k / 2 && !p.owed.is_empty() {
-            if let Err(after) = self.absorb_until(&mut p, (3 * k / 4).max(1)) {
+        // and the handler jobs to run. A gathering window refills at half
+        // and reads at a quarter, all that was written: the answers to its
+        // last write have had a quarter of a window of jobs to come.
+        let (low, upto) = if L::GATHER {
+            (k / 4, usize::MAX)
+        } else {
+            (k / 2, (3 * k / 4).max(1))
+        };
+        if p.held.len() <= low && p.owed.len() > p.unsent {
+            if let Err(after) = self.absorb_until(&mut p, upto) {
                 ls.state.store(IDLE, Ordering::SeqCst);
                 return ControlFlow::Break(after);
             }
@@ -693,7 +769,8 @@ impl Turn<'_> {
         );
         ls.state.store(HOLDING, Ordering::SeqCst);
         let now = Instant::now();
-        if let Err(after) = p.queue_leases(sh, now) {
+        let touched = p.queue_leases(sh, now);
+        if let Err(after) = touched {
             if settle.is_ok() {
                 // Its settle was never sent: the server takes it back.
                 Counters::add(&sh.counters.lease_dropped);
@@ -702,6 +779,7 @@ impl Turn<'_> {
             ls.state.store(IDLE, Ordering::SeqCst);
             return ControlFlow::Break(after);
         }
+        let touched = touched.unwrap_or(true);
         let queued = match settle {
             Ok(s) => p.queue(Req::Settle(id, s), Owed::Settle { id, settle: s }),
             Err(JobError::LeaseLost) => {
@@ -731,7 +809,13 @@ impl Turn<'_> {
             p.forget(sh);
             failed(sh, server, Some(id), &e)
         });
-        if r.is_ok() && !sh.stop.load(Ordering::SeqCst) {
+        let stop = sh.stop.load(Ordering::SeqCst);
+        if r.is_ok() && !stop && p.gathers(sh, touched, now) {
+            // The next job is in hand: the settle waits for the refill's write.
+            p.gathered.get_or_insert(now);
+            return ControlFlow::Continue(());
+        }
+        if r.is_ok() && !stop {
             r = self.refill(&mut p, now).map(|_| ());
         }
         let r = r.and_then(|()| p.flush(sh)).and_then(|()| {
@@ -758,7 +842,7 @@ impl Turn<'_> {
 mod tests {
     use std::collections::VecDeque;
     use std::sync::atomic::Ordering;
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     use taskq_proto::{ConnectionError, Interrupter, IoCounts};
 
@@ -777,27 +861,40 @@ mod tests {
         Soon,
         Touched(bool),
         Info(u32),
+        /// Past the script (see [`Scripted::jobs`]).
+        Auto,
     }
 
     /// A link that records what is queued and answers from a script: the
-    /// window's bookkeeping without a socket or a clock.
+    /// window's bookkeeping without a socket or a clock. `G`: it gathers
+    /// ([`Link::GATHER`]).
     #[derive(Default)]
-    struct Scripted {
+    struct Scripted<const G: bool = false> {
         script: VecDeque<Say>,
         queued: Vec<String>,
         writes: usize,
         broken: bool,
+        /// Past the script: jobs handed out, numbered from 1, and each
+        /// settle answered done (the queue holds `jobs`; then nothing is
+        /// ready).
+        jobs: u64,
+        handed: u64,
+        /// What each write carried.
+        sent: Vec<Vec<String>>,
     }
 
-    impl Scripted {
+    impl<const G: bool> Scripted<G> {
         fn next(&mut self) -> Result<Say, Fault> {
+            if self.script.is_empty() && self.jobs > 0 {
+                return Ok(Say::Auto);
+            }
             self.script
                 .pop_front()
                 .ok_or(Fault::Conn(ConnectionError::Closed))
         }
     }
 
-    impl JobLink for Scripted {
+    impl<const G: bool> JobLink for Scripted<G> {
         fn addr(&self) -> SocketAddr {
             SocketAddr::from((Ipv4Addr::LOCALHOST, 11300))
         }
@@ -821,7 +918,9 @@ mod tests {
         }
     }
 
-    impl Link for Scripted {
+    impl<const G: bool> Link for Scripted<G> {
+        const GATHER: bool = G;
+
         fn connect(
             _: &Config,
             _: &str,
@@ -846,13 +945,19 @@ mod tests {
             Ok(())
         }
         fn flush(&mut self) -> Result<(), ConnectionError> {
-            self.writes += 1;
+            let done = self.sent.iter().map(Vec::len).sum::<usize>();
+            let batch = self.queued[done..].to_vec();
+            if !batch.is_empty() {
+                self.writes += 1;
+                self.sent.push(batch);
+            }
             Ok(())
         }
         fn discard(&mut self) {}
         fn settled(&mut self) -> Result<SettleReply, Fault> {
             match self.next()? {
                 Say::Settled(r) => Ok(r),
+                Say::Auto => Ok(SettleReply::Deleted),
                 _ => Err(Fault::Unexpected("script")),
             }
         }
@@ -861,6 +966,14 @@ mod tests {
                 Say::Job(id) => Ok(Took::Job { id, body: b"body" }),
                 Say::Empty => Ok(Took::TurnEmpty),
                 Say::Soon => Ok(Took::DeadlineSoon),
+                Say::Auto if self.handed < self.jobs => {
+                    self.handed += 1;
+                    Ok(Took::Job {
+                        id: self.handed,
+                        body: b"body",
+                    })
+                }
+                Say::Auto => Ok(Took::TurnEmpty),
                 _ => Err(Fault::Unexpected("script")),
             }
         }
@@ -1008,6 +1121,90 @@ mod tests {
         let c = sh.counters.snapshot();
         assert_eq!(c.released, 1);
         assert_eq!(tickets(&sh), 9);
+    }
+
+    /// Drains `jobs` jobs through a window of `k` on a scripted link that
+    /// gathers or not (`G`), and gives what each write carried.
+    fn drain_window<const G: bool>(k: usize, jobs: u64) -> Vec<Vec<String>> {
+        let cfg = Config {
+            max_jobs: Some(jobs),
+            prefetch: k,
+            ..Config::default()
+        };
+        let sh = Worker::new(cfg, |_: &mut crate::Job<'_>| crate::Outcome::Done)
+            .unwrap()
+            .shared;
+        let pipe = Mutex::new(Pipe::<Scripted<G>>::new(0, k));
+        lock(&pipe).link = Some(Scripted {
+            jobs,
+            ..Scripted::default()
+        });
+        let handler = |_: &mut crate::Job<'_>| crate::Outcome::Done;
+        let (mut reconnect, mut sched) = (taskq_proto::Reconnect::new(), None);
+        let (mut io_seen, mut body) = (IoCounts::default(), Vec::new());
+        let tubes = ["default".to_owned()];
+        let mut turn = Turn {
+            sh: &sh,
+            ls: &sh.lanes[0],
+            server: "scripted",
+            index: 0,
+            reconnect: &mut reconnect,
+            sched: &mut sched,
+            io_seen: &mut io_seen,
+            slice: 1,
+            tubes: &tubes,
+            handler: &handler,
+            body: &mut body,
+        };
+        assert!(matches!(turn.window(&pipe), After::Stop));
+        let c = sh.counters.snapshot();
+        assert_eq!((c.reserved, c.deleted), (jobs, jobs));
+        let mut p = lock(&pipe);
+        assert!(p.owed.is_empty() && p.held.is_empty() && p.unsent == 0);
+        std::mem::take(&mut p.link.as_mut().unwrap().sent)
+    }
+
+    /// How many of a write's requests are settles, and how many asks.
+    fn kinds(write: &[String]) -> (usize, usize) {
+        let settles = write.iter().filter(|r| r.starts_with("Delete")).count();
+        let asks = write.iter().filter(|r| r.starts_with("reserve")).count();
+        assert_eq!(settles + asks, write.len(), "{write:?}");
+        (settles, asks)
+    }
+
+    #[test]
+    fn a_gathering_window_writes_its_settles_with_the_refill_once_a_half_window() {
+        let (k, jobs) = (16, 256);
+        let writes = drain_window::<true>(k, jobs);
+        // The first write asks for a whole window. Every later one, until
+        // the queue runs dry, carries the settles of the half window done
+        // since the last and the asks that refill it: one pull, one write.
+        assert_eq!(kinds(&writes[0]), (0, k));
+        let steady = &writes[1..writes.len() - 1];
+        for w in steady {
+            assert_eq!(kinds(w), (k / 2, k / 2), "{writes:?}");
+        }
+        // Settles come first in a write, then the asks.
+        assert!(steady.iter().all(|w| w[0].starts_with("Delete")));
+        // Then `max_jobs` leaves nothing more to ask for: the last settles
+        // wait for the window to empty.
+        assert_eq!(kinds(&writes[writes.len() - 1]), (k, 0));
+        // 256 jobs: a window, 30 writes of 8 settles and 8 asks, the end.
+        assert_eq!(writes.len(), 32, "{writes:?}");
+        let settles: usize = writes.iter().map(|w| kinds(w).0).sum();
+        assert_eq!(settles, jobs as usize);
+    }
+
+    #[test]
+    fn a_window_that_does_not_gather_writes_once_a_job() {
+        let (k, jobs) = (16, 64);
+        let writes = drain_window::<false>(k, jobs);
+        assert_eq!(kinds(&writes[0]), (0, k));
+        // Each job: its settle and the ask that refills its place.
+        for w in &writes[1..writes.len() - 1] {
+            assert_eq!(kinds(w).0, 1, "{writes:?}");
+        }
+        assert_eq!(writes.len(), jobs as usize + 1);
     }
 
     #[test]
