@@ -58,8 +58,11 @@ pub(crate) struct Shared {
 
 struct LaneShared {
     state: AtomicU8,
-    /// The lane's last empty reserve found jobs of its tubes still out on
-    /// the server (JetStream: not delivered yet, or not acknowledged).
+    /// The lane may still have jobs out on the server (JetStream: not
+    /// delivered yet, or not acknowledged, such as one released with a
+    /// delay): set when it takes a job, and from then on by what each of its
+    /// empty reserves finds (beanstalkd: nothing; JetStream: the consumers'
+    /// info).
     outstanding: AtomicBool,
     /// The lane keeps settles a failed connection sent without an answer,
     /// to send again.
@@ -138,6 +141,17 @@ impl Shared {
     /// Marks now as busy: `exit_when_idle` counts from here.
     pub(crate) fn busy(&self) {
         self.last_busy_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Lane `ls` took a job: busy now, and not idle until an empty reserve
+    /// of that lane, after the job, finds nothing out. Idle time counts
+    /// from the last job taken, so a job that runs longer than
+    /// `exit_when_idle` would otherwise let the worker stop as soon as it
+    /// ends, before the lane has looked again: a job the server still owes
+    /// (released with a delay, due back later) would be left behind.
+    fn took_job(&self, ls: &LaneShared) {
+        ls.outstanding.store(true, Ordering::SeqCst);
+        self.busy();
     }
 
     /// True while some lane holds a job or connects, keeps settles not

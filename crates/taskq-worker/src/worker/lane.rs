@@ -263,7 +263,8 @@ impl<L: Link + Send + 'static> Lanes<L> {
     /// `max_jobs` ticket on entry, for the first reserve.
     fn serve(&mut self, i: usize) -> After {
         let sh = &*self.shared;
-        let ls = &sh.lanes[self.thread * self.lanes.len() + i];
+        let lane = self.thread * self.lanes.len() + i;
+        let ls = &sh.lanes[lane];
         let Lane {
             server: index,
             conn: slot,
@@ -288,7 +289,7 @@ impl<L: Link + Send + 'static> Lanes<L> {
             body: &mut self.body,
         };
         if sh.cfg.prefetch > 1 {
-            return serve_window(&mut turn, slot, pipe);
+            return serve_window(&mut turn, slot, pipe, lane);
         }
         let Some(conn) = slot.as_mut() else {
             sh.give_ticket();
@@ -327,6 +328,7 @@ fn serve_window<L: Link + Send + 'static>(
     turn: &mut Turn<'_>,
     slot: &mut Option<L>,
     pipe: &mut Option<Arc<Mutex<Pipe<L>>>>,
+    lane: usize,
 ) -> After {
     let (sh, ls) = (turn.sh, turn.ls);
     // Each reserve of the window takes its own ticket.
@@ -336,7 +338,7 @@ fn serve_window<L: Link + Send + 'static>(
     };
     let pipe = pipe
         .get_or_insert_with(|| {
-            let p = Arc::new(Mutex::new(Pipe::new(turn.index, sh.cfg.prefetch)));
+            let p = Arc::new(Mutex::new(Pipe::new(turn.index, lane, sh.cfg.prefetch)));
             let keep: Arc<dyn Keep> = p.clone();
             *ls.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keep);
             p

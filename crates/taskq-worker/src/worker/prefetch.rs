@@ -107,6 +107,8 @@ pub(super) struct Pipe<L> {
     pub(super) link: Option<L>,
     /// The server's index in the configuration.
     server: usize,
+    /// The lane's index in the worker's shared state.
+    lane: usize,
     held: VecDeque<Held>,
     /// Body buffers of jobs gone, reused by the next ones.
     bodies: Pool,
@@ -133,10 +135,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<L: Link> Pipe<L> {
-    pub(super) fn new(server: usize, k: usize) -> Pipe<L> {
+    pub(super) fn new(server: usize, lane: usize, k: usize) -> Pipe<L> {
         Pipe {
             link: None,
             server,
+            lane,
             held: VecDeque::with_capacity(k),
             bodies: Pool::with_room(k + 1),
             // Per job at most a settle, a touch per waiting job and a
@@ -225,7 +228,7 @@ impl<L: Link> Pipe<L> {
                     match link.reserved() {
                         Ok(Took::Job { id, body }) => {
                             Counters::add(&sh.counters.reserved);
-                            sh.busy();
+                            sh.took_job(&sh.lanes[self.lane]);
                             self.progress = true;
                             self.dry = false;
                             if let Some(h) = self.held.iter_mut().find(|h| h.id == id) {
@@ -1004,7 +1007,7 @@ mod tests {
 
     /// A window on a scripted link, with `asks` reserves owed (tickets taken).
     fn pipe(sh: &Shared, asks: usize, script: Vec<Say>) -> Pipe<Scripted> {
-        let mut p = Pipe::new(0, 4);
+        let mut p = Pipe::new(0, 0, 4);
         p.link = Some(Scripted {
             script: script.into(),
             ..Scripted::default()
@@ -1134,7 +1137,7 @@ mod tests {
         let sh = Worker::new(cfg, |_: &mut crate::Job<'_>| crate::Outcome::Done)
             .unwrap()
             .shared;
-        let pipe = Mutex::new(Pipe::<Scripted<G>>::new(0, k));
+        let pipe = Mutex::new(Pipe::<Scripted<G>>::new(0, 0, k));
         lock(&pipe).link = Some(Scripted {
             jobs,
             ..Scripted::default()

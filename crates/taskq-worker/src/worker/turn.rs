@@ -155,7 +155,7 @@ impl Turn<'_> {
                 s.taken();
             }
             Counters::add(&sh.counters.reserved);
-            sh.busy();
+            sh.took_job(ls);
             return ControlFlow::Continue(id);
         }
     }
