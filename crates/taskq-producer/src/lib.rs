@@ -51,23 +51,26 @@ async fn enqueue() -> Result<(), Error> {
 
 #[cfg(feature = "tokio")]
 mod async_producer;
+mod builder;
 mod classify;
 mod engine;
 mod error;
 mod multi;
 mod nats;
+mod outcome;
 mod producer;
 mod reconnects;
 mod target;
 
 #[cfg(feature = "tokio")]
 pub use async_producer::AsyncProducer;
+pub use builder::{Builder, DEFAULT_RESOLVE_FOR};
 pub use error::{Error, Invalid, NotSent, Rejection};
 pub use multi::{MultiProducer, Placed};
-pub use producer::{
-    BatchError, BatchReport, Builder, Position, Producer, PutOutcome, DEFAULT_RESOLVE_FOR,
-    MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS,
+pub use outcome::{
+    BatchError, BatchReport, Position, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS,
 };
+pub use producer::Producer;
 
 pub use target::{IntoTarget, Target};
 pub use taskq_proto::{Backoff, Engine, Jitter, JobId, READY_AT_HEADER};
