@@ -1,5 +1,6 @@
-//! The enqueue side of taskq: put jobs on a beanstalkd-protocol server with the
-//! least work per job, and say honestly what became of each one.
+//! The enqueue side of taskq: put jobs on a beanstalkd-protocol server or a
+//! NATS JetStream stream with the least work per job, and say honestly what
+//! became of each one.
 //!
 //! A [`Producer`] holds one connection. [`Producer::put`] is one write and one
 //! read with no heap allocation in steady state; [`Producer::put_batch`] sends
@@ -9,6 +10,12 @@
 //! [`Error::Unknown`] (sent, no reply: it may be queued), [`Error::NotSent`] or
 //! [`Error::Invalid`] (nothing reached the server). A broken connection is
 //! replaced on the next call. [`MultiProducer`] spreads jobs over several servers.
+//!
+//! The address picks the engine: `HOST:PORT` is beanstalkd, `nats://HOST:PORT`
+//! JetStream, where a put is a publish to the tube's subject answered by the
+//! stream's PubAck (the job id is the stream sequence). Each JetStream put
+//! carries its own `Nats-Msg-Id`, so a put whose outcome is unknown is sent
+//! again on a fresh connection, within [`Builder::resolve_for`], and stored once.
 //!
 //! ```no_run
 //! use taskq_producer::{Error, Producer, PutOptions};
