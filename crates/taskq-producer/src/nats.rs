@@ -20,8 +20,11 @@ use taskq_proto::{ConnectionConfig, ConnectionError, Layout, READY_AT_HEADER};
 
 use crate::classify::{chunk_write_failed, read_chunk};
 use crate::error::{Error, Invalid, NotSent, Rejection};
-use crate::producer::{BatchError, BatchReport, PutOutcome};
+use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
+
+/// The pause before re-sending a put JetStream answered `503`.
+pub(crate) const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
 
 /// What a producer needs to set JetStream up and name its messages.
 #[derive(Debug, Clone)]

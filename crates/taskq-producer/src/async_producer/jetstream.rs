@@ -9,12 +9,15 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::{Address, ConnectionConfig, IoCounts};
 
+use crate::builder::Builder;
 use crate::classify::{
     check_tube, chunk_end, chunk_write_failed, record, resend_from, start_batch, too_big,
 };
 use crate::error::{Error, NotSent};
-use crate::nats::{connect_stream, from_nats, nats_config, ready_at, IdBuf, NatsSetup};
-use crate::producer::{BatchError, BatchReport, Builder, PutOutcome, RESOLVE_PAUSE};
+use crate::nats::{
+    connect_stream, from_nats, nats_config, ready_at, IdBuf, NatsSetup, RESOLVE_PAUSE,
+};
+use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
 

@@ -38,6 +38,7 @@ pub(crate) mod json;
 pub(crate) mod op;
 mod request_error;
 pub mod session;
+mod span;
 
 pub use access::{NatsAccess, TlsSettings};
 pub use ack::{AckInfo, AckKind};
@@ -52,9 +53,10 @@ pub use encode::{
 pub use error::{NatsEncodeError, NatsProtoError};
 pub use headers::HeaderBlock;
 pub use json::{parse_info, parse_js_reply, ApiErrorRef, InfoRef, JsReply, PubAckRef};
-pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp, Span};
+pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp};
 pub use request_error::{ApiError, NatsError, Refusal, TlsError, TlsFailure, WAITING_FOR_INFO};
 pub use session::{Delivery, NatsSession, PubAck};
+pub use span::Span;
 
 /// The NATS server's default `max_payload`: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
