@@ -12,6 +12,12 @@
 //! The raw loop is the floor: the ack of the job just done and the pull for
 //! the next one in one write (as taskq sends them), reading to the end of both
 //! answers; with a batch, one pull for 64 and 64 acks in one write.
+//!
+//! Each side is timed from its first job in hand to its last ack confirmed:
+//! connecting, looking the stream and the consumer up and starting threads
+//! are not draining (with a batch of 64 a round's drain takes about 100 ms,
+//! which the worker's setup, a few round trips to the cluster, would
+//! otherwise weigh on while the raw loop connects before its clock starts).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -42,7 +48,7 @@ fn raw_drain(addr: SocketAddr, jobs: usize, batch: usize) -> Duration {
     // The acks of the jobs taken, written with the next pull.
     let mut next = Vec::new();
     let mut acks = 0;
-    let start = Instant::now();
+    let mut start = None;
     let mut done = 0;
     while done < jobs {
         let confirms = std::mem::take(&mut acks);
@@ -61,6 +67,7 @@ fn raw_drain(addr: SocketAddr, jobs: usize, batch: usize) -> Duration {
                     // A job (HMSG: it carries its Nats-Msg-Id): the reply
                     // after the sid is its ack subject.
                     (Some(b"MSG" | b"HMSG"), _) => {
+                        start.get_or_insert_with(Instant::now);
                         let ack = words.nth(1).expect("an ack subject");
                         next.extend_from_slice(b"PUB ");
                         next.extend_from_slice(ack);
@@ -79,10 +86,12 @@ fn raw_drain(addr: SocketAddr, jobs: usize, batch: usize) -> Duration {
     for _ in 0..acks {
         r.op(|_, _| ());
     }
-    start.elapsed()
+    start.expect("a job").elapsed()
 }
 
 fn taskq_drain(url: &str, jobs: usize, prefetch: usize) -> Duration {
+    let first = std::sync::Arc::new(std::sync::OnceLock::new());
+    let first2 = first.clone();
     let worker = Worker::new(
         Config {
             servers: vec![url.to_owned()],
@@ -92,13 +101,16 @@ fn taskq_drain(url: &str, jobs: usize, prefetch: usize) -> Duration {
             io_timeout: Duration::from_secs(5),
             ..Config::default()
         },
-        |_job: &mut Job<'_>| Outcome::Done,
+        move |_job: &mut Job<'_>| {
+            first2.get_or_init(Instant::now);
+            Outcome::Done
+        },
     )
     .unwrap();
-    let start = Instant::now();
     let counts = worker.run();
+    let end = Instant::now();
     assert_eq!(counts.deleted, jobs as u64);
-    start.elapsed()
+    end - *first.get().expect("a job")
 }
 
 fn async_nats_drain(
@@ -113,7 +125,7 @@ fn async_nats_drain(
         let stream = js.get_stream("TASKQ").await.unwrap();
         let consumer: async_nats::jetstream::consumer::PullConsumer =
             stream.get_consumer(CONSUMER).await.unwrap();
-        let start = Instant::now();
+        let mut start = None;
         let mut done = 0;
         while done < jobs {
             let mut msgs = consumer
@@ -123,11 +135,12 @@ fn async_nats_drain(
                 .await
                 .unwrap();
             while let Some(m) = msgs.next().await {
+                start.get_or_insert_with(Instant::now);
                 m.unwrap().double_ack().await.unwrap();
                 done += 1;
             }
         }
-        start.elapsed()
+        start.expect("a job").elapsed()
     })
 }
 

@@ -5,7 +5,7 @@
 //! the handle that cuts its connection, and its window of prefetched jobs.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -45,6 +45,10 @@ pub(crate) struct Shared {
     /// failed attempts. Touched only on those rare paths.
     pub(crate) tempfails: Mutex<HashMap<(usize, u64), u32>>,
     pub(crate) tempfails_any: AtomicBool,
+    /// Threads whose loop has ended.
+    pub(crate) ended: AtomicUsize,
+    /// The thread waiting in `Running::join`, woken when one ends.
+    pub(crate) joiner: Mutex<Option<std::thread::Thread>>,
 }
 
 pub(crate) struct LaneShared {
@@ -143,6 +147,19 @@ impl Shared {
     pub(crate) fn took_job(&self, ls: &LaneShared) {
         ls.outstanding.store(true, Ordering::SeqCst);
         self.busy();
+    }
+
+    /// A worker thread's loop ended: counted, and the joining thread woken.
+    pub(crate) fn thread_ended(&self) {
+        self.ended.fetch_add(1, Ordering::SeqCst);
+        if let Some(t) = self
+            .joiner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            t.unpark();
+        }
     }
 
     /// True while some lane holds a job or connects, keeps settles not

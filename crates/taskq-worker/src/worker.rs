@@ -6,7 +6,7 @@
 //! [`prefetch`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -114,6 +114,8 @@ impl Worker {
                 tickets,
                 tempfails: Mutex::new(HashMap::new()),
                 tempfails_any: AtomicBool::new(false),
+                ended: AtomicUsize::new(0),
+                joiner: Mutex::new(None),
             }),
             handler: Arc::new(handler),
         })
@@ -134,11 +136,15 @@ impl Worker {
                 let handler = self.handler.clone();
                 std::thread::Builder::new()
                     .name(format!("taskq-worker-{t}"))
-                    .spawn(move || match shared.cfg.engine() {
-                        Ok(taskq_proto::Engine::Nats) => {
-                            Lanes::<Nats>::new(shared, handler, t).run()
+                    .spawn(move || {
+                        let sh = shared.clone();
+                        match shared.cfg.engine() {
+                            Ok(taskq_proto::Engine::Nats) => {
+                                Lanes::<Nats>::new(shared, handler, t).run()
+                            }
+                            _ => Lanes::<Beanstalkd>::new(shared, handler, t).run(),
                         }
-                        _ => Lanes::<Beanstalkd>::new(shared, handler, t).run(),
+                        sh.thread_ended();
                     })
                     .expect("spawning a worker thread")
             })
@@ -167,7 +173,11 @@ impl Running {
     /// also keeps the leases of jobs waiting behind a long job.
     pub fn join(self) -> Snapshot {
         let shared = &self.control.shared;
-        while !self.threads.iter().all(|t| t.is_finished()) {
+        *shared.joiner.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current());
+        // A thread that panicked never says it ended: it is finished.
+        while shared.ended.load(Ordering::SeqCst) < self.threads.len()
+            && !self.threads.iter().all(|t| t.is_finished())
+        {
             if let Some(idle) = shared.cfg.exit_when_idle {
                 let quiet = shared
                     .now_ms()
@@ -183,7 +193,8 @@ impl Running {
             if shared.cfg.prefetch > 1 {
                 shared.keep_waiting_leases();
             }
-            std::thread::sleep(Duration::from_millis(10));
+            // A thread that ends wakes this one: the join returns at once.
+            std::thread::park_timeout(Duration::from_millis(10));
         }
         for t in self.threads {
             if t.join().is_err() {

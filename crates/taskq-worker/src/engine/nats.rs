@@ -11,7 +11,7 @@
 //! - Settles are acks sent with a reply subject, so the server confirms each:
 //!   delete `+ACK`, release `-NAK` with the delay, touch `+WPI`. A job is
 //!   counted done only on its confirmation. A prefetch window gathers
-//!   ([`Link::GATHER`]): the acks of a half window of jobs and the pull that
+//!   ([`Link::GATHER`]): the acks of a window of jobs and the pull that
 //!   refills it are queued one by one and written together.
 //! - Bury copies the job, headers and body as stored, to `taskq.T.buried` and
 //!   acks the original only after the copy's PubAck: a crash between the two

@@ -183,11 +183,11 @@ impl Turn<'_> {
         let mut p = lock(pipe);
         // Half the window left: read the older replies (long come) up to
         // three quarters full, so the server always has requests to answer
-        // and the handler jobs to run. A gathering window refills at half
-        // and reads at a quarter, all that was written: the answers to its
-        // last write have had a quarter of a window of jobs to come.
+        // and the handler jobs to run. A gathering window reads all that was
+        // written once it is empty (its refill went out when it emptied, or
+        // earlier for slow jobs).
         let (low, upto) = if L::GATHER {
-            (k / 4, usize::MAX)
+            (0, usize::MAX)
         } else {
             (k / 2, (3 * k / 4).max(1))
         };
@@ -373,6 +373,7 @@ impl Turn<'_> {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use taskq_proto::IoCounts;
 
@@ -395,6 +396,8 @@ mod tests {
             .unwrap()
             .shared;
         let pipe = Mutex::new(Pipe::<Scripted<G>>::new(0, 0, k));
+        // Every write is made by the rule under test, none by the clock.
+        lock(&pipe).gather_max = Duration::from_secs(3600);
         lock(&pipe).link = Some(Scripted {
             jobs,
             ..Scripted::default()
@@ -433,24 +436,24 @@ mod tests {
     }
 
     #[test]
-    fn a_gathering_window_writes_its_settles_with_the_refill_once_a_half_window() {
+    fn a_gathering_window_writes_its_settles_with_the_refill_once_a_window() {
         let (k, jobs) = (16, 256);
         let writes = drain_window::<true>(k, jobs);
         // The first write asks for a whole window. Every later one, until
-        // the queue runs dry, carries the settles of the half window done
+        // `max_jobs` runs out, carries the settles of the window's jobs done
         // since the last and the asks that refill it: one pull, one write.
         assert_eq!(kinds(&writes[0]), (0, k));
         let steady = &writes[1..writes.len() - 1];
         for w in steady {
-            assert_eq!(kinds(w), (k / 2, k / 2), "{writes:?}");
+            assert_eq!(kinds(w), (k, k), "{writes:?}");
         }
         // Settles come first in a write, then the asks.
         assert!(steady.iter().all(|w| w[0].starts_with("Delete")));
-        // Then `max_jobs` leaves nothing more to ask for: the last settles
-        // wait for the window to empty.
+        // Then `max_jobs` leaves nothing to ask for: the last settles wait
+        // for the window to empty.
         assert_eq!(kinds(&writes[writes.len() - 1]), (k, 0));
-        // 256 jobs: a window, 30 writes of 8 settles and 8 asks, the end.
-        assert_eq!(writes.len(), 32, "{writes:?}");
+        // 256 jobs: a window, 15 writes of 16 settles and 16 asks, the end.
+        assert_eq!(writes.len(), 17, "{writes:?}");
         let settles: usize = writes.iter().map(|w| kinds(w).0).sum();
         assert_eq!(settles, jobs as usize);
     }
