@@ -52,6 +52,7 @@ async fn enqueue() -> Result<(), Error> {
 #[cfg(feature = "tokio")]
 mod async_producer;
 mod classify;
+mod delays;
 mod engine;
 mod error;
 mod multi;

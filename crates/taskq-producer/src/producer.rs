@@ -127,6 +127,7 @@ pub struct Builder {
     pub(crate) replicas: Option<usize>,
     pub(crate) resolve_for: Option<Duration>,
     pub(crate) access: NatsAccess,
+    pub(crate) keep_stream_config: bool,
 }
 
 impl Builder {
@@ -198,6 +199,19 @@ impl Builder {
         self
     }
 
+    /// JetStream: never change an existing stream's configuration (default
+    /// false). On nats-server 2.12 and later a delayed job is held by the
+    /// server (a message schedule) when the stream allows message
+    /// schedules: a stream the producer creates does, and an existing
+    /// stream without them is updated to allow them, a change the server
+    /// cannot undo. With `true` such a stream is left as it is, and delayed
+    /// jobs stay with the client (carried to the tube at once, given back
+    /// by a worker handed them early), as on older servers.
+    pub fn keep_stream_config(mut self, keep: bool) -> Self {
+        self.keep_stream_config = keep;
+        self
+    }
+
     /// JetStream: credentials and TLS (the address's own user info, and
     /// `tls://`, take precedence). Not read from the environment: the
     /// commands do that.
@@ -265,7 +279,13 @@ impl Builder {
             Some(a) => (self.access.for_address(a), a.hosts().to_vec()),
             None => (self.access.clone(), Vec::new()),
         };
-        Ok(NatsSetup::new(layout, self.replicas, access, seeds))
+        Ok(NatsSetup::new(
+            layout,
+            self.replicas,
+            access,
+            seeds,
+            self.keep_stream_config,
+        ))
     }
 
     /// Refuses an empty address list or a bad tube name; the tube to restore

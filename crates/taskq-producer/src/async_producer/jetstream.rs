@@ -12,8 +12,9 @@ use taskq_proto::{Address, ConnectionConfig, IoCounts};
 use crate::classify::{
     check_tube, chunk_end, chunk_write_failed, record, resend_from, start_batch, too_big,
 };
+use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
-use crate::nats::{connect_stream, from_nats, nats_config, ready_at, IdBuf, NatsSetup};
+use crate::nats::{connect_stream, from_nats, nats_config, IdBuf, NatsSetup};
 use crate::producer::{BatchError, BatchReport, Builder, PutOutcome, RESOLVE_PAUSE};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
@@ -31,8 +32,10 @@ pub(crate) struct AsyncJetStream {
     resolve_for: Duration,
     /// The tube in use; `None` is `default`.
     tube: Option<String>,
-    /// Its subject.
-    subject: String,
+    /// Who holds delayed jobs on the last connection opened.
+    delays: Delays,
+    /// Where puts into the tube in use go.
+    route: Route,
     conn: Option<AsyncNatsConn>,
 }
 
@@ -49,7 +52,11 @@ impl AsyncJetStream {
         }
         let setup = b.nats_setup(Some(&addr))?;
         let tube = b.checked_tube(&addrs, true)?;
-        let subject = setup.layout.subject(tube.as_deref().unwrap_or("default"));
+        let route = Route::new(
+            &setup.layout,
+            tube.as_deref().unwrap_or("default"),
+            Delays::Client,
+        );
         let mut p = AsyncJetStream {
             addrs,
             cfg: b.cfg,
@@ -58,7 +65,8 @@ impl AsyncJetStream {
             retries: b.retries,
             resolve_for: b.resolve_for.unwrap_or(crate::DEFAULT_RESOLVE_FOR),
             tube,
-            subject,
+            delays: Delays::Client,
+            route,
             conn: None,
         };
         p.connected().await?;
@@ -70,7 +78,7 @@ impl AsyncJetStream {
     pub(crate) async fn use_tube(&mut self, tube: &str) -> Result<(), Error> {
         check_tube(tube, true)?;
         self.tube = (tube != "default").then(|| tube.to_owned());
-        self.subject = self.setup.layout.subject(tube);
+        self.route = Route::new(&self.setup.layout, tube, self.delays);
         if !self.is_connected() {
             self.connected().await?;
         }
@@ -93,7 +101,7 @@ impl AsyncJetStream {
         if self.reconnects.made_progress() {
             if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
                 let k = self.setup.ids.take(1);
-                return match put_as(conn, &self.setup, &self.subject, k, body, opts).await {
+                return match put_as(conn, &self.setup, &mut self.route, k, body, opts).await {
                     Ok(id) => Ok(id),
                     // Boxed: the cold paths would otherwise make every put's future large.
                     Err(e) => Box::pin(self.put_failed(k, body, opts, e)).await,
@@ -153,7 +161,7 @@ impl AsyncJetStream {
             let r = match self.connected().await {
                 Ok(()) => {
                     let conn = self.conn.as_mut().expect("connected above");
-                    put_as(conn, &self.setup, &self.subject, k, body, opts).await
+                    put_as(conn, &self.setup, &mut self.route, k, body, opts).await
                 }
                 Err(e) => Err(e),
             };
@@ -245,15 +253,14 @@ impl AsyncJetStream {
         }
         let conn = self.conn.as_mut().expect("connected above");
         let end = chunk_end(bodies, from);
-        let mut at = itoa::Buffer::new();
-        let ready = ready_at(opts.delay, &mut at);
-        let extra = ready.as_slice();
+        let stamp = Stamp::now(opts.delay);
         let mut id = IdBuf::new();
         for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
             let msg_id = self.setup.ids.id(first + i as u64, &mut id);
-            if let Err(e) =
-                conn.queue_publish(self.subject.as_bytes(), msg_id, extra, body.as_ref())
-            {
+            let put = Put::new(&mut self.route, stamp.as_ref(), msg_id);
+            let queued =
+                conn.queue_publish(put.subject().as_bytes(), msg_id, put.extra(), body.as_ref());
+            if let Err(e) = queued {
                 // Nothing of the chunk was written yet; PubAcks it queued are owed.
                 conn.mark_broken();
                 self.drop_if_broken();
@@ -332,7 +339,13 @@ impl AsyncJetStream {
         let opened = match joined {
             Ok((r, known)) => {
                 self.setup.known = known;
-                r.and_then(|c| AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(from_nats))
+                r.and_then(|(c, delays)| {
+                    if delays != self.delays {
+                        self.delays = delays;
+                        self.route = Route::new(&self.setup.layout, self.tube(), delays);
+                    }
+                    AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(from_nats)
+                })
             }
             Err(e) => Err(Error::NotSent(NotSent::Io(std::io::Error::other(e)))),
         };
@@ -354,17 +367,17 @@ impl AsyncJetStream {
 async fn put_as(
     conn: &mut AsyncNatsConn,
     setup: &NatsSetup,
-    subject: &str,
+    route: &mut Route,
     k: u64,
     body: &[u8],
     opts: PutOptions,
 ) -> Result<JobId, Error> {
     let mut id = IdBuf::new();
     let msg_id = setup.ids.id(k, &mut id);
-    let mut at = itoa::Buffer::new();
-    let ready = ready_at(opts.delay, &mut at);
+    let stamp = Stamp::now(opts.delay);
+    let put = Put::new(route, stamp.as_ref(), msg_id);
     match conn
-        .publish(subject.as_bytes(), msg_id, ready.as_slice(), body)
+        .publish(put.subject().as_bytes(), msg_id, put.extra(), body)
         .await
     {
         Ok(ack) => Ok(JobId::new(ack.stream_seq)),

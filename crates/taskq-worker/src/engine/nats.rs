@@ -17,7 +17,9 @@
 //!   from the original's sequence, so a repeated bury stores one copy.
 //! - A job put with a delay carries `Taskq-Ready-At`; one delivered before
 //!   then goes back at once with `-NAK` for the time left, answering its ask
-//!   empty.
+//!   empty. A job the server held until its time (a message schedule,
+//!   nats-server 2.12+: it comes with `Nats-Scheduler`) is checked the same
+//!   way, but its first delivery is not an early one.
 //!
 //! Confirmations and deliveries arrive in whatever order the cluster sends
 //! them, while the loop reads replies in the order it queued requests: what
@@ -30,6 +32,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use taskq_proto::nats::schedule::SCHEDULER_HEADER;
 use taskq_proto::nats::{
     AckKind, ConsumerSpec, Delivery, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, NatsError,
     StreamSpec,
@@ -63,7 +66,8 @@ struct Held {
     /// Its ack subject.
     ack: Vec<u8>,
     delivered: u64,
-    /// It carried a ready time: its first delivery came early and went back.
+    /// It carried a ready time and the client held it: its first delivery
+    /// came early and went back.
     delayed: bool,
     /// When its lease started, at the earliest: the pull that brought it was
     /// sent, or the last touch (`+WPI`) was. The server's ack wait runs
@@ -80,6 +84,8 @@ struct Early {
     delivered: u64,
     seq: u64,
     ready_at: Option<u64>,
+    /// A message schedule published it (at its time).
+    scheduled: bool,
     /// When the pull that brought it was sent.
     pulled: Instant,
 }
@@ -93,6 +99,7 @@ impl Default for Early {
             delivered: 0,
             seq: 0,
             ready_at: None,
+            scheduled: false,
             pulled: Instant::now(),
         }
     }
@@ -260,7 +267,7 @@ impl Nats {
                 tube,
                 ack: buf,
                 delivered,
-                delayed: ready_at.is_some(),
+                delayed: ready_at.is_some() && !e.scheduled,
                 leased: e.pulled,
             });
         }
@@ -455,6 +462,7 @@ fn keep_early(
                 delivered: info.delivered,
                 seq: info.stream_seq,
                 ready_at: ready_at(headers.as_ref()),
+                scheduled: headers.is_some_and(|h| h.get(SCHEDULER_HEADER).is_some()),
                 pulled: pull.map_or_else(Instant::now, |p| p.at),
             });
             return;
@@ -595,7 +603,9 @@ impl Link for Nats {
             .jetstream
             .replicas
             .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
-        conn.ensure_stream(&StreamSpec {
+        // Made with message schedules where the server holds them, as the
+        // producer makes it.
+        conn.ensure_stream_with_schedules(&StreamSpec {
             name: layout.stream().to_owned(),
             subjects: vec![layout.capture()],
             replicas,
