@@ -77,6 +77,8 @@ pub struct ConsumerInfo {
     pub num_ack_pending: u64,
     /// Messages delivered more than once.
     pub num_redelivered: u64,
+    /// Deliveries made so far, redeliveries included (`delivered.consumer_seq`).
+    pub delivered: u64,
     /// Pull requests waiting.
     pub num_waiting: u64,
     /// The ack wait in force.
@@ -172,9 +174,17 @@ struct RawConsumer {
     #[serde(default)]
     num_redelivered: u64,
     #[serde(default)]
+    delivered: RawSeqs,
+    #[serde(default)]
     num_waiting: u64,
     #[serde(default)]
     cluster: Option<RawCluster>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawSeqs {
+    #[serde(default)]
+    consumer_seq: u64,
 }
 
 #[derive(Deserialize)]
@@ -231,6 +241,7 @@ impl From<RawConsumer> for ConsumerInfo {
             num_pending: r.num_pending,
             num_ack_pending: r.num_ack_pending,
             num_redelivered: r.num_redelivered,
+            delivered: r.delivered.consumer_seq,
             num_waiting: r.num_waiting,
             ack_wait: Duration::from_nanos(r.config.ack_wait),
             max_deliver: r.config.max_deliver,
