@@ -203,14 +203,17 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
 }
 
-#[test]
-fn a_delayed_put_waits_and_is_not_an_attempt() {
-    let c = NatsCluster::start(1).unwrap();
+/// Three jobs put with a 2 s delay, done by a worker: each runs once, never
+/// before its delay, and its early delivery (when the client holds the
+/// delay) is not counted as a release. Returns the deliveries the tube's
+/// consumer made.
+fn delayed_jobs_run_once_never_early(c: &NatsCluster) -> u64 {
     let put_at = Instant::now();
+    let bodies: Vec<Vec<u8>> = (0..3).map(|i| format!("soon {i}").into_bytes()).collect();
     put_all(
-        &c,
+        c,
         "later",
-        &[b"soon".to_vec()],
+        &bodies,
         PutOptions {
             delay: 2,
             ..PutOptions::default()
@@ -221,7 +224,7 @@ fn a_delayed_put_waits_and_is_not_an_attempt() {
     let worker = Worker::new(
         Config {
             exit_when_idle: Some(Duration::from_secs(4)),
-            ..cfg(&c, "later")
+            ..cfg(c, "later")
         },
         move |job: &mut Job<'_>| {
             let info = job.stats().unwrap();
@@ -232,16 +235,61 @@ fn a_delayed_put_waits_and_is_not_an_attempt() {
     .unwrap();
     let counts = worker.run();
     let ran = ran.lock().unwrap();
-    assert_eq!(ran.len(), 1);
-    assert!(
-        ran[0].0 - put_at >= Duration::from_millis(1900),
-        "ran after its delay"
-    );
+    assert_eq!(ran.len(), 3, "each job ran once");
+    for (at, releases) in ran.iter() {
+        assert!(
+            *at - put_at >= Duration::from_millis(2000),
+            "ran {:?} after the put, before its delay",
+            *at - put_at
+        );
+        assert_eq!(
+            *releases, 0,
+            "an early delivery is not counted as a release"
+        );
+    }
+    assert_eq!(counts.deleted, 3);
+    let s = js_admin(c).stream_info("TASKQ").unwrap();
+    assert_eq!(s.messages, 0, "nothing left");
+    js_consumer(c, "later").delivered
+}
+
+#[test]
+fn a_delayed_put_waits_and_is_not_an_attempt() {
+    // Whichever server is first on PATH (scripts/test runs both).
+    let c = NatsCluster::start(1).unwrap();
+    delayed_jobs_run_once_never_early(&c);
+}
+
+#[test]
+fn on_2_9_10_a_delayed_job_comes_early_goes_back_and_runs_once_at_its_time() {
+    let bin = std::path::Path::new("/usr/sbin/nats-server");
+    if !bin.is_file() {
+        eprintln!("skipped: {} is not installed", bin.display());
+        return;
+    }
+    let c = NatsCluster::builder().binary(bin).start().unwrap();
     assert_eq!(
-        ran[0].1, 0,
-        "the early delivery is not counted as a release"
+        delayed_jobs_run_once_never_early(&c),
+        6,
+        "the client holds delays: each job is delivered early, given back, and delivered again"
     );
-    assert_eq!(counts.deleted, 1);
+}
+
+#[test]
+fn on_a_current_server_a_delayed_job_is_delivered_once_at_its_time() {
+    let bin = match taskq_testkit::current_server_binary() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: the current nats-server is not available: {e}");
+            return;
+        }
+    };
+    let c = NatsCluster::builder().binary(bin).start().unwrap();
+    assert_eq!(
+        delayed_jobs_run_once_never_early(&c),
+        3,
+        "the server holds delays: one delivery per job"
+    );
 }
 
 #[test]
