@@ -111,8 +111,8 @@ fn next_delayed(js: &mut Js, tube: &str) -> Result<Option<StoredMsg>, String> {
 /// Why a stream without message schedules has no "next delayed job".
 pub fn delayed_on_nats() -> Unsupported {
     Unsupported::nats(
-        "peek --delayed on a stream without message schedules",
-        "the client holds delayed jobs there (before nats-server 2.12, or a stream kept as it is with --keep-stream-config): a delayed job waits among the ready ones, unordered, until a worker is handed it early and gives it back",
+        "peek --delayed",
+        "this stream has no message schedules (nats-server before 2.12, or a stream kept as it was with --keep-stream-config), so delayed jobs wait among the ready ones, unordered, until a worker is handed one early and gives it back",
     )
 }
 
