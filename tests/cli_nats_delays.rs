@@ -12,19 +12,7 @@ use std::time::Duration;
 use cli_common::{ok, taskq};
 use serde_json::Value;
 use taskq_proto::nats::{NatsConfig, NatsConnection, StreamSpec};
-use taskq_testkit::NatsCluster;
-
-/// A node of the pinned current nats-server, or `None` with the reason
-/// printed when there is none here.
-fn current_node() -> Option<NatsCluster> {
-    match taskq_testkit::current_server_binary() {
-        Ok(bin) => Some(NatsCluster::builder().binary(bin).start().unwrap()),
-        Err(e) => {
-            eprintln!("skipped: the current nats-server is not available: {e}");
-            None
-        }
-    }
-}
+use taskq_testkit::{current_node, NatsCluster};
 
 /// `taskq ARGS --addr URL`, expected to succeed; its stdout.
 fn run(c: &NatsCluster, args: &[&str]) -> String {

@@ -12,7 +12,7 @@ use taskq_proto::nats::{
     StreamInfo, StreamSpec,
 };
 use taskq_proto::{Layout, SubjectKind};
-use taskq_testkit::{ChaosProxy, Direction, NatsCluster, Toxic};
+use taskq_testkit::{current_node, oldest_node, ChaosProxy, Direction, NatsCluster, Toxic};
 
 fn admin(c: &NatsCluster) -> NatsConnection {
     let seeds: Vec<String> = (0..c.len()).map(|i| c.addr(i).to_string()).collect();
@@ -242,29 +242,6 @@ fn a_put_sent_once_stays_unknown_when_no_re_send_reaches_the_stream() {
         took >= Duration::from_secs(2) && took < Duration::from_secs(6),
         "resolved for {took:?}"
     );
-}
-
-/// A node of the pinned current nats-server (message schedules), or `None`
-/// with the reason printed when there is none here.
-fn current_node() -> Option<NatsCluster> {
-    match taskq_testkit::current_server_binary() {
-        Ok(bin) => Some(NatsCluster::builder().binary(bin).start().unwrap()),
-        Err(e) => {
-            eprintln!("skipped: the current nats-server is not available: {e}");
-            None
-        }
-    }
-}
-
-/// A node of Debian's nats-server 2.9.10 (no message schedules), or `None`
-/// with the reason printed when it is not installed.
-fn oldest_node() -> Option<NatsCluster> {
-    let bin = std::path::Path::new("/usr/sbin/nats-server");
-    if !bin.is_file() {
-        eprintln!("skipped: {} is not installed", bin.display());
-        return None;
-    }
-    Some(NatsCluster::builder().binary(bin).start().unwrap())
 }
 
 fn now_ms() -> u64 {

@@ -618,6 +618,47 @@ pub fn current_server_binary() -> io::Result<PathBuf> {
         .map_err(io::Error::other)
 }
 
+/// A single node of the pinned current `nats-server`
+/// ([`current_server_binary`]), for a test of what only a current release
+/// does; `None`, with the reason printed, when that binary is not available
+/// here (the test then skips).
+pub fn current_node() -> Option<NatsCluster> {
+    match current_server_binary() {
+        Ok(bin) => Some(
+            NatsCluster::builder()
+                .binary(bin)
+                .start()
+                .expect("the current nats-server starts"),
+        ),
+        Err(e) => {
+            eprintln!("skipped: the current nats-server is not available: {e}");
+            None
+        }
+    }
+}
+
+/// Where Debian's `nats-server` package (2.9.10, the oldest release taskq
+/// supports) installs the server.
+pub const DEBIAN_SERVER: &str = "/usr/sbin/nats-server";
+
+/// A single node of Debian's `nats-server` ([`DEBIAN_SERVER`]), whatever
+/// `PATH` holds, for a test of what the oldest supported release does;
+/// `None`, with the reason printed, when it is not installed (the test then
+/// skips).
+pub fn oldest_node() -> Option<NatsCluster> {
+    let bin = Path::new(DEBIAN_SERVER);
+    if !bin.is_file() {
+        eprintln!("skipped: {DEBIAN_SERVER} is not installed");
+        return None;
+    }
+    Some(
+        NatsCluster::builder()
+            .binary(bin)
+            .start()
+            .expect("Debian's nats-server starts"),
+    )
+}
+
 fn find_current_server() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(CURRENT_SERVER_ENV).filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);

@@ -262,12 +262,9 @@ fn a_delayed_put_waits_and_is_not_an_attempt() {
 
 #[test]
 fn on_2_9_10_a_delayed_job_comes_early_goes_back_and_runs_once_at_its_time() {
-    let bin = std::path::Path::new("/usr/sbin/nats-server");
-    if !bin.is_file() {
-        eprintln!("skipped: {} is not installed", bin.display());
+    let Some(c) = taskq_testkit::oldest_node() else {
         return;
-    }
-    let c = NatsCluster::builder().binary(bin).start().unwrap();
+    };
     assert_eq!(
         delayed_jobs_run_once_never_early(&c),
         6,
@@ -277,14 +274,9 @@ fn on_2_9_10_a_delayed_job_comes_early_goes_back_and_runs_once_at_its_time() {
 
 #[test]
 fn on_a_current_server_a_delayed_job_is_delivered_once_at_its_time() {
-    let bin = match taskq_testkit::current_server_binary() {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: the current nats-server is not available: {e}");
-            return;
-        }
+    let Some(c) = taskq_testkit::current_node() else {
+        return;
     };
-    let c = NatsCluster::builder().binary(bin).start().unwrap();
     assert_eq!(
         delayed_jobs_run_once_never_early(&c),
         3,
