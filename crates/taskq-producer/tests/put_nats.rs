@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use taskq_producer::{Error, NotSent, Producer, PutOptions, PutOutcome};
 use taskq_proto::nats::{
     schedule, AckKind, ConsumerSpec, Delivery, HeaderBlock, MsgSelect, NatsConfig, NatsConnection,
-    StreamInfo, StreamSpec,
+    NatsError, StreamInfo, StreamSpec,
 };
 use taskq_proto::{Layout, SubjectKind};
 use taskq_testkit::{current_node, oldest_node, ChaosProxy, Direction, NatsCluster, Toxic};
@@ -527,4 +527,62 @@ fn on_2_9_10_a_delayed_job_waits_in_its_tube_with_its_ready_time() {
     let ready: u64 = header(&h, "Taskq-Ready-At").unwrap().parse().unwrap();
     assert!((put_ms + 30_000..put_ms + 31_000).contains(&ready), "{h:?}");
     assert_eq!(header(&h, "Nats-Schedule"), None, "{h:?}");
+}
+
+#[test]
+fn server_facts_the_schedule_layout_relies_on() {
+    let Some(c) = current_node() else { return };
+    let mut a = admin(&c);
+    a.ensure_stream_with_schedules(&StreamSpec {
+        name: "TASKQ".into(),
+        subjects: vec!["taskq.>".into()],
+        replicas: 1,
+        duplicate_window: None,
+    })
+    .unwrap();
+    let at = |s: &str| format!("@at {s}").into_bytes();
+    let schedule =
+        |a: &mut NatsConnection, subject: &str, id: &[u8], when: &[u8], target: &[u8]| {
+            a.publish_with(
+                subject,
+                id,
+                &[(b"Nats-Schedule", when), (b"Nats-Schedule-Target", target)],
+                b"x",
+            )
+        };
+    // A second schedule on one subject replaces the first: one subject per job.
+    let far = at("2099-01-01T00:00:00Z");
+    schedule(&mut a, "taskq.t.delayed.1", b"a", &far, b"taskq.t").unwrap();
+    schedule(&mut a, "taskq.t.delayed.1", b"b", &far, b"taskq.t").unwrap();
+    let s = a.stream_info("TASKQ").unwrap();
+    assert_eq!(s.messages, 1, "the later schedule replaced the earlier");
+    let m = a
+        .msg_get(
+            "TASKQ",
+            MsgSelect::NextBySubject {
+                subject: "taskq.t.delayed.1",
+                seq: 1,
+            },
+        )
+        .unwrap();
+    let h = header_lines(&m.headers);
+    assert_eq!(header(&h, "Nats-Rollup"), Some("sub"), "{h:?}");
+    // A target outside the stream is refused.
+    match schedule(&mut a, "taskq.t.delayed.2", b"c", &far, b"elsewhere.t") {
+        Err(NatsError::Api(e)) => assert_eq!(e.err_code, 10190, "{e}"),
+        r => panic!("{r:?}"),
+    }
+    // Schedules cannot be turned off again.
+    let mut cfg = stream_config(&mut a);
+    cfg["allow_msg_schedules"] = false.into();
+    let reply = a
+        .request(
+            "$JS.API.STREAM.UPDATE.TASKQ",
+            cfg.to_string().as_bytes(),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+    assert_eq!(reply["error"]["err_code"], 10052, "{reply}");
+    assert!(a.stream_info("TASKQ").unwrap().allow_msg_schedules);
 }
