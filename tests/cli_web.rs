@@ -542,3 +542,61 @@ fn twenty_open_windows_cost_the_server_what_one_does() {
         "twenty windows: {twenty:.1} commands/s against one's {one:.1}"
     );
 }
+
+#[test]
+fn a_hidden_tab_stops_polling_and_then_costs_the_server_nothing() {
+    let bs = Beanstalkd::start().unwrap();
+    let addr = bs.addr().to_string();
+    ok(&["put", "--addr", &addr, "--tube", "a", "job"], b"");
+    let web = Web::start(&["--addr", &addr]);
+    let mut b = Browser::start();
+    b.get(&format!("{}/?token={}", web.base, web.token));
+    // Visibility changes as the page sees them, on its own clock, recorded
+    // ahead of the page's own listener (capture on window).
+    b.exec(
+        "window.seen = []; window.addEventListener('visibilitychange', \
+         () => window.seen.push([document.visibilityState, performance.now()]), true);",
+    );
+    let page = b.go(json!({"op": "windows"}))[0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::thread::sleep(Duration::from_secs(3));
+    b.go(json!({"op": "new_tab"}));
+    // The hub samples for a while after the last request, then stops: the
+    // last seconds of the hidden spell must cost the server nothing.
+    std::thread::sleep(Duration::from_secs(7));
+    let c0 = commands(bs.addr());
+    std::thread::sleep(Duration::from_secs(3));
+    let c1 = commands(bs.addr());
+    b.go(json!({"op": "switch", "handle": page}));
+    std::thread::sleep(Duration::from_millis(1500));
+    let seen: Vec<(String, f64)> = serde_json::from_value(b.exec("return window.seen;")).unwrap();
+    let states: Vec<&str> = seen.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(states, ["hidden", "visible"], "{seen:?}");
+    let (hidden, shown) = (seen[0].1, seen[1].1);
+    let fetches: Vec<f64> = serde_json::from_value(b.exec(
+        "return performance.getEntriesByType('resource') \
+         .filter(e => e.name.endsWith('/overview')).map(e => e.startTime);",
+    ))
+    .unwrap();
+    let before = fetches.iter().filter(|&&t| t < hidden).count();
+    let during: Vec<&f64> = fetches
+        .iter()
+        .filter(|&&t| t > hidden && t < shown)
+        .collect();
+    let after = fetches.iter().filter(|&&t| t >= shown).count();
+    eprintln!("overview fetches: {before} visible, {during:?} hidden, {after} shown again");
+    assert!(before >= 2, "polled while visible: {fetches:?}");
+    assert!(
+        during.is_empty(),
+        "polled while hidden: {during:?} in {hidden}..{shown}"
+    );
+    assert!(after >= 1, "polling came back with the tab: {fetches:?}");
+    // Less the one `stats` of the first count.
+    assert_eq!(
+        c1 - c0 - 1,
+        0,
+        "server commands in the hidden tab's last 3 s"
+    );
+}

@@ -4,7 +4,7 @@ Reads one JSON command a line on standard input and answers each with one
 JSON line: {"ok": value} or {"error": text}. It drives Debian's chromium
 through Debian's chromedriver (never a browser a tool downloads).
 Commands: get, text, texts, count, click_button, fill, exec, title, url,
-source, screenshot, new_window, windows, switch, quit.
+source, screenshot, new_window, new_tab, windows, switch, quit.
 """
 import json
 import sys
@@ -72,6 +72,10 @@ def run(d, c):
         return d.save_screenshot(c["path"])
     if op == "new_window":
         d.switch_to.new_window("window")
+        return d.current_window_handle
+    if op == "new_tab":
+        # A tab in the same window: the one it covers becomes hidden.
+        d.switch_to.new_window("tab")
         return d.current_window_handle
     if op == "windows":
         return d.window_handles

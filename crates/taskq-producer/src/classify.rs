@@ -7,7 +7,7 @@ use crate::NotSent;
 use taskq_proto::{validate_tube, EncodeError, Reply, ReplyError};
 
 use crate::error::{Error, Invalid, Rejection};
-use crate::producer::{BatchError, BatchReport, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
+use crate::outcome::{BatchError, BatchReport, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
 use crate::JobId;
 
 /// Refuses a tube name the server would reject or misread, before sending:

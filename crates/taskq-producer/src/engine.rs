@@ -16,7 +16,7 @@ use crate::classify::{
 };
 use crate::error::Error;
 use crate::nats::{NatsLink, NatsSetup};
-use crate::producer::{BatchError, BatchReport, PutOutcome};
+use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
 
 /// A producer's connection to one server, by engine.

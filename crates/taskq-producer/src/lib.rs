@@ -1,5 +1,6 @@
-//! The enqueue side of taskq: put jobs on a beanstalkd-protocol server with the
-//! least work per job, and say honestly what became of each one.
+//! The enqueue side of taskq: put jobs on a beanstalkd-protocol server or a
+//! NATS JetStream stream with the least work per job, and say honestly what
+//! became of each one.
 //!
 //! A [`Producer`] holds one connection. [`Producer::put`] is one write and one
 //! read with no heap allocation in steady state; [`Producer::put_batch`] sends
@@ -9,6 +10,12 @@
 //! [`Error::Unknown`] (sent, no reply: it may be queued), [`Error::NotSent`] or
 //! [`Error::Invalid`] (nothing reached the server). A broken connection is
 //! replaced on the next call. [`MultiProducer`] spreads jobs over several servers.
+//!
+//! The address picks the engine: `HOST:PORT` is beanstalkd, `nats://HOST:PORT`
+//! JetStream, where a put is a publish to the tube's subject answered by the
+//! stream's PubAck (the job id is the stream sequence). Each JetStream put
+//! carries its own `Nats-Msg-Id`, so a put whose outcome is unknown is sent
+//! again on a fresh connection, within [`Builder::resolve_for`], and stored once.
 //!
 //! ```no_run
 //! use taskq_producer::{Error, Producer, PutOptions};
@@ -51,24 +58,27 @@ async fn enqueue() -> Result<(), Error> {
 
 #[cfg(feature = "tokio")]
 mod async_producer;
+mod builder;
 mod classify;
 mod delays;
 mod engine;
 mod error;
 mod multi;
 mod nats;
+mod outcome;
 mod producer;
 mod reconnects;
 mod target;
 
 #[cfg(feature = "tokio")]
 pub use async_producer::AsyncProducer;
+pub use builder::{Builder, DEFAULT_RESOLVE_FOR};
 pub use error::{Error, Invalid, NotSent, Rejection};
 pub use multi::{MultiProducer, Placed};
-pub use producer::{
-    BatchError, BatchReport, Builder, Position, Producer, PutOutcome, DEFAULT_RESOLVE_FOR,
-    MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS,
+pub use outcome::{
+    BatchError, BatchReport, Position, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS,
 };
+pub use producer::Producer;
 
 pub use target::{IntoTarget, Target};
 pub use taskq_proto::{Backoff, Engine, Jitter, JobId, READY_AT_HEADER};

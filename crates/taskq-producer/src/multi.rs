@@ -5,8 +5,9 @@ use std::net::ToSocketAddrs;
 
 use taskq_proto::{validate_tube, EncodeError};
 
+use crate::builder::Builder;
 use crate::error::{Error, Invalid};
-use crate::producer::{Builder, Producer};
+use crate::producer::Producer;
 use crate::{JobId, PutOptions};
 
 /// Where a job went.

@@ -15,6 +15,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use taskq_proto::nats::{NatsAccess, NatsConfig, NatsConnection, NatsError, StreamSpec};
 use taskq_proto::{ConnectionConfig, ConnectionError, Layout};
@@ -22,8 +23,11 @@ use taskq_proto::{ConnectionConfig, ConnectionError, Layout};
 use crate::classify::{chunk_write_failed, read_chunk};
 use crate::delays::{stream_and_delays, Delays, Put, Route, Stamp};
 use crate::error::{Error, Invalid, NotSent, Rejection};
-use crate::producer::{BatchError, BatchReport, PutOutcome};
+use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
+
+/// The pause before re-sending a put JetStream answered `503`.
+pub(crate) const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
 
 /// What a producer needs to set JetStream up and name its messages.
 #[derive(Debug, Clone)]
@@ -396,7 +400,6 @@ pub(crate) fn from_nats(e: NatsError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn message_ids_are_unique_per_producer_and_counter() {

@@ -4,222 +4,21 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Backoff, ConnectionConfig, IoCounts};
+use taskq_proto::{ConnectionConfig, IoCounts};
 
-use crate::nats::NatsSetup;
-use crate::reconnects::Reconnects;
-use crate::target::IntoTarget;
-use taskq_proto::nats::NatsAccess;
-
+use crate::builder::{Builder, DEFAULT_RESOLVE_FOR};
 use crate::classify::{check_tube, chunk_end, in_backoff, resend_from, start_batch, too_big};
 use crate::engine::Link;
-use crate::error::{Error, Rejection};
-use crate::NotSent;
+use crate::error::{Error, NotSent};
+use crate::nats::{open_again, NatsSetup, RESOLVE_PAUSE};
+use crate::outcome::{BatchError, BatchReport, Position, PutOutcome};
+use crate::reconnects::Reconnects;
+use crate::target::IntoTarget;
 use crate::{JobId, PutOptions};
 
-/// The pause before re-sending a put JetStream answered `503`.
-pub(crate) const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
-
-/// Most jobs sent in one write by [`Producer::put_batch`]; a longer batch goes
-/// out in several writes. Bounds the replies waiting in the socket while the
-/// request is still being written, so neither side blocks on a full buffer.
-pub const MAX_PIPELINE_JOBS: usize = 1024;
-
-/// Most request bytes gathered for one write by [`Producer::put_batch`] (a single
-/// larger job still goes out alone, in one write).
-pub const MAX_PIPELINE_BYTES: usize = 4 << 20;
-
-/// The outcome of one job of a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PutOutcome {
-    /// Inserted with this id.
-    Inserted(JobId),
-    /// The server answered with a rejection (see [`Rejection::queued`] for `BURIED <id>`).
-    Rejected(Rejection),
-    /// Sent, but no reply came before the batch broke off: it may be queued.
-    Unknown,
-    /// Never reached the server.
-    NotSent,
-}
-
-impl PutOutcome {
-    /// The id when the job was inserted (including inserted but buried).
-    pub fn id(self) -> Option<JobId> {
-        match self {
-            PutOutcome::Inserted(id) | PutOutcome::Rejected(Rejection::InsertedBuried { id }) => {
-                Some(id)
-            }
-            _ => None,
-        }
-    }
-}
-
-/// What a whole batch came to, when every reply was read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BatchReport {
-    /// Jobs answered `INSERTED`.
-    pub inserted: usize,
-    /// Jobs the server rejected (including `BURIED <id>`).
-    pub rejected: usize,
-}
-
-/// A batch that broke off: the replies of the first `replied` jobs were read
-/// (their outcomes are in the caller's slice); each later job is
-/// [`PutOutcome::Unknown`] or [`PutOutcome::NotSent`] there.
-#[derive(Debug)]
-pub struct BatchError {
-    /// Jobs whose replies were read before the break.
-    pub replied: usize,
-    /// What broke the batch off.
-    pub error: Error,
-}
-
-impl std::fmt::Display for BatchError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "batch broke off after {} replies: {}",
-            self.replied, self.error
-        )
-    }
-}
-
-/// `Display` names the error that broke the batch, so `source` does not repeat it.
-impl std::error::Error for BatchError {}
-
-/// A put together with the state of its tube right after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
-    /// The new job's id.
-    pub id: JobId,
-    /// `current-jobs-ready` of the tube right after the put (the job itself
-    /// included when it was put without delay); `None` when the statistics
-    /// reply did not arrive (the job is inserted all the same).
-    pub ready: Option<u64>,
-    /// True when the job was put without delay, so it counts among the ready jobs.
-    pub is_ready: bool,
-}
-
-impl Position {
-    /// Ready jobs in the tube other than this one: how many are in line with it.
-    /// Ready jobs run by priority then age, so this is an upper bound on the
-    /// jobs ahead when this job has the most urgent priority, and exact for a
-    /// tube where every job has the same priority.
-    pub fn ahead(&self) -> Option<u64> {
-        self.ready
-            .map(|r| r.saturating_sub(u64::from(self.is_ready)))
-    }
-}
-
-/// How long a JetStream put whose outcome is unknown is re-sent with its
-/// message id before the producer gives up (well inside the stream's default
-/// 2-minute duplicate window, and past a leader election's 4 to 9 seconds).
-pub const DEFAULT_RESOLVE_FOR: Duration = Duration::from_secs(30);
-
-/// Settings for a [`Producer`]; `Producer::builder()` starts one.
-#[derive(Debug, Clone, Default)]
-pub struct Builder {
-    pub(crate) cfg: ConnectionConfig,
-    pub(crate) backoff: Backoff,
-    pub(crate) retries: u32,
-    pub(crate) tube: Option<String>,
-    pub(crate) stream: Option<String>,
-    pub(crate) replicas: Option<usize>,
-    pub(crate) resolve_for: Option<Duration>,
-    pub(crate) access: NatsAccess,
-    pub(crate) keep_stream_config: bool,
-}
-
+// Making a producer is here, beside the fields it fills; the settings are
+// in builder.rs.
 impl Builder {
-    /// Limit on each connect attempt (default 2 s).
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.cfg.connect_timeout = d;
-        self
-    }
-
-    /// Limit on each whole reply and each write (default 1 s).
-    pub fn io_timeout(mut self, d: Duration) -> Self {
-        self.cfg.io_timeout = d;
-        self
-    }
-
-    /// Largest body accepted; larger ones are refused before sending
-    /// (default 65535, beanstalkd's default `-z`).
-    pub fn max_job_size(mut self, bytes: usize) -> Self {
-        self.cfg.limits.max_job_size = bytes;
-        self
-    }
-
-    /// Waits between reconnect attempts.
-    pub fn backoff(mut self, b: Backoff) -> Self {
-        self.backoff = b;
-        self
-    }
-
-    /// TCP keepalive idle time; `None` turns keepalive off (default 30 s).
-    pub fn keepalive(mut self, idle: Option<Duration>) -> Self {
-        self.cfg.keepalive = idle;
-        self
-    }
-
-    /// At-least-once mode: a put whose outcome is unknown (or that was not sent)
-    /// is sent again on a fresh connection, up to `retries` more times. A job
-    /// may then be queued twice; the default, 0, never re-sends.
-    pub fn at_least_once(mut self, retries: u32) -> Self {
-        self.retries = retries;
-        self
-    }
-
-    /// The tube puts go to from the start (default `default`).
-    pub fn tube(mut self, tube: &str) -> Self {
-        self.tube = Some(tube.to_owned());
-        self
-    }
-
-    /// JetStream: the stream (default `TASKQ`, capturing `taskq.>`; another
-    /// name captures its lower-case self followed by `.>`).
-    pub fn stream(mut self, name: &str) -> Self {
-        self.stream = Some(name.to_owned());
-        self
-    }
-
-    /// JetStream: replicas of the stream when the producer creates it
-    /// (default: 3 on a cluster of 3 or more nodes, else 1). An existing
-    /// stream is used as it is.
-    pub fn replicas(mut self, n: usize) -> Self {
-        self.replicas = Some(n);
-        self
-    }
-
-    /// JetStream: how long a put whose PubAck did not come is re-sent, with
-    /// the same message id, on fresh connections (default 30 s). The stream
-    /// stores it once; past this time the put fails as unknown.
-    pub fn resolve_for(mut self, d: Duration) -> Self {
-        self.resolve_for = Some(d);
-        self
-    }
-
-    /// JetStream: never change an existing stream's configuration (default
-    /// false). On nats-server 2.12 and later a delayed job is held by the
-    /// server (a message schedule) when the stream allows message
-    /// schedules: a stream the producer creates does, and an existing
-    /// stream without them is updated to allow them, a change the server
-    /// cannot undo. With `true` such a stream is left as it is, and delayed
-    /// jobs stay with the client (carried to the tube at once, given back
-    /// by a worker handed them early), as on older servers.
-    pub fn keep_stream_config(mut self, keep: bool) -> Self {
-        self.keep_stream_config = keep;
-        self
-    }
-
-    /// JetStream: credentials and TLS (the address's own user info, and
-    /// `tls://`, take precedence). Not read from the environment: the
-    /// commands do that.
-    pub fn nats_access(mut self, access: NatsAccess) -> Self {
-        self.access = access;
-        self
-    }
-
     /// Connects now; fails with [`Error::NotSent`] when the server cannot be reached.
     ///
     /// `addr` is an address string (`nats://HOST:PORT[,HOST:PORT...]` selects
@@ -258,50 +57,6 @@ impl Builder {
             nats,
             resolve_for: self.resolve_for.unwrap_or(DEFAULT_RESOLVE_FOR),
         })
-    }
-}
-
-impl Builder {
-    /// JetStream's layout, message ids, credentials and seeds for a
-    /// producer of `address` (its user info and `tls://` win over the
-    /// builder's access; `None` when given socket addresses).
-    pub(crate) fn nats_setup(
-        &self,
-        address: Option<&taskq_proto::Address>,
-    ) -> Result<NatsSetup, Error> {
-        let stream = self
-            .stream
-            .as_deref()
-            .unwrap_or(taskq_proto::DEFAULT_STREAM);
-        let layout = taskq_proto::Layout::new(stream)
-            .map_err(|e| Error::from(taskq_proto::EncodeError::BadTubeName(e)))?;
-        let (access, seeds) = match address {
-            Some(a) => (self.access.for_address(a), a.hosts().to_vec()),
-            None => (self.access.clone(), Vec::new()),
-        };
-        Ok(NatsSetup::new(
-            layout,
-            self.replicas,
-            access,
-            seeds,
-            self.keep_stream_config,
-        ))
-    }
-
-    /// Refuses an empty address list or a bad tube name; the tube to restore
-    /// on each connection (`None` for `default`, which a connection starts with).
-    pub(crate) fn checked_tube(
-        &self,
-        addrs: &[SocketAddr],
-        jetstream: bool,
-    ) -> Result<Option<String>, Error> {
-        if addrs.is_empty() {
-            return Err(Error::NotSent(NotSent::NoAddress));
-        }
-        if let Some(t) = &self.tube {
-            check_tube(t, jetstream)?;
-        }
-        Ok(self.tube.clone().filter(|t| t != "default"))
     }
 }
 
@@ -516,8 +271,10 @@ impl Producer {
         r
     }
 
-    /// Puts many jobs with one write (per [`MAX_PIPELINE_JOBS`] jobs or
-    /// [`MAX_PIPELINE_BYTES`] bytes) and reads the replies in order.
+    /// Puts many jobs with one write (per
+    /// [`MAX_PIPELINE_JOBS`](crate::MAX_PIPELINE_JOBS) jobs or
+    /// [`MAX_PIPELINE_BYTES`](crate::MAX_PIPELINE_BYTES) bytes) and reads the
+    /// replies in order.
     ///
     /// `out[i]` receives the outcome of `bodies[i]`. `Ok` means every reply was
     /// read (some jobs may still be rejected: see the report); `Err` says where
@@ -686,7 +443,7 @@ impl Producer {
                 Ok(_) => return Ok(()),
                 Err(e) => e,
             };
-            let again = self.nats.is_some() && crate::nats::open_again(&e);
+            let again = self.nats.is_some() && open_again(&e);
             if !again || Instant::now() >= until {
                 return Err(e);
             }

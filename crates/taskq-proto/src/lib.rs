@@ -1,11 +1,19 @@
-//! The beanstalkd protocol core of taskq.
+//! The protocol core of taskq, for both engines: beanstalkd and NATS JetStream.
 //!
-//! Two layers, as in `quinn-proto`: a codec with no sockets and no clocks
-//! ([`Command`] encodes into a caller-owned buffer, [`parse_reply`] decodes in
-//! place into borrowed [`Reply`] values, [`yaml`] reads statistics), and a
-//! blocking [`Connection`] on top that sends each request with one write call
-//! and reads each reply against a whole-reply deadline. In steady state nothing
-//! allocates.
+//! Two layers, as in `quinn-proto`, for each engine. beanstalkd: a codec with
+//! no sockets and no clocks ([`Command`] encodes into a caller-owned buffer,
+//! [`parse_reply`] decodes in place into borrowed [`Reply`] values, [`yaml`]
+//! reads statistics), the [`Session`] over it, and a blocking [`Connection`] on
+//! top that sends each request with one write call and reads each reply
+//! against a whole-reply deadline. NATS JetStream, in [`nats`]: the client
+//! protocol's codec and the [`NatsSession`](nats::NatsSession) (what is sent,
+//! which replies and PubAcks are owed, `PING`s, deliveries), and the blocking
+//! `NatsConnection` over it (feature `blocking`), with TLS and credentials
+//! (feature `secure`) and the JetStream management API (feature `jetstream`).
+//! What both engines share: [`Address`] (which engine an address selects),
+//! [`Layout`] (JetStream's names for a tube), [`Backoff`]. In steady state
+//! nothing allocates. Without the default features the crate is the codecs and
+//! sessions alone.
 //!
 //! ```
 //! use taskq_proto::{parse_reply, Command, Limits, Reply, Status};

@@ -1,5 +1,7 @@
-//! Test support for taskq: a real `beanstalkd` harness, a beanstalkd-compatible
-//! reference server with a ledger and fault plans, and a fault-injecting proxy.
+//! Test support for taskq, for both engines: real `beanstalkd` and
+//! `nats-server` (JetStream, one node or a cluster) harnesses, a
+//! beanstalkd-compatible reference server with a ledger and fault plans, and a
+//! fault-injecting proxy.
 //!
 //! - [`Beanstalkd`]: the real server as a child process on a free loopback port.
 //! - [`NatsCluster`]: real `nats-server` nodes with JetStream, one or a cluster,

@@ -6,12 +6,13 @@ use std::net::SocketAddr;
 
 use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
 
+use crate::builder::Builder;
 use crate::classify::{
     check_tube, chunk_end, not_inserted, record, start_batch, too_big, use_failed_on_reconnect,
     using,
 };
 use crate::error::{Error, NotSent};
-use crate::producer::{BatchError, BatchReport, Builder, PutOutcome};
+use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
 

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::{Address, ConnectionConfig, IoCounts};
 
+use crate::builder::Builder;
 use crate::classify::{
     check_tube, chunk_end, chunk_write_failed, record, resend_from, start_batch, too_big,
 };
 use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
-use crate::nats::{connect_stream, from_nats, nats_config, IdBuf, NatsSetup};
-use crate::producer::{BatchError, BatchReport, Builder, PutOutcome, RESOLVE_PAUSE};
+use crate::nats::{connect_stream, from_nats, nats_config, IdBuf, NatsSetup, RESOLVE_PAUSE};
+use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
 

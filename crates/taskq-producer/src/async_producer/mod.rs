@@ -5,8 +5,9 @@
 
 use taskq_proto::IoCounts;
 
+use crate::builder::Builder;
 use crate::error::Error;
-use crate::producer::{BatchError, BatchReport, Builder, PutOutcome};
+use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
 
 mod beanstalkd;

@@ -19,6 +19,7 @@ mod recv;
 mod send;
 pub(crate) mod sock;
 
+pub use self::sock::IoCounts;
 use self::sock::SockIo;
 
 /// Settings of a connection.
@@ -44,15 +45,6 @@ impl Default for ConnectionConfig {
             keepalive: Some(Duration::from_secs(30)),
         }
     }
-}
-
-/// System calls made by a connection, for tests and benchmarks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct IoCounts {
-    /// `send` calls (plain or vectored).
-    pub writes: u64,
-    /// `recv` calls.
-    pub reads: u64,
 }
 
 /// A blocking connection to a beanstalkd-protocol server.

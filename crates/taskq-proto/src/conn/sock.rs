@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 
-use super::IoCounts;
 use crate::error::ConnectionError;
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -21,6 +20,15 @@ const SEND_FLAGS: i32 = 0;
 /// How far a lowered socket timeout may run past the deadline before it is
 /// worth a `setsockopt` to shorten it.
 const DEADLINE_SLACK: Duration = Duration::from_millis(20);
+
+/// System calls made by a connection, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoCounts {
+    /// `send` calls (plain or vectored).
+    pub writes: u64,
+    /// `recv` calls.
+    pub reads: u64,
+}
 
 /// A connected socket with its read-timeout state and its system-call counts.
 pub(crate) struct SockIo {

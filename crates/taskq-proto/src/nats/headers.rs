@@ -4,7 +4,7 @@
 use memchr::memmem;
 
 use super::error::NatsProtoError;
-use super::op::Span;
+use super::span::Span;
 
 const VERSION: &[u8] = b"NATS/1.0";
 

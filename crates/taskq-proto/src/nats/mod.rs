@@ -41,6 +41,7 @@ pub(crate) mod op;
 mod request_error;
 pub mod schedule;
 pub mod session;
+mod span;
 
 pub use access::{NatsAccess, TlsSettings};
 pub use ack::{AckInfo, AckKind};
@@ -55,10 +56,11 @@ pub use encode::{
 pub use error::{NatsEncodeError, NatsProtoError};
 pub use headers::HeaderBlock;
 pub use json::{parse_info, parse_js_reply, ApiErrorRef, InfoRef, JsReply, PubAckRef};
-pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp, Span};
+pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp};
 pub use request_error::{ApiError, NatsError, Refusal, TlsError, TlsFailure, WAITING_FOR_INFO};
 pub use schedule::{holds_schedules, ScheduleAt};
 pub use session::{Delivery, NatsSession, PubAck};
+pub use span::Span;
 
 /// True when subject pattern `pattern` (with `*` and `>`) matches every
 /// subject `subject` matches (for a literal `subject`: matches it). Used to

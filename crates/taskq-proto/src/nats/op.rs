@@ -6,25 +6,9 @@ use memchr::memchr;
 
 use super::error::NatsProtoError;
 use super::headers::HeaderBlock;
+use super::span::Span;
 use super::NatsLimits;
 use crate::reply::Status;
-
-/// A range of bytes in the buffer a frame was parsed from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Span {
-    /// First byte.
-    pub start: usize,
-    /// One past the last byte.
-    pub end: usize,
-}
-
-impl Span {
-    /// The bytes of this span in `buf` (the buffer it was parsed from).
-    #[inline]
-    pub fn of<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
-        &buf[self.start..self.end]
-    }
-}
 
 /// One decoded server operation, as offsets into the buffer it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::{Command, CommandKind, Reply};
 
+use super::counters::{CMD_RESERVE, CMD_RESERVE_WITH_TIMEOUT};
 use super::state::{push_reply, ConnState, Job, JobState, Name, Outcome, State};
 
 impl State {
@@ -318,8 +319,8 @@ impl State {
 
     /// Counts a `reserve-with-timeout` whose negative timeout made it a plain reserve.
     pub(crate) fn count_as_reserve_with_timeout(&mut self) {
-        self.stats.cmd[super::stats::CMD_RESERVE] -= 1;
-        self.stats.cmd[super::stats::CMD_RESERVE_WITH_TIMEOUT] += 1;
+        self.stats.cmd[CMD_RESERVE] -= 1;
+        self.stats.cmd[CMD_RESERVE_WITH_TIMEOUT] += 1;
     }
 
     fn reserve(

@@ -11,8 +11,8 @@ use taskq_proto::server::{parse_command, skip_line, CommandError, Skip};
 use taskq_proto::{Command, RecvBuf, Reply, Status, MAX_LINE};
 
 use super::faults::{Action, ConnFaults, ReplyFault};
+use super::shared::{lock, Shared};
 use super::state::{push_reply, Outcome};
-use super::{lock, Shared};
 
 /// How often a waiting reserve looks at its socket and the stop flag.
 const POLL: Duration = Duration::from_millis(50);

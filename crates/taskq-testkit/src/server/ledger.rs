@@ -3,10 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
-
-use super::Shared;
 
 /// What one connection did, as the server saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +78,7 @@ impl ConnCounts {
     }
 }
 
-/// What [`Ledger::check`] found.
+/// What [`Ledger::check`](super::Ledger::check) found.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LedgerReport {
@@ -308,7 +305,25 @@ impl Book {
         self.conn(conn).requests += 1;
     }
 
-    fn report(&self, seed: Option<u64>) -> LedgerReport {
+    /// One job's history, if the book saw it put.
+    pub(crate) fn history(&self, id: u64) -> Option<JobHistory> {
+        let j = self.jobs.get(&id)?;
+        Some(JobHistory {
+            put_by: j.put_by,
+            put_at: j.put_at,
+            acknowledged: j.acknowledged,
+            holder: j.holder,
+            handed_out: j.handed_out,
+            deleted: j.deleted,
+        })
+    }
+
+    /// The counts of one connection.
+    pub(crate) fn connection(&self, id: u64) -> Option<ConnCounts> {
+        self.conns.get(&id).copied()
+    }
+
+    pub(crate) fn report(&self, seed: Option<u64>) -> LedgerReport {
         let mut lost = Vec::new();
         let mut unack = Vec::new();
         let mut done = 0;
@@ -338,53 +353,5 @@ impl Book {
             connections: self.conns.clone(),
             seed,
         }
-    }
-}
-
-/// A handle on a [`TestServer`](super::TestServer)'s ledger; cheap to clone,
-/// usable after the server stopped.
-#[derive(Clone)]
-pub struct Ledger {
-    pub(crate) shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for Ledger {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ledger").finish_non_exhaustive()
-    }
-}
-
-impl Ledger {
-    /// Reads the record and reports on it.
-    pub fn check(&self) -> LedgerReport {
-        let seed = self.shared.fault_seed();
-        let state = self.shared.lock();
-        state.book.report(seed)
-    }
-
-    /// Forgets every job and connection recorded so far. Jobs put before and
-    /// deleted after count as `unexpected`.
-    pub fn clear(&self) {
-        let mut state = self.shared.lock();
-        state.book = Book::default();
-    }
-
-    /// One job's history, if the ledger saw it put.
-    pub fn job(&self, id: u64) -> Option<JobHistory> {
-        let state = self.shared.lock();
-        let j = state.book.jobs.get(&id)?;
-        Some(JobHistory {
-            put_by: j.put_by,
-            put_at: j.put_at,
-            acknowledged: j.acknowledged,
-            holder: j.holder,
-            handed_out: j.handed_out,
-            deleted: j.deleted,
-        })
-    }
-
-    /// The counts of one connection.
-    pub fn connection(&self, id: u64) -> Option<ConnCounts> {
-        self.shared.lock().book.conns.get(&id).copied()
     }
 }

@@ -18,9 +18,12 @@
 //! ```
 
 mod commands;
+mod config;
 mod conn;
+mod counters;
 mod faults;
 mod ledger;
+mod shared;
 mod state;
 mod stats;
 
@@ -28,157 +31,17 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use config::{Defects, ServerConfig};
 pub use faults::{Fault, FaultPlan, RandomFaults, Rule, Target};
-pub use ledger::{ConnCounts, JobHistory, Ledger, LedgerReport};
+pub use ledger::{ConnCounts, JobHistory, LedgerReport};
 
+use ledger::Book;
+use shared::{lock, PlanSlot, Shared};
 use state::State;
-
-/// Deliberate defects, so that tests can prove the ledger catches a server that
-/// loses or double-hands jobs. All off by default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Defects {
-    /// `reserve-job` hands out a job another connection holds.
-    pub hand_out_held_jobs: bool,
-    /// `release` answers `RELEASED` and then drops the job.
-    pub lose_released_jobs: bool,
-}
-
-impl Defects {
-    /// No defects.
-    pub fn none() -> Defects {
-        Defects::default()
-    }
-
-    /// `reserve-job` hands out held jobs.
-    pub fn hand_out_held_jobs(mut self) -> Defects {
-        self.hand_out_held_jobs = true;
-        self
-    }
-
-    /// `release` loses the job.
-    pub fn lose_released_jobs(mut self) -> Defects {
-        self.lose_released_jobs = true;
-        self
-    }
-}
-
-/// Settings of a [`TestServer`].
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ServerConfig {
-    /// Where to listen; port 0 picks a free one. Default `127.0.0.1:0`.
-    pub addr: SocketAddr,
-    /// Largest job body accepted (beanstalkd's `-z`). Default 65535.
-    pub max_job_size: usize,
-    /// Faults from the start.
-    pub faults: FaultPlan,
-    /// Deliberate defects (for tests of the ledger).
-    pub defects: Defects,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            max_job_size: taskq_proto::DEFAULT_MAX_JOB_SIZE,
-            faults: FaultPlan::none(),
-            defects: Defects::none(),
-        }
-    }
-}
-
-impl ServerConfig {
-    /// Sets the address.
-    pub fn addr(mut self, addr: SocketAddr) -> Self {
-        self.addr = addr;
-        self
-    }
-
-    /// Sets the largest job body.
-    pub fn max_job_size(mut self, bytes: usize) -> Self {
-        self.max_job_size = bytes;
-        self
-    }
-
-    /// Sets the fault plan.
-    pub fn faults(mut self, plan: FaultPlan) -> Self {
-        self.faults = plan;
-        self
-    }
-
-    /// Sets deliberate defects.
-    pub fn defects(mut self, defects: Defects) -> Self {
-        self.defects = defects;
-        self
-    }
-}
-
-/// The fault plan in force and how many connections came since it was installed.
-#[derive(Debug, Default)]
-pub(crate) struct PlanSlot {
-    pub(crate) plan: FaultPlan,
-    pub(crate) generation: u64,
-    pub(crate) accepted: u64,
-}
-
-pub(crate) struct Shared {
-    state: Mutex<State>,
-    pub(crate) cond: Condvar,
-    stop: AtomicBool,
-    pub(crate) plan: Mutex<PlanSlot>,
-    pub(crate) plan_generation: AtomicU64,
-    refuse_until: Mutex<Option<Instant>>,
-    /// The local address of the connection that tells the accept loop to start
-    /// refusing; connections queued before it are still served.
-    refuse_marker: Mutex<Option<SocketAddr>>,
-    socks: Mutex<HashMap<u64, TcpStream>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-    next_conn: AtomicU64,
-    pub(crate) max_job_size: usize,
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panicking connection thread must not take the whole server down with it.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn fault_seed(&self) -> Option<u64> {
-        lock(&self.plan).plan.seed()
-    }
-
-    /// Sleeps for `d`, waking early when the server stops. Returns false if it did.
-    pub(crate) fn sleep(&self, d: Duration) -> bool {
-        let until = Instant::now() + d;
-        loop {
-            if self.stopped() {
-                return false;
-            }
-            let now = Instant::now();
-            if now >= until {
-                return true;
-            }
-            std::thread::sleep((until - now).min(Duration::from_millis(10)));
-        }
-    }
-
-    pub(crate) fn forget_sock(&self, id: u64) {
-        lock(&self.socks).remove(&id);
-    }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A beanstalkd-compatible server in this process, on a loopback port. Stopped on drop.
 pub struct TestServer {
@@ -346,6 +209,45 @@ impl Drop for TestServer {
             }
         }
         self.shutdown();
+    }
+}
+
+/// A handle on a [`TestServer`]'s ledger; cheap to clone,
+/// usable after the server stopped.
+#[derive(Clone)]
+pub struct Ledger {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger").finish_non_exhaustive()
+    }
+}
+
+impl Ledger {
+    /// Reads the record and reports on it.
+    pub fn check(&self) -> LedgerReport {
+        let seed = self.shared.fault_seed();
+        let state = self.shared.lock();
+        state.book.report(seed)
+    }
+
+    /// Forgets every job and connection recorded so far. Jobs put before and
+    /// deleted after count as `unexpected`.
+    pub fn clear(&self) {
+        let mut state = self.shared.lock();
+        state.book = Book::default();
+    }
+
+    /// One job's history, if the ledger saw it put.
+    pub fn job(&self, id: u64) -> Option<JobHistory> {
+        self.shared.lock().book.history(id)
+    }
+
+    /// The counts of one connection.
+    pub fn connection(&self, id: u64) -> Option<ConnCounts> {
+        self.shared.lock().book.connection(id)
     }
 }
 

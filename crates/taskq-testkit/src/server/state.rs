@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use taskq_proto::server::encode_reply_head;
 use taskq_proto::Reply;
 
+use super::config::Defects;
+use super::counters::Stats;
 use super::ledger::Book;
-use super::stats::Stats;
-use super::Defects;
 
 /// Jobs with a priority below this count as urgent.
 const URGENT: u32 = 1024;

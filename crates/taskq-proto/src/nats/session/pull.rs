@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use crate::nats::op::{MsgFrame, Span};
+use crate::nats::op::MsgFrame;
 use crate::nats::request_error::NatsError;
+use crate::nats::span::Span;
 use crate::nats::{encode_pub, AckInfo, AckKind, HeaderBlock, NatsProtoError};
 
 use super::state::{no_responders, Event, NatsSession, PullOwed};

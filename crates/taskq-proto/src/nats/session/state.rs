@@ -6,8 +6,9 @@
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 
-use crate::nats::op::{parse_frame, Frame, MsgFrame, Span};
+use crate::nats::op::{parse_frame, Frame, MsgFrame};
 use crate::nats::request_error::NatsError;
+use crate::nats::span::Span;
 use crate::nats::{parse_info, NatsLimits, NatsProtoError, PutEncoder};
 use crate::reply::{parse_u64, Status};
 use crate::session::{RecvBuf, INITIAL_RECV};

@@ -1,0 +1,167 @@
+//! A producer's settings: what [`Builder`] holds and checks before a
+//! producer is made from it (the making is the producer's own, in
+//! `Builder::connect` and `Builder::build`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use taskq_proto::nats::NatsAccess;
+use taskq_proto::{Backoff, ConnectionConfig};
+
+use crate::classify::check_tube;
+use crate::error::{Error, NotSent};
+use crate::nats::NatsSetup;
+
+/// How long a JetStream put whose outcome is unknown is re-sent with its
+/// message id before the producer gives up (well inside the stream's default
+/// 2-minute duplicate window, and past a leader election's 4 to 9 seconds).
+pub const DEFAULT_RESOLVE_FOR: Duration = Duration::from_secs(30);
+
+/// Settings for a [`Producer`](crate::Producer); `Producer::builder()` starts one.
+#[derive(Debug, Clone, Default)]
+pub struct Builder {
+    pub(crate) cfg: ConnectionConfig,
+    pub(crate) backoff: Backoff,
+    pub(crate) retries: u32,
+    pub(crate) tube: Option<String>,
+    pub(crate) stream: Option<String>,
+    pub(crate) replicas: Option<usize>,
+    pub(crate) resolve_for: Option<Duration>,
+    pub(crate) access: NatsAccess,
+    pub(crate) keep_stream_config: bool,
+}
+
+impl Builder {
+    /// Limit on each connect attempt (default 2 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.cfg.connect_timeout = d;
+        self
+    }
+
+    /// Limit on each whole reply and each write (default 1 s).
+    pub fn io_timeout(mut self, d: Duration) -> Self {
+        self.cfg.io_timeout = d;
+        self
+    }
+
+    /// Largest body accepted; larger ones are refused before sending
+    /// (default 65535, beanstalkd's default `-z`).
+    pub fn max_job_size(mut self, bytes: usize) -> Self {
+        self.cfg.limits.max_job_size = bytes;
+        self
+    }
+
+    /// Waits between reconnect attempts.
+    pub fn backoff(mut self, b: Backoff) -> Self {
+        self.backoff = b;
+        self
+    }
+
+    /// TCP keepalive idle time; `None` turns keepalive off (default 30 s).
+    pub fn keepalive(mut self, idle: Option<Duration>) -> Self {
+        self.cfg.keepalive = idle;
+        self
+    }
+
+    /// At-least-once mode: a put whose outcome is unknown (or that was not sent)
+    /// is sent again on a fresh connection, up to `retries` more times. A job
+    /// may then be queued twice; the default, 0, never re-sends.
+    pub fn at_least_once(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// The tube puts go to from the start (default `default`).
+    pub fn tube(mut self, tube: &str) -> Self {
+        self.tube = Some(tube.to_owned());
+        self
+    }
+
+    /// JetStream: the stream (default `TASKQ`, capturing `taskq.>`; another
+    /// name captures its lower-case self followed by `.>`).
+    pub fn stream(mut self, name: &str) -> Self {
+        self.stream = Some(name.to_owned());
+        self
+    }
+
+    /// JetStream: replicas of the stream when the producer creates it
+    /// (default: 3 on a cluster of 3 or more nodes, else 1). An existing
+    /// stream is used as it is.
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = Some(n);
+        self
+    }
+
+    /// JetStream: how long a put whose PubAck did not come is re-sent, with
+    /// the same message id, on fresh connections (default 30 s). The stream
+    /// stores it once; past this time the put fails as unknown.
+    pub fn resolve_for(mut self, d: Duration) -> Self {
+        self.resolve_for = Some(d);
+        self
+    }
+
+    /// JetStream: never change an existing stream's configuration (default
+    /// false). On nats-server 2.12 and later a delayed job is held by the
+    /// server (a message schedule) when the stream allows message
+    /// schedules: a stream the producer creates does, and an existing
+    /// stream without them is updated to allow them, a change the server
+    /// cannot undo. With `true` such a stream is left as it is, and delayed
+    /// jobs stay with the client (carried to the tube at once, given back
+    /// by a worker handed them early), as on older servers.
+    pub fn keep_stream_config(mut self, keep: bool) -> Self {
+        self.keep_stream_config = keep;
+        self
+    }
+
+    /// JetStream: credentials and TLS (the address's own user info, and
+    /// `tls://`, take precedence). Not read from the environment: the
+    /// commands do that.
+    pub fn nats_access(mut self, access: NatsAccess) -> Self {
+        self.access = access;
+        self
+    }
+}
+
+impl Builder {
+    /// JetStream's layout, message ids, credentials and seeds for a
+    /// producer of `address` (its user info and `tls://` win over the
+    /// builder's access; `None` when given socket addresses).
+    pub(crate) fn nats_setup(
+        &self,
+        address: Option<&taskq_proto::Address>,
+    ) -> Result<NatsSetup, Error> {
+        let stream = self
+            .stream
+            .as_deref()
+            .unwrap_or(taskq_proto::DEFAULT_STREAM);
+        let layout = taskq_proto::Layout::new(stream)
+            .map_err(|e| Error::from(taskq_proto::EncodeError::BadTubeName(e)))?;
+        let (access, seeds) = match address {
+            Some(a) => (self.access.for_address(a), a.hosts().to_vec()),
+            None => (self.access.clone(), Vec::new()),
+        };
+        Ok(NatsSetup::new(
+            layout,
+            self.replicas,
+            access,
+            seeds,
+            self.keep_stream_config,
+        ))
+    }
+
+    /// Refuses an empty address list or a bad tube name; the tube to restore
+    /// on each connection (`None` for `default`, which a connection starts with).
+    pub(crate) fn checked_tube(
+        &self,
+        addrs: &[SocketAddr],
+        jetstream: bool,
+    ) -> Result<Option<String>, Error> {
+        if addrs.is_empty() {
+            return Err(Error::NotSent(NotSent::NoAddress));
+        }
+        if let Some(t) = &self.tube {
+            check_tube(t, jetstream)?;
+        }
+        Ok(self.tube.clone().filter(|t| t != "default"))
+    }
+}
