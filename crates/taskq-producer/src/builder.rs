@@ -86,7 +86,8 @@ impl Builder {
 
     /// JetStream: replicas of the stream when the producer creates it
     /// (default: 3 on a cluster of 3 or more nodes, else 1). An existing
-    /// stream is used as it is.
+    /// stream keeps its replicas (and all of its configuration but message
+    /// schedules: see [`keep_stream_config`](Self::keep_stream_config)).
     pub fn replicas(mut self, n: usize) -> Self {
         self.replicas = Some(n);
         self
