@@ -3,10 +3,10 @@
 
 use taskq_worker::table::Table;
 
+use crate::cli::CliResult;
 use crate::jobs::{self, JobView, Which};
 use crate::server::{print, ServerArgs};
 use crate::snapshot::{self, Scope, Tube};
-use crate::CliResult;
 
 /// Arguments of `taskq tubes`.
 #[derive(clap::Args, Debug)]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use taskq_producer::{PutOptions, PutOutcome};
 
-use crate::CliResult;
+use crate::cli::CliResult;
 
 /// Arguments of `taskq bench`.
 #[derive(clap::Args, Debug)]

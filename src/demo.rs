@@ -21,10 +21,10 @@ use taskq_worker::{
 
 use taskq_worker::table::Table;
 
+use crate::cli::CliResult;
 use crate::jetstream::{CreateArgs, Route};
 use crate::server::Conn;
 use crate::snapshot::{self, Scope, Snapshot};
-use crate::CliResult;
 
 /// Arguments of `taskq demo`.
 #[derive(clap::Args, Debug)]

@@ -9,10 +9,10 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use taskq_worker::metrics::MetricsServer;
 
+use crate::cli::CliResult;
 use crate::jetstream::{self, StreamArgs};
 use crate::server::ServersArgs;
 use crate::snapshot::{self, Scope, Snapshot};
-use crate::CliResult;
 
 /// Arguments of `taskq exporter`.
 #[derive(clap::Args, Debug)]

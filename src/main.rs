@@ -1,4 +1,6 @@
-//! The `taskq` command: put, stats, the operators' commands (top among them), bench, serve and demo.
+//! The `taskq` command, on beanstalkd and NATS JetStream: put, stats, the
+//! operators' commands (top among them), the exporter and the dashboard, bench,
+//! serve (the reference server, beanstalkd's protocol) and demo.
 
 use std::process::ExitCode;
 
@@ -7,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod access;
 mod admin;
 mod bench;
+mod cli;
 mod clock;
 mod demo;
 mod exporter;
@@ -20,10 +23,7 @@ mod stats;
 mod top;
 mod web;
 
-/// Errors of the command line: printed as one line on stderr, exit status 1.
-pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// Work queues on the beanstalkd protocol.
+/// Work queues on beanstalkd and NATS JetStream (`about` is the package description).
 #[derive(Parser, Debug)]
 #[command(name = "taskq", version, about)]
 struct Cli {

@@ -5,7 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use taskq_testkit::{ServerConfig, TestServer};
 
-use crate::CliResult;
+use crate::cli::CliResult;
 
 /// Arguments of `taskq serve`.
 #[derive(clap::Args, Debug)]

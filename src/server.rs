@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
 
+use crate::cli::CliResult;
 use crate::jetstream::{self, Js, Route, StreamArgs};
-use crate::CliResult;
 
 /// The server to talk to: `--addr`, then `$TASKQ_ADDR`, then the default.
 #[derive(clap::Args, Debug, Clone)]

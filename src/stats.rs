@@ -2,9 +2,9 @@
 
 use taskq_worker::table::Table;
 
+use crate::cli::CliResult;
 use crate::server::{print, ServerArgs};
 use crate::snapshot::{self, ConsumerRow, Counts, NatsRecord, Scope, Snapshot, Tube};
-use crate::CliResult;
 
 /// Arguments of `taskq stats`.
 #[derive(clap::Args, Debug)]

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use taskq_proto::{yaml, Command, Connection, JobStats, Reply, ServerStats, TubeStats};
 
-use super::{Counts, Scope, Snapshot, Totals, Tube};
+use super::model::{Counts, Scope, Snapshot, Totals, Tube};
 use crate::server::{request, unexpected, use_tube};
 
 /// Reads the server's totals and the tubes of `scope`.

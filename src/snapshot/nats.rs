@@ -15,39 +15,11 @@
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
-use taskq_proto::nats::StreamInfo;
 use taskq_proto::{Layout, SubjectKind};
 
-use super::{Counts, Scope, Snapshot, Totals, Tube};
+use super::model::{ConsumerRow, Counts, NatsRecord, NatsTube, Scope, Snapshot, Totals, Tube};
 use crate::clock;
-pub use crate::jetstream::ConsumerRow;
 use crate::jetstream::Js;
-
-/// JetStream's own figures of one tube.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NatsTube {
-    /// Its consumer `taskq-T`, once a worker made it.
-    pub consumer: Option<ConsumerRow>,
-    /// Messages stored on `taskq.T` (ready, delayed and reserved alike).
-    pub stored: u64,
-}
-
-impl NatsTube {
-    /// Unacked messages among those delivered more than once (0 without a consumer).
-    pub fn redelivered(&self) -> u64 {
-        self.consumer.as_ref().map_or(0, |c| c.redelivered)
-    }
-}
-
-/// The stream and its consumers, as the cluster records them.
-#[derive(Debug, Clone)]
-pub struct NatsRecord {
-    /// The stream.
-    pub stream: StreamInfo,
-    /// Its consumers by name: every one when every tube was read, else
-    /// those of the tubes read.
-    pub consumers: Vec<ConsumerRow>,
-}
 
 /// Messages of one tube on the stream, by subject.
 #[derive(Debug, Clone, Copy, Default)]

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use super::{Snapshot, Tube};
+use super::model::{Snapshot, Tube};
 
 /// Per second between two samples: jobs put, jobs done and (JetStream) deliveries.
 /// `None` where the engine keeps no such count, on the first sample, or when

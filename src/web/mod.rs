@@ -23,11 +23,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use maud::{html, Markup};
 
+use crate::cli::CliResult;
 use crate::jetstream::StreamArgs;
 use crate::jobs::{self, JobView, Which};
 use crate::server::{self, Conn, ServersArgs};
 use crate::snapshot::{self, Scope, Tube};
-use crate::CliResult;
 use guard::{refuse, Rules};
 use hub::Hub;
 use pages::{layout, nothing, notice, segment, server_field};

@@ -13,8 +13,8 @@
 //! `nats-server -c FILE` reads) and a particular binary, such as the pinned
 //! current release from [`current_server_binary`].
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,12 +25,14 @@ use serde_json::Value;
 use crate::beanstalkd::free_port;
 
 mod binary;
+mod monitor;
 mod process;
 
 pub use binary::{
     binary_version, current_node, current_server_binary, oldest_node, server_binary, ServerVersion,
     CURRENT_SERVER_ENV, DEBIAN_SERVER,
 };
+use monitor::http_json;
 use process::{thread_states, SIGNAL_WAIT};
 
 /// How long a node may take to answer its health check after a start.
@@ -529,26 +531,6 @@ impl Drop for NatsCluster {
     }
 }
 
-/// A GET on the monitoring port, parsed as JSON. Bounded by one second.
-fn http_json(addr: SocketAddr, path: &str) -> io::Result<Value> {
-    let limit = Duration::from_secs(1);
-    let mut s = TcpStream::connect_timeout(&addr, limit)?;
-    s.set_read_timeout(Some(limit))?;
-    s.set_write_timeout(Some(limit))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.take(16 << 20).read_to_end(&mut raw)?;
-    let start = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| io::Error::other("no end of HTTP headers"))?;
-    // /healthz answers 503 with a JSON body while JetStream is not current.
-    serde_json::from_slice(&raw[start + 4..]).map_err(io::Error::other)
-}
-
 fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
@@ -557,6 +539,9 @@ fn tail(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+    use std::net::TcpStream;
+
     use super::*;
 
     #[test]
