@@ -203,10 +203,10 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
 }
 
-/// Three jobs put with a 2 s delay, done by a worker: each runs once, never
+/// Three jobs put with a 2 s delay, done by a worker: each runs, never
 /// before its delay, and its early delivery (when the client holds the
-/// delay) is not counted as a release. Returns the deliveries the tube's
-/// consumer made.
+/// delay) is not counted as a release; the first is released once (1 s) and
+/// then counts one release. Returns the deliveries the tube's consumer made.
 fn delayed_jobs_run_once_never_early(c: &NatsCluster) -> u64 {
     let put_at = Instant::now();
     let bodies: Vec<Vec<u8>> = (0..3).map(|i| format!("soon {i}").into_bytes()).collect();
@@ -219,7 +219,8 @@ fn delayed_jobs_run_once_never_early(c: &NatsCluster) -> u64 {
             ..PutOptions::default()
         },
     );
-    let ran: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+    type Runs = Vec<(Vec<u8>, Instant, u64)>;
+    let ran: Arc<Mutex<Runs>> = Arc::default();
     let r2 = ran.clone();
     let worker = Worker::new(
         Config {
@@ -228,24 +229,41 @@ fn delayed_jobs_run_once_never_early(c: &NatsCluster) -> u64 {
         },
         move |job: &mut Job<'_>| {
             let info = job.stats().unwrap();
-            r2.lock().unwrap().push((Instant::now(), info.releases));
-            Outcome::Done
+            let mut ran = r2.lock().unwrap();
+            let again = ran.iter().any(|(b, _, _)| b == job.body());
+            ran.push((job.body().to_vec(), Instant::now(), info.releases));
+            if job.body() == b"soon 0" && !again {
+                Outcome::Retry {
+                    delay: Duration::from_secs(1),
+                }
+            } else {
+                Outcome::Done
+            }
         },
     )
     .unwrap();
     let counts = worker.run();
     let ran = ran.lock().unwrap();
-    assert_eq!(ran.len(), 3, "each job ran once");
-    for (at, releases) in ran.iter() {
+    let runs = |body: &[u8]| -> Vec<(Instant, u64)> {
+        ran.iter()
+            .filter(|(b, _, _)| b == body)
+            .map(|(_, at, releases)| (*at, *releases))
+            .collect()
+    };
+    for body in &bodies {
+        let r = runs(body);
+        let first = r[0].0 - put_at;
         assert!(
-            *at - put_at >= Duration::from_millis(2000),
-            "ran {:?} after the put, before its delay",
-            *at - put_at
+            first >= Duration::from_millis(2000),
+            "ran {first:?} after the put, before its delay"
         );
-        assert_eq!(
-            *releases, 0,
-            "an early delivery is not counted as a release"
-        );
+        assert_eq!(r[0].1, 0, "an early delivery is not counted as a release");
+        if body == b"soon 0" {
+            assert_eq!(r.len(), 2, "released once, then done");
+            assert_eq!(r[1].1, 1, "the release is counted");
+        } else {
+            assert_eq!(r.len(), 1, "each job ran once");
+        }
     }
     assert_eq!(counts.deleted, 3);
     let s = js_admin(c).stream_info("TASKQ").unwrap();
@@ -267,8 +285,8 @@ fn on_2_9_10_a_delayed_job_comes_early_goes_back_and_runs_once_at_its_time() {
     };
     assert_eq!(
         delayed_jobs_run_once_never_early(&c),
-        6,
-        "the client holds delays: each job is delivered early, given back, and delivered again"
+        7,
+        "the client holds delays: each job is delivered early, given back, and delivered again; one more for the release"
     );
 }
 
@@ -279,8 +297,8 @@ fn on_a_current_server_a_delayed_job_is_delivered_once_at_its_time() {
     };
     assert_eq!(
         delayed_jobs_run_once_never_early(&c),
-        3,
-        "the server holds delays: one delivery per job"
+        4,
+        "the server holds delays: one delivery per job; one more for the release"
     );
 }
 
