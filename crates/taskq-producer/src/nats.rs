@@ -15,7 +15,6 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use taskq_proto::nats::{NatsAccess, NatsConfig, NatsConnection, NatsError, StreamSpec};
 use taskq_proto::{ConnectionConfig, ConnectionError, Layout};
@@ -25,9 +24,6 @@ use crate::delays::{stream_and_delays, Delays, Put, Route, Stamp};
 use crate::error::{Error, Invalid, NotSent, Rejection};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
-
-/// The pause before re-sending a put JetStream answered `503`.
-pub(crate) const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
 
 /// What a producer needs to set JetStream up and name its messages.
 #[derive(Debug, Clone)]
@@ -399,6 +395,8 @@ pub(crate) fn from_nats(e: NatsError) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -11,11 +11,11 @@ use taskq_proto::{Address, ConnectionConfig, IoCounts};
 
 use crate::builder::Builder;
 use crate::classify::{
-    check_tube, chunk_end, chunk_write_failed, record, resend_from, start_batch, too_big,
+    check_tube, chunk_end, chunk_write_failed, record, start_batch, too_big, BatchRetry, Resolve,
 };
 use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
-use crate::nats::{connect_stream, from_nats, nats_config, IdBuf, NatsSetup, RESOLVE_PAUSE};
+use crate::nats::{connect_stream, from_nats, nats_config, IdBuf, NatsSetup};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
@@ -151,46 +151,25 @@ impl AsyncJetStream {
         opts: PutOptions,
         failed: Error,
     ) -> Result<JobId, Error> {
-        let until = Instant::now() + self.resolve_for;
-        let mut last = failed;
-        let mut unknown = None;
-        while Instant::now() < until {
-            if matches!(last, Error::NotSent(NotSent::Unavailable)) {
-                // Answered at once while a leader is elected: not a tight loop.
-                tokio::time::sleep(RESOLVE_PAUSE).await;
+        let mut resolve = Resolve::new(Instant::now() + self.resolve_for);
+        let mut r = Err(failed);
+        while let Some(again) = resolve.again(&r, Instant::now()) {
+            if let Some(pause) = again.pause() {
+                tokio::time::sleep(pause).await;
             }
-            let r = match self.connected().await {
+            r = match self.connected().await {
                 Ok(()) => {
                     let conn = self.conn.as_mut().expect("connected above");
                     put_as(conn, &self.setup, &mut self.route, k, body, opts).await
                 }
                 Err(e) => Err(e),
             };
-            match r {
-                Ok(id) => {
-                    self.reconnects.progress();
-                    return Ok(id);
-                }
-                Err(e @ (Error::Unknown(_) | Error::NotSent(_))) => {
-                    self.drop_if_broken();
-                    let prev = std::mem::replace(&mut last, e);
-                    if matches!(prev, Error::Unknown(_)) {
-                        unknown = Some(prev);
-                    }
-                }
-                Err(e) => {
-                    if matches!(e, Error::Rejected(_)) {
-                        self.reconnects.progress();
-                    }
-                    self.drop_if_broken();
-                    return Err(e);
-                }
+            match &r {
+                Ok(_) | Err(Error::Rejected(_)) => self.reconnects.progress(),
+                Err(_) => self.drop_if_broken(),
             }
         }
-        match (last, unknown) {
-            (Error::NotSent(_), Some(u)) => Err(u),
-            (last, _) => Err(last),
-        }
+        resolve.outcome(r)
     }
 
     /// Puts many jobs with one write per chunk and reads the PubAcks in
@@ -208,29 +187,20 @@ impl AsyncJetStream {
         let mut report = BatchReport::default();
         let mut from = 0;
         let first = self.setup.ids.take(bodies.len() as u64);
-        let until = Instant::now() + self.resolve_for;
-        let mut retries = self.retries;
+        let mut retry = BatchRetry::new(self.retries, Some(Instant::now() + self.resolve_for));
         while from < bodies.len() {
             match self
                 .batch_chunk(bodies, from, first, opts, out, &mut report)
                 .await
             {
                 Ok(next) => from = next,
-                Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
-                    retries -= 1;
-                    from = e.replied;
-                    out[from..].fill(PutOutcome::NotSent);
-                }
-                Err(e)
-                    if matches!(e.error, Error::Unknown(_) | Error::NotSent(_))
-                        && Instant::now() < until =>
-                {
-                    if matches!(e.error, Error::NotSent(NotSent::Unavailable)) {
-                        tokio::time::sleep(RESOLVE_PAUSE).await;
+                Err(e) => {
+                    let (next, again) = retry.after(e, out, Instant::now())?;
+                    if let Some(pause) = again.pause() {
+                        tokio::time::sleep(pause).await;
                     }
-                    from = resend_from(&e, out);
+                    from = next;
                 }
-                Err(e) => return Err(e),
             }
         }
         Ok(report)
