@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use std::cell::Cell;
-
+use crate::failure::{self, Failure};
+use crate::handler::{Handler, Outcome};
+use crate::job::Job;
 use crate::worker::settle::attempt;
-use crate::{Handler, Job, Outcome};
 
 /// Exit status meaning "try again later" (`EX_TEMPFAIL` from sysexits.h).
 pub const EX_TEMPFAIL: i32 = 75;
@@ -88,49 +88,14 @@ fn job_context(job: &mut Job<'_>) -> Option<(String, u64)> {
     }
 }
 
-/// How the last failed command of this thread ended, for the bury warning
-/// that the worker logs when the failure was the last attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// Exited with this status.
-    Exit(i32),
-    /// Killed by this signal.
-    Signal(i32),
-    /// Killed after `--job-timeout`.
-    TimedOut,
-    /// Could not be run or waited for.
-    Lost,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Exit(c) => write!(f, "exit status {c}"),
-            Failure::Signal(s) => write!(f, "signal {s}"),
-            Failure::TimedOut => f.write_str("killed after --job-timeout"),
-            Failure::Lost => f.write_str("could not be run or waited for"),
-        }
-    }
-}
-
-thread_local! {
-    static LAST_FAILURE: Cell<Option<Failure>> = const { Cell::new(None) };
-}
-
-/// Takes how this thread's last command failed (the job is settled on the
-/// thread that ran it).
-pub(crate) fn take_failure() -> Option<Failure> {
-    LAST_FAILURE.with(Cell::take)
-}
-
 fn failed(f: Failure) -> Outcome {
-    LAST_FAILURE.with(|c| c.set(Some(f)));
+    failure::note(f);
     Outcome::Fail
 }
 
 impl Handler for CommandHandler {
     fn handle(&self, job: &mut Job<'_>) -> Outcome {
-        LAST_FAILURE.with(|c| c.set(None));
+        failure::clear();
         let mut child = match self.spawn(job) {
             Ok(c) => c,
             Err(e) => {

@@ -8,7 +8,8 @@ use taskq_proto::JobId;
 
 use crate::counters::Counters;
 use crate::engine::{Fault, JobLink};
-use crate::worker::Shared;
+use crate::job_info::JobInfo;
+use crate::shared::Shared;
 
 /// A reserved job, lent to the handler for as long as it runs.
 ///
@@ -31,26 +32,6 @@ impl fmt::Debug for Job<'_> {
             .field("server", &self.server)
             .finish()
     }
-}
-
-/// Numbers from `stats-job`, copied out of the reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct JobInfo {
-    /// Priority.
-    pub pri: u32,
-    /// Time to run, seconds.
-    pub ttr: u64,
-    /// Seconds left of the lease.
-    pub time_left: u64,
-    /// Times reserved, this time included.
-    pub reserves: u64,
-    /// Times its lease ran out.
-    pub timeouts: u64,
-    /// Times released.
-    pub releases: u64,
-    /// Times buried.
-    pub buries: u64,
 }
 
 /// Why a touch or a stats lookup failed.

@@ -60,58 +60,26 @@ pub mod command;
 mod config;
 mod counters;
 mod engine;
+mod failure;
 mod fair;
+mod handler;
 mod job;
+mod job_info;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(feature = "cli")]
 pub mod nats_cli;
+mod shared;
 pub mod table;
 mod worker;
 
 pub use config::{Config, ConfigError, JetStreamConfig};
 pub use counters::{Counters, Snapshot, COUNTER_HELP};
-pub use job::{Job, JobError, JobInfo};
+pub use handler::{Handler, Outcome};
+pub use job::{Job, JobError};
+pub use job_info::JobInfo;
 pub use taskq_proto::{Backoff, Jitter, JobId};
 pub use worker::{Control, Running, Worker};
-
-use std::time::Duration;
-
-/// How a handler settles a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The work succeeded: delete the job. Counted done on `DELETED` only.
-    Done,
-    /// Give the job back to run later, after `delay`; not a failed attempt.
-    Retry {
-        /// Wait before the job is ready again (rounded up to whole seconds).
-        delay: Duration,
-    },
-    /// Give the job back with the retry backoff for its release count; not a
-    /// failed attempt (what exit status 75, `EX_TEMPFAIL`, means to `taskq-worker`).
-    TempFail,
-    /// Bury the job now: it stays aside until someone kicks it.
-    Bury,
-    /// The work failed: release the job with a growing delay, or bury it once
-    /// it has failed [`Config::max_attempts`] times.
-    Fail,
-}
-
-/// The work done for each job. Implemented for every suitable closure.
-pub trait Handler: Send + Sync + 'static {
-    /// Runs one job and says how to settle it.
-    fn handle(&self, job: &mut Job<'_>) -> Outcome;
-}
-
-impl<F> Handler for F
-where
-    F: Fn(&mut Job<'_>) -> Outcome + Send + Sync + 'static,
-{
-    fn handle(&self, job: &mut Job<'_>) -> Outcome {
-        self(job)
-    }
-}
 
 /// The README's Rust examples, compiled as doctests so they cannot drift.
 #[cfg(doctest)]

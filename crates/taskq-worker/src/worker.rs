@@ -1,7 +1,9 @@
-//! The worker: its settings, the state its threads share, and the handles
-//! that start, stop and join it. Each thread's loop over its servers is in
-//! [`lane`], one turn on a lane (reserve, run the handler, settle) in
-//! [`turn`], and the choice of the command that settles a job in [`settle`].
+//! The worker: the handles that make, start, stop and join it (the state its
+//! threads share is in `crate::shared`). Each thread's loop over its servers
+//! is in [`lane`], one turn on a lane (reserve, run the handler, settle) in
+//! [`turn`], what each step counts as in [`account`], the choice of the
+//! command that settles a job in [`settle`], and the window of `prefetch` in
+//! [`prefetch`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -9,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use taskq_proto::Interrupter;
-
 use crate::config::{Config, ConfigError};
 use crate::counters::{Counters, Snapshot};
-use crate::Handler;
+use crate::handler::Handler;
+use crate::shared::{LaneShared, Shared, IDLE};
 
+mod account;
 mod lane;
 mod prefetch;
 pub(crate) mod settle;
@@ -22,130 +24,6 @@ mod turn;
 
 use crate::engine::{Beanstalkd, Nats};
 use lane::Lanes;
-
-/// A lane's connection waits for nothing, or the thread is between requests.
-const IDLE: u8 = 0;
-/// A reserve is in flight on the lane and it holds no job: safe to cut.
-const RESERVING: u8 = 1;
-/// The lane holds a job.
-const HOLDING: u8 = 2;
-/// The lane is connecting (and setting the connection up): time the server
-/// has not answered yet, not idle time.
-const CONNECTING: u8 = 3;
-
-/// State shared by the threads of one worker and its [`Control`] handles.
-pub(crate) struct Shared {
-    pub(crate) cfg: Config,
-    pub(crate) counters: Counters,
-    pub(crate) stop: AtomicBool,
-    pub(crate) abort: AtomicBool,
-    /// One per (thread, server), thread-major.
-    lanes: Vec<LaneShared>,
-    started: Instant,
-    /// Milliseconds after `started` of the last moment the worker was busy: a
-    /// job reserved, or a reserve or a connect the server did not answer. A
-    /// server that cannot be asked (down, or electing a leader) is not an empty
-    /// queue, so that time is not idle time for `exit_when_idle`.
-    last_busy_ms: AtomicU64,
-    /// Reservations still allowed under `max_jobs`.
-    tickets: AtomicU64,
-    /// Releases this process made for `TempFail`/`Retry`, by (server, job id):
-    /// they are subtracted from the job's `releases` count when counting
-    /// failed attempts. Touched only on those rare paths.
-    tempfails: Mutex<HashMap<(usize, u64), u32>>,
-    tempfails_any: AtomicBool,
-}
-
-struct LaneShared {
-    state: AtomicU8,
-    /// The lane's last empty reserve found jobs of its tubes still out on
-    /// the server (JetStream: not delivered yet, or not acknowledged).
-    outstanding: AtomicBool,
-    /// The lane keeps settles a failed connection sent without an answer,
-    /// to send again.
-    carrying: AtomicBool,
-    cut: Mutex<Option<Interrupter>>,
-    /// With prefetch: the lane's window, for a stop to give its jobs that have
-    /// not started back at once, while the thread runs a job.
-    keeper: Mutex<Option<Arc<dyn prefetch::Keep>>>,
-}
-
-impl Shared {
-    fn shutdown(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // A thread waiting in a reserve holds no job: cut its connection so it
-        // stops at once instead of at the end of its slice. The server returns
-        // a job it may have handed out in the meantime.
-        for lane in &self.lanes {
-            if lane.state.load(Ordering::SeqCst) == RESERVING {
-                if let Some(cut) = lane.cut.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    cut.interrupt();
-                }
-            }
-        }
-    }
-
-    /// Gives every prefetched job that has not started back to its server
-    /// (a stop asked from outside the lanes: a lane's own thread does it for
-    /// its window when it sees the stop).
-    fn release_unstarted(&self) {
-        self.each_window(|k| k.release_unstarted(self));
-    }
-
-    /// Keeps the leases of prefetched jobs waiting behind a running job (the
-    /// lanes' threads do it between jobs; this covers a long job).
-    fn keep_waiting_leases(&self) {
-        self.each_window(|k| k.keep_leases(self));
-    }
-
-    fn each_window(&self, f: impl Fn(&dyn prefetch::Keep)) {
-        for lane in &self.lanes {
-            let keeper = lane
-                .keeper
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            if let Some(k) = keeper {
-                f(&*k);
-            }
-        }
-    }
-
-    fn take_ticket(&self) -> bool {
-        if self.cfg.max_jobs.is_none() {
-            return true;
-        }
-        self.tickets
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| t.checked_sub(1))
-            .is_ok()
-    }
-
-    fn give_ticket(&self) {
-        if self.cfg.max_jobs.is_some() {
-            self.tickets.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    /// Marks now as busy: `exit_when_idle` counts from here.
-    pub(crate) fn busy(&self) {
-        self.last_busy_ms.store(self.now_ms(), Ordering::Relaxed);
-    }
-
-    /// True while some lane holds a job or connects, keeps settles not
-    /// confirmed yet, or last saw jobs of its tubes still out on the
-    /// server: the worker is not idle then, however long it has been quiet.
-    fn working_any(&self) -> bool {
-        self.lanes.iter().any(|l| {
-            matches!(l.state.load(Ordering::SeqCst), HOLDING | CONNECTING)
-                || l.outstanding.load(Ordering::SeqCst)
-                || l.carrying.load(Ordering::SeqCst)
-        })
-    }
-}
 
 /// A configured worker, not yet running.
 pub struct Worker {

@@ -90,7 +90,7 @@ fn no_allocation_per_job_on_jetstream() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // The buffers of jobs read ahead grow until each has held a body of every
     // size (up to 700 bytes): setup too, done within the smaller run.
-    for prefetch in [1, 16] {
+    for prefetch in [1, 16, 64] {
         let (small_n, large_n) = (2_000, 20_000);
         let small = allocations_for_nats(small_n, prefetch);
         let large = allocations_for_nats(large_n, prefetch);

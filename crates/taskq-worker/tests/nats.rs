@@ -203,6 +203,67 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
 }
 
+/// Each run of a job: its body, the delivery count the handler saw, and when.
+type Runs = Vec<(Vec<u8>, u64, Instant)>;
+
+/// A job released with a delay is still owed by the server; a job that runs
+/// longer than `exit_when_idle` meanwhile must not let the worker call itself
+/// idle the moment it ends (idle time counted from the last job taken, and
+/// the lane's last look at the consumer older than that job): the released
+/// job comes back and is done, then the worker exits by itself. Once
+/// without prefetch and once through a window.
+#[test]
+fn a_job_longer_than_the_idle_time_does_not_end_the_wait_for_a_delayed_release() {
+    let c = NatsCluster::start(1).unwrap();
+    for prefetch in [1, 4] {
+        let tube = format!("owed{prefetch}");
+        put_all(
+            &c,
+            &tube,
+            &[b"later".to_vec(), b"slow".to_vec()],
+            PutOptions::default(),
+        );
+        let runs: Arc<Mutex<Runs>> = Arc::default();
+        let r2 = runs.clone();
+        let worker = Worker::new(
+            Config {
+                prefetch,
+                exit_when_idle: Some(Duration::from_secs(1)),
+                ..cfg(&c, &tube)
+            },
+            move |job: &mut Job<'_>| {
+                let reserves = job.stats().unwrap().reserves;
+                r2.lock()
+                    .unwrap()
+                    .push((job.body().to_vec(), reserves, Instant::now()));
+                match job.body() {
+                    b"later" if reserves == 1 => Outcome::Retry {
+                        delay: Duration::from_secs(3),
+                    },
+                    b"slow" => {
+                        std::thread::sleep(Duration::from_millis(1500));
+                        Outcome::Done
+                    }
+                    _ => Outcome::Done,
+                }
+            },
+        )
+        .unwrap();
+        let counts = worker.run();
+        let runs = runs.lock().unwrap();
+        let order: Vec<(&[u8], u64)> = runs.iter().map(|(b, n, _)| (&b[..], *n)).collect();
+        assert_eq!(
+            order,
+            [(&b"later"[..], 1), (&b"slow"[..], 1), (&b"later"[..], 2)],
+            "prefetch {prefetch}: the released job came back before the exit"
+        );
+        assert!(runs[2].2 - runs[0].2 >= Duration::from_millis(2900));
+        assert_eq!((counts.deleted, counts.released), (2, 1));
+        let ci = js_consumer(&c, &tube);
+        assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
+    }
+}
+
 /// Three jobs put with a 2 s delay, done by a worker: each runs, never
 /// before its delay, and its early delivery (when the client holds the
 /// delay) is not counted as a release; the first is released once (1 s) and

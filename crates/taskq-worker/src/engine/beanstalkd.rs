@@ -7,10 +7,10 @@ use taskq_proto::{
     Command, CommandKind, Connection, ConnectionError, Interrupter, IoCounts, JobStats, Reply,
 };
 
-use super::{Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
+use super::seam::{Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
 use crate::config::Config;
 use crate::fair::Want;
-use crate::job::JobInfo;
+use crate::job_info::JobInfo;
 
 /// A worker thread's connection to one beanstalkd.
 #[derive(Debug)]

@@ -10,7 +10,9 @@
 //!   [`Took::Unavailable`], and the loop asks again after a pause.
 //! - Settles are acks sent with a reply subject, so the server confirms each:
 //!   delete `+ACK`, release `-NAK` with the delay, touch `+WPI`. A job is
-//!   counted done only on its confirmation.
+//!   counted done only on its confirmation. A prefetch window gathers
+//!   ([`Link::GATHER`]): the acks of a half window of jobs and the pull that
+//!   refills it are queued one by one and written together.
 //! - Bury copies the job, headers and body as stored, to `taskq.T.buried` and
 //!   acks the original only after the copy's PubAck: a crash between the two
 //!   leaves the job twice, never nowhere. The copy's message id is derived
@@ -30,141 +32,28 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use taskq_proto::nats::schedule::SCHEDULER_HEADER;
 use taskq_proto::nats::{
-    AckKind, ConsumerSpec, Delivery, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, NatsError,
-    StreamSpec,
+    AckKind, ConsumerSpec, Delivery, NatsConfig, NatsConnection, NatsError, StreamSpec,
 };
-use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout, READY_AT_HEADER};
+use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout};
 
-use super::{Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Took, Unconfirmed};
+use super::seam::{
+    Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Took, Unconfirmed, BODY_ROOM,
+};
 use crate::config::Config;
-use crate::fair::Want;
-use crate::job::JobInfo;
+use crate::job_info::JobInfo;
+use parts::{
+    ack_kind, conn_error, keep_early, pick, resend, Buffers, Early, End, Held, Owed, Pull, Tube,
+};
+
+mod parts;
+mod reading;
 
 /// Deliveries one consumer may have unacked at once, across its workers:
 /// room for many prefetching workers (the server's default is 1000).
 const MAX_ACK_PENDING: i64 = 20_000;
-
-/// A tube's names on the stream, and its consumer's lease.
-#[derive(Debug)]
-struct Tube {
-    name: String,
-    subject: String,
-    buried: String,
-    consumer: String,
-    ack_wait: Duration,
-}
-
-/// A job this link holds.
-#[derive(Debug)]
-struct Held {
-    seq: u64,
-    tube: usize,
-    /// Its ack subject.
-    ack: Vec<u8>,
-    delivered: u64,
-    /// It carried a ready time and the client held it: its first delivery
-    /// came early and went back.
-    delayed: bool,
-    /// When its lease started, at the earliest: the pull that brought it was
-    /// sent, or the last touch (`+WPI`) was. The server's ack wait runs
-    /// from a moment no earlier.
-    leased: Instant,
-}
-
-/// A delivery read before its ask was.
-#[derive(Debug)]
-struct Early {
-    subject: Vec<u8>,
-    ack: Vec<u8>,
-    body: Vec<u8>,
-    delivered: u64,
-    seq: u64,
-    ready_at: Option<u64>,
-    /// A message schedule published it (at its time).
-    scheduled: bool,
-    /// When the pull that brought it was sent.
-    pulled: Instant,
-}
-
-impl Default for Early {
-    fn default() -> Self {
-        Early {
-            subject: Vec::new(),
-            ack: Vec::new(),
-            body: Vec::new(),
-            delivered: 0,
-            seq: 0,
-            ready_at: None,
-            scheduled: false,
-            pulled: Instant::now(),
-        }
-    }
-}
-
-/// The buffers deliveries are copied into, reused.
-#[derive(Debug)]
-struct Buffers {
-    /// For subjects and ack subjects: of deliveries read ahead, of jobs held
-    /// and of settles owed their confirmation (an ack subject is kept until
-    /// then, to be sent again if it does not come). Made with the
-    /// connection, as many as the loop can have out at once and each long
-    /// enough for any of taskq's subjects, so that a peak costs no
-    /// allocation later.
-    names: Pool,
-    /// For the bodies of deliveries read ahead; each grows to the largest
-    /// body seen.
-    bodies: Pool,
-}
-
-/// A settle queued or sent, owed its answer.
-#[derive(Debug)]
-enum Owed {
-    /// The job was not held here: answered `NotFound` without asking.
-    NotHeld,
-    /// An ack sent with this confirmation token.
-    Sent(u64, Unconfirmed),
-}
-
-/// How the pull under way ended, for the asks it did not answer with a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// Nothing ready (404/408).
-    Empty,
-    /// The cluster could not serve it (409, 503, another status).
-    Unavailable,
-}
-
-/// The pull the asks of one write became. One pull is under way at a time;
-/// asks written while one is are pulled for when it is over.
-#[derive(Debug, Clone, Copy)]
-struct Pull {
-    tube: usize,
-    /// Asks it still owes an answer.
-    left: u32,
-    /// The asks do not wait (a weighted turn, a refill): an empty pull
-    /// answers them [`Took::TurnEmpty`].
-    no_wait: bool,
-    /// More tubes to try, after this one, for the asks this pull leaves
-    /// unanswered: every tube is tried without waiting before the last one
-    /// waits (unless the asks do not wait at all).
-    scan: usize,
-    /// Sent to the server.
-    sent: bool,
-    /// When it was sent (or made, until then).
-    at: Instant,
-    ended: Option<End>,
-}
-
-impl Pull {
-    /// This pull waits on the server: the asks wait and no tube is left to try.
-    fn waits(&self) -> bool {
-        !self.no_wait && self.scan == 0
-    }
-}
 
 /// A worker thread's connection to a JetStream cluster.
 #[derive(Debug)]
@@ -205,303 +94,6 @@ pub(crate) struct Nats {
     /// The delivery handed out last, when it came early.
     current: Early,
     slice: Duration,
-}
-
-impl Nats {
-    fn tube_of(&self, subject: &[u8]) -> Option<usize> {
-        self.tubes
-            .iter()
-            .position(|t| t.subject.as_bytes() == subject)
-    }
-
-    fn held_index(&self, seq: u64) -> Option<usize> {
-        self.held.iter().position(|h| h.seq == seq)
-    }
-
-    /// Reads until the confirmation `token` came, keeping what comes before.
-    fn confirm(&mut self, token: u64) -> Result<(), Fault> {
-        if let Some(i) = self.confirmed.iter().position(|&t| t == token) {
-            self.confirmed.swap_remove(i);
-            return Ok(());
-        }
-        loop {
-            match self.conn.next_delivery() {
-                Ok(Delivery::Confirmed(t)) if t == token => return Ok(()),
-                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
-                Err(NatsError::NoResponders) => return Err(Fault::Unexpected("503")),
-                Err(e) => return Err(Fault::Conn(conn_error(e))),
-            }
-        }
-    }
-
-    /// Takes a delivery as a held job; `None` when it is not ready yet (it
-    /// went back with `-NAK` for the time left) or not one of our tubes.
-    fn take(&mut self, e: &Early) -> Result<bool, Fault> {
-        let (ack, seq, delivered, ready_at) = (&e.ack[..], e.seq, e.delivered, e.ready_at);
-        let Some(tube) = self.tube_of(&e.subject) else {
-            // A consumer filters on its tube's subject: this cannot happen.
-            return Err(Fault::Unexpected("MSG"));
-        };
-        if let Some(at) = ready_at {
-            let now = unix_ms();
-            if at > now {
-                let delay = Duration::from_millis(at - now);
-                self.conn
-                    .queue_ack(ack, AckKind::Nak { delay: Some(delay) }, false)
-                    .and_then(|_| self.conn.flush())
-                    .map_err(|e| Fault::Conn(conn_error(e)))?;
-                return Ok(false);
-            }
-        }
-        let buf = self.bufs.names.copy(ack);
-        if let Some(i) = self.held_index(seq) {
-            // Its lease ran out while held here and it came back to us.
-            let old = std::mem::replace(&mut self.held[i].ack, buf);
-            self.bufs.names.give(old);
-            self.held[i].delivered = delivered;
-            self.held[i].leased = e.pulled;
-        } else {
-            self.held.push(Held {
-                seq,
-                tube,
-                ack: buf,
-                delivered,
-                delayed: ready_at.is_some() && !e.scheduled,
-                leased: e.pulled,
-            });
-        }
-        Ok(true)
-    }
-
-    /// What an ask that a pull answered without a job comes to. A wait
-    /// that ended empty is idle only when the consumers have nothing out.
-    fn empty(&mut self, no_wait: bool, end: End) -> Result<Took<'static>, Fault> {
-        Ok(match end {
-            End::Unavailable => Took::Unavailable,
-            End::Empty if no_wait => Took::TurnEmpty,
-            End::Empty if self.check_idle => self.outstanding()?,
-            End::Empty => Took::TimedOut,
-        })
-    }
-
-    /// [`Took::Outstanding`] while a tube's consumer has messages not yet
-    /// delivered or deliveries not acknowledged (held by a worker, or lost
-    /// with a connection and due again when their ack wait runs out), else
-    /// [`Took::TimedOut`]. An answer the connection survives but that
-    /// cannot tell (replies still owed, an API error) is not idle either.
-    fn outstanding(&mut self) -> Result<Took<'static>, Fault> {
-        for t in &self.tubes {
-            match self.conn.consumer_info(&self.stream, &t.consumer) {
-                Ok(ci) if ci.num_pending == 0 && ci.num_ack_pending == 0 => {}
-                Ok(ci) => {
-                    tracing::debug!(
-                        tube = t.name,
-                        pending = ci.num_pending,
-                        ack_pending = ci.num_ack_pending,
-                        "nothing delivered, but jobs are still out"
-                    );
-                    return Ok(Took::Outstanding);
-                }
-                Err(NatsError::NoResponders) => return Ok(Took::Unavailable),
-                Err(e) if self.conn.is_broken() => return Err(Fault::Conn(conn_error(e))),
-                Err(e) => {
-                    tracing::debug!(tube = t.name, error = %e, "cannot read the consumer's info");
-                    return Ok(Took::Outstanding);
-                }
-            }
-        }
-        Ok(Took::TimedOut)
-    }
-
-    /// Counts one ask of the pull under way answered; returns whether that
-    /// pull waited. A pull with all its asks answered is over.
-    fn answered(&mut self) -> bool {
-        let Some(p) = self.pulls.front_mut() else {
-            return false;
-        };
-        p.left = p.left.saturating_sub(1);
-        let no_wait = p.no_wait;
-        if p.left == 0 {
-            self.pulls.pop_front();
-        }
-        no_wait
-    }
-
-    /// Sends the oldest pull if it is not under way yet.
-    fn send_pull(&mut self) -> Result<(), Fault> {
-        let Some(p) = self.pulls.front_mut() else {
-            return Err(Fault::Conn(ConnectionError::NothingOwed));
-        };
-        if p.sent {
-            return Ok(());
-        }
-        // The asks of later writes for the same tube go into this pull too:
-        // a window refilled job by job is pulled for in one request.
-        let (tube, no_wait, scan) = (p.tube, p.no_wait, p.scan);
-        while self
-            .pulls
-            .get(1)
-            .is_some_and(|q| q.tube == tube && q.no_wait == no_wait && q.scan == scan)
-        {
-            let q = self.pulls.remove(1).expect("checked above");
-            self.pulls[0].left += q.left;
-        }
-        let p = &mut self.pulls[0];
-        p.sent = true;
-        p.at = Instant::now();
-        let (batch, waits) = (p.left, p.waits());
-        let consumer = &self.tubes[tube].consumer;
-        let r = if !waits {
-            self.conn.pull_no_wait(&self.stream, consumer, batch)
-        } else {
-            self.conn
-                .pull(&self.stream, consumer, batch, self.slice, None)
-        };
-        r.map_err(|e| Fault::Conn(conn_error(e)))
-    }
-
-    /// Copies job `seq` to its tube's buried subject and waits for the copy's
-    /// PubAck. Anything owed is read first (into the early queues): the copy
-    /// needs the connection to itself.
-    fn bury_copy(&mut self, seq: u64, tube: usize) -> Result<(), ConnectionError> {
-        while self.conn.pulling() {
-            match self.conn.next_delivery() {
-                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
-                Err(NatsError::NoResponders) => {
-                    if let Some(p) = self.pulls.front_mut() {
-                        p.ended = Some(End::Unavailable);
-                    }
-                }
-                Err(e) => return Err(conn_error(e)),
-            }
-        }
-        while self.conn.confirms_owed() > 0 {
-            match self.conn.next_delivery() {
-                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(_) => {}
-                Err(e) => return Err(conn_error(e)),
-            }
-        }
-        let stored = self
-            .conn
-            .msg_get(&self.stream, MsgSelect::Seq(seq))
-            .map_err(conn_error)?;
-        let headers = if stored.headers.is_empty() {
-            None
-        } else {
-            HeaderBlock::parse(&stored.headers).ok()
-        };
-        let extra: Vec<(&[u8], &[u8])> = headers
-            .iter()
-            .flat_map(|h| h.iter())
-            .filter(|(k, _)| !k.eq_ignore_ascii_case(b"Nats-Msg-Id"))
-            .collect();
-        let id = format!("taskq-bury-{}-{seq}", self.stream);
-        self.conn
-            .publish_with(
-                &self.tubes[tube].buried,
-                id.as_bytes(),
-                &extra,
-                &stored.data,
-            )
-            .map(|_| ())
-            .map_err(conn_error)
-    }
-}
-
-/// The ack that carries out `settle`.
-fn ack_kind(settle: Settle) -> AckKind {
-    match settle {
-        // A buried job's copy is stored: the original goes.
-        Settle::Delete | Settle::Bury { .. } => AckKind::Ack,
-        Settle::Release { delay, .. } => AckKind::Nak {
-            delay: (delay > 0).then(|| Duration::from_secs(u64::from(delay))),
-        },
-    }
-}
-
-/// Sends the acks carried from failed connections again on a new one (in
-/// setup, before anything else), one at a time, each confirmed before the
-/// next. Acks are idempotent: one the server applied already is confirmed
-/// again. A confirmed one is resolved; one whose job's lease ends first is
-/// given up. On a failure (no answer, or no leader for the consumer yet) the
-/// rest wait for the next connection.
-fn resend(conn: &mut NatsConnection, carry: &mut Carry) -> Result<(), NatsError> {
-    loop {
-        carry.expire(Instant::now());
-        let Some(u) = carry.open.last() else {
-            return Ok(());
-        };
-        conn.ack(&u.to, ack_kind(u.settle), true)?;
-        let u = carry.open.pop().expect("seen above");
-        carry.resolved.push((u.id, u.settle, true));
-    }
-}
-
-/// Keeps a delivery or status read while a confirmation was awaited.
-fn keep_early(
-    d: Delivery<'_>,
-    pull: Option<&mut Pull>,
-    early: &mut VecDeque<Early>,
-    bufs: &mut Buffers,
-) {
-    let end = match d {
-        Delivery::Msg {
-            subject,
-            reply,
-            headers,
-            body,
-            info,
-        } => {
-            early.push_back(Early {
-                subject: bufs.names.copy(subject),
-                ack: bufs.names.copy(reply),
-                body: bufs.bodies.copy(body),
-                delivered: info.delivered,
-                seq: info.stream_seq,
-                ready_at: ready_at(headers.as_ref()),
-                scheduled: headers.is_some_and(|h| h.get(SCHEDULER_HEADER).is_some()),
-                pulled: pull.map_or_else(Instant::now, |p| p.at),
-            });
-            return;
-        }
-        Delivery::Heartbeat | Delivery::Confirmed(_) => return,
-        Delivery::NoMessages | Delivery::Timeout => End::Empty,
-        other => {
-            tracing::debug!(status = ?other, "pull ended: the cluster cannot serve it now");
-            End::Unavailable
-        }
-    };
-    if let Some(p) = pull {
-        p.ended = Some(end);
-    }
-}
-
-/// The ready time a delayed job carries, in Unix milliseconds.
-fn ready_at(headers: Option<&HeaderBlock<'_>>) -> Option<u64> {
-    let v = headers?.get(READY_AT_HEADER)?;
-    taskq_proto::parse_u64(v).ok()
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// The transport's errors in the loop's terms.
-fn conn_error(e: NatsError) -> ConnectionError {
-    match e {
-        NatsError::NotSent(io) => ConnectionError::NotSent(io),
-        NatsError::Broken => ConnectionError::Broken,
-        NatsError::NothingOwed => ConnectionError::NothingOwed,
-        NatsError::Timeout { waited } => ConnectionError::Timeout { waited },
-        NatsError::Closed => ConnectionError::Closed,
-        NatsError::Io(io) => ConnectionError::Io(io),
-        other => ConnectionError::Io(std::io::Error::other(other.to_string())),
-    }
 }
 
 impl JobLink for Nats {
@@ -564,6 +156,8 @@ impl JobLink for Nats {
 }
 
 impl Link for Nats {
+    const GATHER: bool = true;
+
     fn connect(
         cfg: &Config,
         server: &str,
@@ -651,7 +245,9 @@ impl Link for Nats {
         let longest = tubes.iter().map(|t| t.consumer.len()).max().unwrap_or(0);
         let bufs = Buffers {
             names: Pool::made(5 * k + 8, 160 + layout.stream().len() + longest),
-            bodies: Pool::with_room(2 * k),
+            // As many as can be read ahead at once, made now: a later peak
+            // of deliveries read ahead makes none.
+            bodies: Pool::made(2 * k + 2, BODY_ROOM),
         };
         Ok(Nats {
             conn,
@@ -665,13 +261,13 @@ impl Link for Nats {
             ask_scan: 0,
             pulls: VecDeque::with_capacity(k),
             rotate: fastrand::usize(..cfg.tubes.len().max(1)),
-            settles: VecDeque::with_capacity(k),
-            touches: VecDeque::with_capacity(k),
+            settles: VecDeque::with_capacity(2 * k + 8),
+            touches: VecDeque::with_capacity(2 * k + 8),
             unanswered: Vec::new(),
             carried: Vec::new(),
             check_idle: cfg.exit_when_idle.is_some(),
-            confirmed: Vec::with_capacity(k),
-            early: VecDeque::with_capacity(k),
+            confirmed: Vec::with_capacity(2 * k + 8),
+            early: VecDeque::with_capacity(2 * k),
             current: Early::default(),
             slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
         })
@@ -887,23 +483,90 @@ impl Link for Nats {
     }
 }
 
-/// Where an ask's pull starts, whether the ask waits, and how many more
-/// tubes it may try: a weighted turn tries its tube alone; otherwise every
-/// tube in turn (starting one further each time, so none is always last).
-fn pick(ask: Ask<'_>, rotate: &mut usize) -> (usize, bool, usize) {
-    let n = ask.tubes.len().max(1);
-    let no_wait = ask.slice == 0;
-    let want = ask.sched.map(|s| {
-        let want = s.want();
-        // The schedule records what the link "watches"; pulls need no switch.
-        let _ = s.switch(want, |_, _| Ok(()));
-        want
-    });
-    match want {
-        Some(Want::Try(k)) => (k, true, 0),
-        Some(Want::All) | None => {
-            *rotate = (*rotate + 1) % n;
-            (*rotate, no_wait, n - 1)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::seam::Ask;
+
+    /// Jobs on a one-node JetStream, and a link to it with a window of `k`.
+    fn link_with_jobs(c: &taskq_testkit::NatsCluster, jobs: usize, k: usize) -> Nats {
+        let mut p = taskq_producer::Producer::connect(c.url()).unwrap();
+        for i in 0..jobs {
+            p.put(
+                format!("job {i}").as_bytes(),
+                taskq_producer::PutOptions::default(),
+            )
+            .unwrap();
         }
+        let cfg = Config {
+            servers: vec![c.url()],
+            prefetch: k,
+            ..Config::default()
+        };
+        Nats::connect(&cfg, &cfg.servers[0], 0, &[], &mut Carry::default()).unwrap()
+    }
+
+    fn ask(tubes: &[String]) -> Req<'_> {
+        Req::Ask(Ask {
+            sched: None,
+            tubes,
+            slice: 0,
+        })
+    }
+
+    /// Writes made since `from`, the `PONG`s answering the server's `PING`s
+    /// set apart (each is a write of its own).
+    fn writes_since(link: &Nats, from: (u64, u64)) -> u64 {
+        let pongs = link.conn.pings_answered() - from.1;
+        link.io_counts().writes - from.0 - pongs
+    }
+
+    #[test]
+    fn acks_and_the_pull_that_refills_go_out_in_one_write_and_are_confirmed() {
+        let c = taskq_testkit::NatsCluster::start(1).unwrap();
+        let (k, half) = (16, 8);
+        let mut link = link_with_jobs(&c, k + half, k);
+        let tubes = ["default".to_owned()];
+        let mark = |l: &Nats| (l.io_counts().writes, l.conn.pings_answered());
+        // A window's asks: one pull of 16, one write.
+        let before = mark(&link);
+        for _ in 0..k {
+            link.queue(ask(&tubes)).unwrap();
+        }
+        link.flush().unwrap();
+        assert_eq!(writes_since(&link, before), 1);
+        let mut ids = Vec::new();
+        for _ in 0..k {
+            match link.reserved().unwrap() {
+                Took::Job { id, .. } => ids.push(id),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Half of them done: their acks and the pull for as many more,
+        // queued one by one, written together.
+        let before = mark(&link);
+        for &id in &ids[..half] {
+            link.queue(Req::Settle(id, Settle::Delete)).unwrap();
+        }
+        for _ in 0..half {
+            link.queue(ask(&tubes)).unwrap();
+        }
+        assert_eq!(
+            writes_since(&link, before),
+            0,
+            "nothing written before the flush"
+        );
+        link.flush().unwrap();
+        assert_eq!(writes_since(&link, before), 1, "acks and pull in one write");
+        // Each ack counted on its confirmation; the pull brings the rest.
+        for _ in 0..half {
+            assert_eq!(link.settled().unwrap(), SettleReply::Deleted);
+        }
+        for _ in 0..half {
+            assert!(matches!(link.reserved().unwrap(), Took::Job { .. }));
+        }
+        assert_eq!(writes_since(&link, before), 1, "the reads wrote nothing");
+        let info = link.conn.consumer_info("TASKQ", "taskq-default").unwrap();
+        assert_eq!(info.num_ack_pending, k as u64, "8 acked of 24 delivered");
     }
 }

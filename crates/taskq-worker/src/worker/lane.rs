@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::{IoCounts, Reconnect};
 
-use super::prefetch::{Keep, Pipe};
-use super::turn::{count_resolved, failed, Turn};
-use super::{LaneShared, Shared, CONNECTING, IDLE};
+use super::account::{account_io, count_resolved, failed, After};
+use super::prefetch::Pipe;
+use super::turn::Turn;
 use crate::counters::Counters;
 use crate::engine::{Carry, Link};
 use crate::fair::Schedule;
-use crate::Handler;
+use crate::handler::Handler;
+use crate::shared::{Keep, LaneShared, Shared, CONNECTING, IDLE};
 
 /// Longest nap of a thread that has nothing to do (all servers backing off, or no
 /// `max_jobs` ticket free), so that it notices a stop soon.
@@ -43,19 +44,6 @@ struct Lane<L> {
     /// With prefetch: the window, made on the first turn and kept (with its
     /// buffers) across connections.
     pipe: Option<Arc<Mutex<Pipe<L>>>>,
-}
-
-/// How a lane's turn ended.
-#[derive(Debug)]
-pub(super) enum After {
-    /// Reserve again on the same lane.
-    Again,
-    /// No job there within the slice: try the next server.
-    Next,
-    /// The connection broke; it was dropped.
-    Broken,
-    /// The worker is stopping.
-    Stop,
 }
 
 /// The thread's side: its lanes, the handler, and the reused body buffer.
@@ -263,7 +251,8 @@ impl<L: Link + Send + 'static> Lanes<L> {
     /// `max_jobs` ticket on entry, for the first reserve.
     fn serve(&mut self, i: usize) -> After {
         let sh = &*self.shared;
-        let ls = &sh.lanes[self.thread * self.lanes.len() + i];
+        let lane = self.thread * self.lanes.len() + i;
+        let ls = &sh.lanes[lane];
         let Lane {
             server: index,
             conn: slot,
@@ -288,7 +277,7 @@ impl<L: Link + Send + 'static> Lanes<L> {
             body: &mut self.body,
         };
         if sh.cfg.prefetch > 1 {
-            return serve_window(&mut turn, slot, pipe);
+            return serve_window(&mut turn, slot, pipe, lane);
         }
         let Some(conn) = slot.as_mut() else {
             sh.give_ticket();
@@ -327,6 +316,7 @@ fn serve_window<L: Link + Send + 'static>(
     turn: &mut Turn<'_>,
     slot: &mut Option<L>,
     pipe: &mut Option<Arc<Mutex<Pipe<L>>>>,
+    lane: usize,
 ) -> After {
     let (sh, ls) = (turn.sh, turn.ls);
     // Each reserve of the window takes its own ticket.
@@ -336,7 +326,7 @@ fn serve_window<L: Link + Send + 'static>(
     };
     let pipe = pipe
         .get_or_insert_with(|| {
-            let p = Arc::new(Mutex::new(Pipe::new(turn.index, sh.cfg.prefetch)));
+            let p = Arc::new(Mutex::new(Pipe::new(turn.index, lane, sh.cfg.prefetch)));
             let keep: Arc<dyn Keep> = p.clone();
             *ls.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keep);
             p
@@ -353,16 +343,4 @@ fn count_carried(sh: &Shared, server: &str, carry: &mut Carry) {
     for (id, settle, confirmed) in carry.resolved.drain(..) {
         count_resolved(sh, server, id, settle, confirmed);
     }
-}
-
-/// Adds the system calls a link made since the last call to the counters.
-pub(super) fn account_io<L: Link>(counters: &Counters, link: &L, seen: &mut IoCounts) {
-    let now = link.io_counts();
-    counters
-        .writes
-        .fetch_add(now.writes - seen.writes, Ordering::Relaxed);
-    counters
-        .reads
-        .fetch_add(now.reads - seen.reads, Ordering::Relaxed);
-    *seen = now;
 }

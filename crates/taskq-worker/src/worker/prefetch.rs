@@ -8,28 +8,37 @@
 //! job costs one write and a fraction of a read. When the window is empty and the server
 //! had nothing ready, one blocking reserve waits, as without prefetch.
 //!
+//! An engine that asks for a window's jobs in one request ([`Link::GATHER`]:
+//! JetStream, whose refill is one pull of a batch) gathers instead: while the
+//! next job is already in hand, a job's settle is queued and not written.
+//! The settles go out with the pull that refills the window, in one write,
+//! once the window is down to half and the last pull was read; that pull's
+//! answers are read when the window is down to a quarter. A settle is
+//! still counted only on the server's answer. Settles are never held back
+//! long: a touch, a stop, a read or an empty window writes them, and so
+//! does the next job's end or the thread that keeps the leases
+//! ([`Keep::keep_leases`]) once they have waited [`GATHER_MAX`].
+//!
 //! The window lives behind a mutex that the lane's thread holds only between
 //! jobs, so that a stop from another thread can give the jobs that have not
 //! started back at once while a job runs. Whenever the mutex is free, every
-//! queued request has been sent.
+//! queued request has been sent, but for the settles a window gathers.
 
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::ops::ControlFlow;
-use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use taskq_proto::ConnectionError;
 
-use super::lane::{account_io, After};
-use super::settle::{decide, Settled};
-use super::turn::{count_settled, failed, unexpected, Turn};
-use super::{Shared, HOLDING, IDLE};
+use super::account::{count_settled, failed, unexpected, After, UNAVAILABLE_PAUSE};
+use super::settle::Settled;
 use crate::counters::Counters;
-use crate::engine::{Ask, Fault, JobLink, Link, Pool, Req, Settle, Took};
-use crate::job::{job_info, JobError, JobInfo};
-use crate::Outcome;
+use crate::engine::{Fault, Link, Pool, Req, Settle, Took, BODY_ROOM};
+use crate::job::{job_info, JobError};
+use crate::job_info::JobInfo;
+use crate::shared::{Keep, Shared};
+
+mod window;
 
 /// A waiting job whose lease was restarted this long ago (or which was asked
 /// for this long ago) is touched before it starts, or between jobs. beanstalkd
@@ -41,6 +50,11 @@ pub(crate) const TOUCH_AFTER: Duration = Duration::from_millis(500);
 /// back: the jobs ahead of it are too long for it to start in time, and
 /// another worker may be free.
 pub(crate) const HOLD_MAX: Duration = Duration::from_secs(30);
+
+/// Settles a gathering window holds back are written once the first of them
+/// has waited this long, whether or not the window needs a refill: a long job
+/// does not hold the acks of the jobs before it.
+pub(crate) const GATHER_MAX: Duration = Duration::from_millis(5);
 
 /// What to do for a job waiting in the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,10 +105,17 @@ pub(super) struct Pipe<L> {
     pub(super) link: Option<L>,
     /// The server's index in the configuration.
     server: usize,
+    /// The lane's index in the worker's shared state.
+    lane: usize,
     held: VecDeque<Held>,
     /// Body buffers of jobs gone, reused by the next ones.
     bodies: Pool,
     owed: VecDeque<Owed>,
+    /// Of `owed`, the newest requests queued and not written yet (settles a
+    /// gathering window holds back): no reply can come for them.
+    unsent: usize,
+    /// When the oldest of those was queued.
+    gathered: Option<Instant>,
     /// Reserves in flight.
     asks: usize,
     /// `DEADLINE_SOON` came since the lease rule last ran.
@@ -112,15 +133,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<L: Link> Pipe<L> {
-    pub(super) fn new(server: usize, k: usize) -> Pipe<L> {
+    pub(super) fn new(server: usize, lane: usize, k: usize) -> Pipe<L> {
         Pipe {
             link: None,
             server,
+            lane,
             held: VecDeque::with_capacity(k),
-            bodies: Pool::with_room(k + 1),
+            bodies: Pool::made(k + 1, BODY_ROOM),
             // Per job at most a settle, a touch per waiting job and a
             // refill; read once more than 2k are owed.
             owed: VecDeque::with_capacity(5 * k + 8),
+            unsent: 0,
+            gathered: None,
             asks: 0,
             soon: false,
             dry: false,
@@ -137,6 +161,7 @@ impl<L: Link> Pipe<L> {
     fn queue(&mut self, req: Req<'_>, owed: Owed) -> Result<(), ConnectionError> {
         self.link()?.queue(req)?;
         self.owed.push_back(owed);
+        self.unsent += 1;
         Ok(())
     }
 
@@ -146,6 +171,8 @@ impl<L: Link> Pipe<L> {
             .link
             .as_mut()
             .map_or(Err(ConnectionError::Broken), L::flush);
+        self.unsent = 0;
+        self.gathered = None;
         r.map_err(|e| {
             let server = sh.cfg.servers[self.server].as_str();
             self.forget(sh);
@@ -153,17 +180,28 @@ impl<L: Link> Pipe<L> {
         })
     }
 
+    /// Writes the settles held back, if any.
+    fn send_gathered(&mut self, sh: &Shared) -> Result<(), After> {
+        if self.unsent > 0 {
+            self.flush(sh)?;
+        }
+        Ok(())
+    }
+
     /// Reads every owed reply and counts it: settles as without prefetch,
-    /// reserves into the window, touches into the leases.
+    /// reserves into the window, touches into the leases. What was held back
+    /// is written first.
     fn absorb(&mut self, sh: &Shared) -> Result<(), After> {
+        self.send_gathered(sh)?;
         self.absorb_until(sh, usize::MAX)
     }
 
-    /// [`absorb`](Self::absorb), oldest first, stopping once `held` jobs
-    /// wait in the window: the newest replies may not have come yet.
+    /// [`absorb`](Self::absorb) of the replies to what was written, oldest
+    /// first, stopping once `held` jobs wait in the window: the newest
+    /// replies may not have come yet.
     fn absorb_until(&mut self, sh: &Shared, held: usize) -> Result<(), After> {
         let server = sh.cfg.servers[self.server].as_str();
-        while self.held.len() < held {
+        while self.held.len() < held && self.owed.len() > self.unsent {
             let Some(owed) = self.owed.pop_front() else {
                 break;
             };
@@ -188,7 +226,7 @@ impl<L: Link> Pipe<L> {
                     match link.reserved() {
                         Ok(Took::Job { id, body }) => {
                             Counters::add(&sh.counters.reserved);
-                            sh.busy();
+                            sh.took_job(&sh.lanes[self.lane]);
                             self.progress = true;
                             self.dry = false;
                             if let Some(h) = self.held.iter_mut().find(|h| h.id == id) {
@@ -229,7 +267,7 @@ impl<L: Link> Pipe<L> {
                                     // on the server's instant answers.
                                     sh.busy();
                                     self.dry = true;
-                                    std::thread::sleep(super::turn::UNAVAILABLE_PAUSE);
+                                    std::thread::sleep(UNAVAILABLE_PAUSE);
                                 }
                                 _ => self.dry = true,
                             }
@@ -274,6 +312,23 @@ impl<L: Link> Pipe<L> {
         Ok(())
     }
 
+    /// A gathering window holds the settle just queued back: the next job is
+    /// in hand, no touch waits to go out, the settles held are young, and
+    /// the refill is not due (it is once the last pull was read and the
+    /// window is down to half, or at once when the server had nothing
+    /// ready last time; never when `max_jobs` leaves nothing to ask for).
+    fn gathers(&self, sh: &Shared, touched: bool, now: Instant) -> bool {
+        let k = sh.cfg.prefetch;
+        let refill = self.asks == 0 && (self.dry || self.held.len() <= k / 2) && sh.has_ticket();
+        L::GATHER
+            && !touched
+            && !self.held.is_empty()
+            && !refill
+            && self
+                .gathered
+                .is_none_or(|t| now.duration_since(t) < GATHER_MAX)
+    }
+
     fn drop_held(&mut self, k: usize) {
         if let Some(h) = self.held.remove(k) {
             self.bodies.give(h.body);
@@ -304,6 +359,8 @@ impl<L: Link> Pipe<L> {
             }
         }
         self.asks = 0;
+        self.unsent = 0;
+        self.gathered = None;
         while !self.held.is_empty() {
             self.drop_held(0);
             Counters::add(&sh.counters.lease_dropped);
@@ -390,15 +447,6 @@ impl<L: Link> Pipe<L> {
     }
 }
 
-/// A window that another thread may tend while the lane's thread runs a job.
-pub(crate) trait Keep: Send + Sync {
-    /// Releases every prefetched job that has not started.
-    fn release_unstarted(&self, sh: &Shared);
-    /// Applies the lease rule to the waiting jobs, unless the lane's thread
-    /// is between jobs (it does so itself then).
-    fn keep_leases(&self, sh: &Shared);
-}
-
 impl<L: Link + Send> Keep for Mutex<Pipe<L>> {
     fn release_unstarted(&self, sh: &Shared) {
         let mut p = lock(self);
@@ -414,464 +462,41 @@ impl<L: Link + Send> Keep for Mutex<Pipe<L>> {
             return;
         };
         let live = p.link.as_ref().is_some_and(|l| !l.is_broken());
-        if live && !p.held.is_empty() {
-            // A failure gives the link up; the lane's thread sees it broken.
-            if let Ok(true) = p.queue_leases(sh, Instant::now()) {
-                let _ = p.flush(sh).and_then(|()| p.absorb(sh));
-            }
+        if !live {
+            return;
         }
-    }
-}
-
-/// The link as a handler sees it while its job runs: each request takes the
-/// window's lock and reads the replies owed first.
-struct Locked<'a, L> {
-    pipe: &'a Mutex<Pipe<L>>,
-    sh: &'a Shared,
-}
-
-/// The link of a locked window: replies owed are read before a request.
-struct Caught<'a, L> {
-    pipe: &'a mut Pipe<L>,
-    sh: &'a Shared,
-}
-
-impl<L: Link> Caught<'_, L> {
-    fn ready(&mut self) -> Result<&mut L, Fault> {
-        self.pipe
-            .absorb(self.sh)
-            .map_err(|_| Fault::Conn(ConnectionError::Broken))?;
-        self.pipe.link().map_err(Fault::Conn)
-    }
-}
-
-impl<L: Link> JobLink for Caught<'_, L> {
-    fn addr(&self) -> SocketAddr {
-        self.pipe
-            .link
-            .as_ref()
-            .map_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), L::addr)
-    }
-
-    fn is_broken(&self) -> bool {
-        self.pipe.link.as_ref().is_none_or(L::is_broken)
-    }
-
-    fn mark_broken(&mut self) {
-        if let Some(l) = self.pipe.link.as_mut() {
-            l.mark_broken();
-        }
-    }
-
-    fn touch(&mut self, id: u64) -> Result<bool, Fault> {
-        self.ready()?.touch(id)
-    }
-
-    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
-        self.ready()?.info(id, tube)
-    }
-}
-
-impl<L: Link> Locked<'_, L> {
-    fn with<T>(&self, f: impl FnOnce(&mut Caught<'_, L>) -> T) -> T {
-        let mut p = lock(self.pipe);
-        f(&mut Caught {
-            pipe: &mut p,
-            sh: self.sh,
-        })
-    }
-}
-
-impl<L: Link> JobLink for Locked<'_, L> {
-    fn addr(&self) -> SocketAddr {
-        self.with(|c| c.addr())
-    }
-
-    fn is_broken(&self) -> bool {
-        self.with(|c| c.is_broken())
-    }
-
-    fn mark_broken(&mut self) {
-        self.with(|c| c.mark_broken());
-    }
-
-    fn touch(&mut self, id: u64) -> Result<bool, Fault> {
-        self.with(|c| c.touch(id))
-    }
-
-    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
-        self.with(|c| c.info(id, tube))
-    }
-}
-
-impl Turn<'_> {
-    /// Works jobs through the window on `pipe` while the server yields them.
-    /// Holds no `max_jobs` ticket: each reserve takes its own.
-    pub(super) fn window<L: Link>(&mut self, pipe: &Mutex<Pipe<L>>) -> After {
-        loop {
-            let id = match self.next_job(pipe) {
-                ControlFlow::Continue(id) => id,
-                ControlFlow::Break(after) => return after,
-            };
-            let mut link = Locked { pipe, sh: self.sh };
-            let outcome = match self.work(&mut link, id) {
-                ControlFlow::Continue(o) => o,
-                ControlFlow::Break(after) => {
-                    lock(pipe).forget(self.sh);
-                    return after;
-                }
-            };
-            if let ControlFlow::Break(after) = self.settle_refill(pipe, id, outcome) {
-                return after;
-            }
-        }
-    }
-
-    /// Reads the owed replies and passes on what they told the lane.
-    fn absorb<L: Link>(&mut self, p: &mut Pipe<L>) -> Result<(), After> {
-        self.absorb_until(p, usize::MAX)
-    }
-
-    /// [`Pipe::absorb_until`], passing on what the replies told the lane.
-    fn absorb_until<L: Link>(&mut self, p: &mut Pipe<L>, held: usize) -> Result<(), After> {
-        let r = p.absorb_until(self.sh, held);
-        if std::mem::take(&mut p.progress) {
-            self.reconnect.progress();
-        }
-        if std::mem::take(&mut p.turn_empty) {
-            if let Some(s) = self.sched.as_mut() {
-                s.empty();
-            }
-        }
-        r
-    }
-
-    /// Queues no-wait reserves for the window's free room (one, to probe,
-    /// when the server had nothing ready last time), each with a ticket.
-    fn refill<L: Link>(&mut self, p: &mut Pipe<L>, sent: Instant) -> Result<usize, After> {
-        let room = self.sh.cfg.prefetch.saturating_sub(p.held.len() + p.asks);
-        let room = if p.dry { room.min(1) } else { room };
-        let mut asked = 0;
-        while asked < room && self.sh.take_ticket() {
-            let ask = Ask {
-                sched: self.sched.as_mut(),
-                tubes: self.tubes,
-                slice: 0,
-            };
-            if let Err(e) = p.queue(Req::Ask(ask), Owed::Ask { sent }) {
-                self.sh.give_ticket();
-                p.forget(self.sh);
-                return Err(failed(self.sh, self.server, None, &e));
-            }
-            p.asks += 1;
-            asked += 1;
-            // The window is filled by the schedule: each ask is a turn's job.
-            if let Some(s) = self.sched.as_mut() {
-                s.taken();
-            }
-        }
-        Ok(asked)
-    }
-
-    /// The next job to run: the oldest waiting one (its lease confirmed when
-    /// it is old), or what a refill or a blocking reserve brings. At a stop,
-    /// gives the waiting jobs back.
-    fn next_job<L: Link>(&mut self, pipe: &Mutex<Pipe<L>>) -> ControlFlow<After, u64> {
-        let (sh, ls) = (self.sh, self.ls);
-        let k = sh.cfg.prefetch;
-        let mut p = lock(pipe);
-        // Half the window left: read the older replies (long come) up to
-        // three quarters full, so the server always has requests to answer
-        // and the handler jobs to run.
-        if p.held.len() <= k / 2 && !p.owed.is_empty() {
-            if let Err(after) = self.absorb_until(&mut p, (3 * k / 4).max(1)) {
-                ls.state.store(IDLE, Ordering::SeqCst);
-                return ControlFlow::Break(after);
-            }
-        }
-        loop {
-            if sh.stop.load(Ordering::SeqCst) {
-                let r = p.release(sh, |_| true);
-                ls.state.store(IDLE, Ordering::SeqCst);
-                return ControlFlow::Break(r.err().unwrap_or(After::Stop));
-            }
-            if let Some(h) = p.held.front() {
-                let now = Instant::now();
-                if now.duration_since(h.leased) >= TOUCH_AFTER {
-                    // It may be at the end of its lease. A touch may be owed
-                    // for it already: read the replies first.
-                    if !p.owed.is_empty() {
-                        if let Err(after) = self.absorb(&mut p) {
-                            ls.state.store(IDLE, Ordering::SeqCst);
-                            return ControlFlow::Break(after);
-                        }
-                        continue;
-                    }
-                    // Restart it and wait for the answer before starting it.
-                    let id = h.id;
-                    let r = p
-                        .queue(Req::Touch(id), Owed::Touch { id, sent: now })
-                        .map_err(|e| {
-                            p.forget(sh);
-                            failed(sh, self.server, Some(id), &e)
-                        })
-                        .and_then(|()| p.flush(sh))
-                        .and_then(|()| self.absorb(&mut p));
-                    if let Err(after) = r {
-                        ls.state.store(IDLE, Ordering::SeqCst);
-                        return ControlFlow::Break(after);
-                    }
-                    continue;
-                }
-                let Some(h) = p.held.pop_front() else {
-                    continue;
-                };
-                let old = std::mem::replace(self.body, h.body);
-                p.bodies.give(old);
-                ls.state.store(HOLDING, Ordering::SeqCst);
-                return ControlFlow::Continue(h.id);
-            }
-            if let Err(after) = self.absorb(&mut p) {
-                ls.state.store(IDLE, Ordering::SeqCst);
-                return ControlFlow::Break(after);
-            }
-            if !p.held.is_empty() {
-                continue;
-            }
-            if !p.dry {
-                let asked = match self.refill(&mut p, Instant::now()) {
-                    Ok(n) => n,
-                    Err(after) => return ControlFlow::Break(after),
-                };
-                if asked > 0 {
-                    ls.state.store(HOLDING, Ordering::SeqCst);
-                    if let Err(after) = p.flush(sh) {
-                        ls.state.store(IDLE, Ordering::SeqCst);
-                        return ControlFlow::Break(after);
-                    }
-                    continue;
-                }
-            }
-            // Nothing ready last time (or no ticket): one blocking reserve,
-            // as without prefetch.
-            ls.state.store(IDLE, Ordering::SeqCst);
-            if !sh.take_ticket() {
-                return ControlFlow::Break(After::Again);
-            }
-            let Some(link) = p.link.as_mut() else {
-                sh.give_ticket();
-                return ControlFlow::Break(After::Broken);
-            };
-            if let Err(e) = self.send_reserve(link) {
-                sh.give_ticket();
-                return ControlFlow::Break(failed(sh, self.server, None, &e));
-            }
-            let r = self.reserve(link);
-            if let ControlFlow::Continue(_) = r {
-                p.dry = false;
-            }
-            return r;
-        }
-    }
-
-    /// Settles the job that ran and, in the same write, touches the waiting
-    /// jobs whose leases need it and refills the window.
-    fn settle_refill<L: Link>(
-        &mut self,
-        pipe: &Mutex<Pipe<L>>,
-        id: u64,
-        outcome: Outcome,
-    ) -> ControlFlow<After> {
-        let (sh, ls, server) = (self.sh, self.ls, self.server);
-        let mut p = lock(pipe);
-        let settle = decide(
-            sh,
-            &mut Caught { pipe: &mut p, sh },
-            (self.index, server),
-            id,
-            outcome,
-        );
-        ls.state.store(HOLDING, Ordering::SeqCst);
         let now = Instant::now();
-        if let Err(after) = p.queue_leases(sh, now) {
-            if settle.is_ok() {
-                // Its settle was never sent: the server takes it back.
-                Counters::add(&sh.counters.lease_dropped);
-                sh.give_ticket();
+        // A failure gives the link up; the lane's thread sees it broken.
+        if !p.held.is_empty() {
+            if let Ok(true) = p.queue_leases(sh, now) {
+                let _ = p.flush(sh).and_then(|()| p.absorb(sh));
+                return;
             }
-            ls.state.store(IDLE, Ordering::SeqCst);
-            return ControlFlow::Break(after);
         }
-        let queued = match settle {
-            Ok(s) => p.queue(Req::Settle(id, s), Owed::Settle { id, settle: s }),
-            Err(JobError::LeaseLost) => {
-                Counters::add(&sh.counters.lost_lease_on_release);
-                sh.give_ticket();
-                tracing::warn!(job = id, server, "lease lost: job no longer ours");
-                Ok(())
-            }
-            Err(e) => {
-                Counters::add(&sh.counters.lease_dropped);
-                sh.give_ticket();
-                tracing::warn!(job = id, server, error = %e, "cannot settle job");
-                p.forget(sh);
-                ls.state.store(IDLE, Ordering::SeqCst);
-                return ControlFlow::Break(After::Broken);
-            }
-        };
-        let mut r = queued.map_err(|e| {
-            if let Ok(s) = settle {
-                Counters::add(if s == Settle::Delete && !e.not_sent() {
-                    &sh.counters.ack_unknown
-                } else {
-                    &sh.counters.lease_dropped
-                });
-                sh.give_ticket();
-            }
-            p.forget(sh);
-            failed(sh, server, Some(id), &e)
-        });
-        if r.is_ok() && !sh.stop.load(Ordering::SeqCst) {
-            r = self.refill(&mut p, now).map(|_| ());
-        }
-        let r = r.and_then(|()| p.flush(sh)).and_then(|()| {
-            if p.owed.len() > 2 * sh.cfg.prefetch {
-                self.absorb(&mut p)
-            } else {
-                Ok(())
-            }
-        });
-        if let Some(link) = p.link.as_ref() {
-            account_io(&sh.counters, link, self.io_seen);
-        }
-        match r {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(after) => {
-                ls.state.store(IDLE, Ordering::SeqCst);
-                ControlFlow::Break(after)
-            }
+        // The settles of the jobs before the running one wait for nothing.
+        if p.gathered
+            .is_some_and(|t| now.duration_since(t) >= GATHER_MAX)
+        {
+            let _ = p.flush(sh);
         }
     }
 }
 
 #[cfg(test)]
+mod scripted;
+
+#[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
-    use taskq_proto::{ConnectionError, Interrupter, IoCounts};
-
+    use super::scripted::{Say, Scripted};
     use super::*;
     use crate::config::Config;
-    use crate::engine::{Carry, SettleReply};
+    use crate::engine::SettleReply;
     use crate::worker::Worker;
 
     const MS: Duration = Duration::from_millis(1);
-
-    /// A reply the scripted link gives, in order.
-    enum Say {
-        Settled(SettleReply),
-        Job(u64),
-        Empty,
-        Soon,
-        Touched(bool),
-        Info(u32),
-    }
-
-    /// A link that records what is queued and answers from a script: the
-    /// window's bookkeeping without a socket or a clock.
-    #[derive(Default)]
-    struct Scripted {
-        script: VecDeque<Say>,
-        queued: Vec<String>,
-        writes: usize,
-        broken: bool,
-    }
-
-    impl Scripted {
-        fn next(&mut self) -> Result<Say, Fault> {
-            self.script
-                .pop_front()
-                .ok_or(Fault::Conn(ConnectionError::Closed))
-        }
-    }
-
-    impl JobLink for Scripted {
-        fn addr(&self) -> SocketAddr {
-            SocketAddr::from((Ipv4Addr::LOCALHOST, 11300))
-        }
-        fn is_broken(&self) -> bool {
-            self.broken
-        }
-        fn mark_broken(&mut self) {
-            self.broken = true;
-        }
-        fn touch(&mut self, _: u64) -> Result<bool, Fault> {
-            unreachable!("the window queues its touches")
-        }
-        fn info(&mut self, _: u64, _: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
-            match self.next()? {
-                Say::Info(pri) => Ok(Some(JobInfo {
-                    pri,
-                    ..JobInfo::default()
-                })),
-                _ => Err(Fault::Unexpected("script")),
-            }
-        }
-    }
-
-    impl Link for Scripted {
-        fn connect(
-            _: &Config,
-            _: &str,
-            _: usize,
-            _: &[String],
-            _: &mut Carry,
-        ) -> Result<Self, ConnectionError> {
-            Ok(Scripted::default())
-        }
-        fn io_counts(&self) -> IoCounts {
-            IoCounts::default()
-        }
-        fn interrupter(&self) -> Option<Interrupter> {
-            None
-        }
-        fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError> {
-            self.queued.push(match req {
-                Req::Settle(id, s) => format!("{s:?} {id}"),
-                Req::Touch(id) => format!("touch {id}"),
-                Req::Ask(a) => format!("reserve {}", a.slice),
-            });
-            Ok(())
-        }
-        fn flush(&mut self) -> Result<(), ConnectionError> {
-            self.writes += 1;
-            Ok(())
-        }
-        fn discard(&mut self) {}
-        fn settled(&mut self) -> Result<SettleReply, Fault> {
-            match self.next()? {
-                Say::Settled(r) => Ok(r),
-                _ => Err(Fault::Unexpected("script")),
-            }
-        }
-        fn reserved(&mut self) -> Result<Took<'_>, Fault> {
-            match self.next()? {
-                Say::Job(id) => Ok(Took::Job { id, body: b"body" }),
-                Say::Empty => Ok(Took::TurnEmpty),
-                Say::Soon => Ok(Took::DeadlineSoon),
-                _ => Err(Fault::Unexpected("script")),
-            }
-        }
-        fn touched(&mut self) -> Result<bool, Fault> {
-            match self.next()? {
-                Say::Touched(t) => Ok(t),
-                _ => Err(Fault::Unexpected("script")),
-            }
-        }
-        fn quit(self) {}
-    }
 
     /// A worker's shared state with ten `max_jobs` tickets.
     fn shared() -> Arc<Shared> {
@@ -891,7 +516,7 @@ mod tests {
 
     /// A window on a scripted link, with `asks` reserves owed (tickets taken).
     fn pipe(sh: &Shared, asks: usize, script: Vec<Say>) -> Pipe<Scripted> {
-        let mut p = Pipe::new(0, 4);
+        let mut p = Pipe::new(0, 0, 4);
         p.link = Some(Scripted {
             script: script.into(),
             ..Scripted::default()
@@ -939,13 +564,18 @@ mod tests {
                 .unwrap();
         }
         p.link.as_mut().unwrap().script = vec![Say::Touched(true), Say::Touched(false)].into();
+        let spare = p.bodies.spare();
         p.absorb(&sh).unwrap();
         assert_eq!(p.held.iter().map(|h| h.id).collect::<Vec<_>>(), [1]);
         assert_eq!(p.held[0].leased, now);
         let c = sh.counters.snapshot();
         assert_eq!((c.touched, c.lost_lease_on_release), (1, 1));
         assert_eq!(tickets(&sh), 9);
-        assert_eq!(p.bodies.spare(), 1, "the body buffer is kept for reuse");
+        assert_eq!(
+            p.bodies.spare(),
+            spare + 1,
+            "the body buffer is kept for reuse"
+        );
     }
 
     #[test]

@@ -5,11 +5,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::Shared;
 use crate::counters::Counters;
 use crate::engine::{Fault, JobLink, Settle, SettleReply};
+use crate::handler::Outcome;
 use crate::job::{job_info, JobError};
-use crate::Outcome;
+use crate::shared::Shared;
 
 /// What the reply to a settle command (`delete`, `release` or `bury`) counts
 /// as. The rule the counts rest on: a job is done only on `DELETED`; a delete
@@ -120,7 +120,7 @@ pub(super) fn decide(
             let attempts = attempt(sh, server, id, info.releases);
             if attempts >= u64::from(sh.cfg.max_attempts) {
                 forget_tempfails(sh, server, id);
-                let status = crate::command::take_failure();
+                let status = crate::failure::take_failure();
                 let status = status
                     .as_ref()
                     .map_or(&"handler failed" as &dyn std::fmt::Display, |f| f);

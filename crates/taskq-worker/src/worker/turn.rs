@@ -9,17 +9,14 @@ use std::time::Duration;
 
 use taskq_proto::{ConnectionError, IoCounts, Reconnect};
 
-use super::lane::{account_io, After};
-use super::settle::{decide, Settled};
-use super::{LaneShared, Shared, HOLDING, IDLE, RESERVING};
+use super::account::{account_io, count_settled, failed, unexpected, After, UNAVAILABLE_PAUSE};
+use super::settle::decide;
 use crate::counters::Counters;
-use crate::engine::{Ask, Fault, JobLink, Link, Settle, SettleReply, Took};
+use crate::engine::{Ask, Fault, JobLink, Link, Settle, Took};
 use crate::fair::Schedule;
+use crate::handler::{Handler, Outcome};
 use crate::job::{Job, JobError};
-use crate::{Handler, Outcome};
-
-/// The pause after a reserve the server could not serve (an election).
-pub(super) const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(250);
+use crate::shared::{LaneShared, Shared, HOLDING, IDLE, RESERVING};
 
 /// One call of `Lanes::serve`: the lane's parts borrowed apart from its
 /// link (which each step takes as an argument), with the thread's handler and
@@ -155,7 +152,7 @@ impl Turn<'_> {
                 s.taken();
             }
             Counters::add(&sh.counters.reserved);
-            sh.busy();
+            sh.took_job(ls);
             return ControlFlow::Continue(id);
         }
     }
@@ -272,127 +269,4 @@ impl Turn<'_> {
         }
         ControlFlow::Continue(())
     }
-}
-
-/// Counts the reply to the settle of job `id`, and gives its `max_jobs`
-/// ticket back unless it was deleted. `Err`: no answer that fits, and the
-/// link is given up; a settle the link keeps to send again on the next
-/// connection ([`Link::carry_settle`]) is counted when that resolves it.
-pub(super) fn count_settled<L: Link>(
-    sh: &Shared,
-    link: &mut L,
-    server: &str,
-    id: u64,
-    settle: Settle,
-    reply: Result<SettleReply, Fault>,
-) -> Result<(), After> {
-    if let Err(fault) = &reply {
-        if link.carry_settle(id) {
-            return Err(match fault {
-                Fault::Conn(e) => failed(sh, server, Some(id), e),
-                Fault::Unexpected(word) => {
-                    tracing::warn!(job = id, server, reply = word, "settle not confirmed");
-                    After::Broken
-                }
-            });
-        }
-    }
-    let settled = Settled::of(settle == Settle::Delete, &reply);
-    tally(sh, server, id, settle, settled);
-    if let Settled::AckUnknown | Settled::LeaseDropped = settled {
-        return Err(match reply {
-            Err(Fault::Unexpected(word)) => unexpected(sh, link, server, Some(id), word),
-            Err(Fault::Conn(e)) => failed(sh, server, Some(id), &e),
-            // An answer that fits another kind of settle.
-            Ok(r) => unexpected(sh, link, server, Some(id), r.word()),
-        });
-    }
-    Ok(())
-}
-
-/// Counts a settle carried from a failed connection and now resolved:
-/// `confirmed` by the server on a later connection, or given up when the
-/// job's lease ended first (outcome unknown).
-pub(super) fn count_resolved(sh: &Shared, server: &str, id: u64, settle: Settle, confirmed: bool) {
-    let is_delete = settle == Settle::Delete;
-    let settled = if confirmed {
-        Settled::of(is_delete, &Ok(settle.reply()))
-    } else {
-        Settled::unanswered(is_delete)
-    };
-    if confirmed {
-        Counters::add(&sh.counters.acks_resent);
-        tracing::info!(
-            job = id,
-            server,
-            command = settle.name(),
-            "confirmed on a later connection"
-        );
-    } else {
-        tracing::warn!(
-            job = id,
-            server,
-            command = settle.name(),
-            "no confirmation before the job's lease ended: outcome unknown"
-        );
-    }
-    tally(sh, server, id, settle, settled);
-}
-
-/// Adds what a settle came to to the counters, and keeps its `max_jobs`
-/// ticket for a job done or gives it back.
-fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled: Settled) {
-    Counters::add(settled.counter(&sh.counters));
-    match settled {
-        Settled::Deleted => {
-            let done = sh.counters.deleted.load(Ordering::Relaxed);
-            if sh.cfg.max_jobs.is_some_and(|max| done >= max) {
-                sh.shutdown();
-            }
-        }
-        Settled::Released | Settled::Buried => sh.give_ticket(),
-        Settled::LostLease | Settled::LostLeaseOnRelease => {
-            sh.give_ticket();
-            tracing::warn!(
-                job = id,
-                server,
-                command = settle.name(),
-                "lease lost: NOT_FOUND"
-            );
-        }
-        Settled::AckUnknown | Settled::LeaseDropped => sh.give_ticket(),
-    }
-}
-
-/// A request failed: count a timeout or an undecodable reply, log, and give up the link.
-pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) -> After {
-    if e.is_timeout() {
-        Counters::add(&sh.counters.io_timeouts);
-    }
-    if matches!(e, ConnectionError::Protocol(_)) {
-        // A garbage line, or a reply word that cannot answer the command.
-        Counters::add(&sh.counters.unexpected_replies);
-    }
-    match job {
-        Some(id) => tracing::warn!(job = id, server, error = %e, "connection failed"),
-        None => tracing::warn!(server, error = %e, "connection failed"),
-    }
-    After::Broken
-}
-
-/// A reply that cannot answer the request: the stream is out of step.
-pub(super) fn unexpected<L: JobLink + ?Sized>(
-    sh: &Shared,
-    link: &mut L,
-    server: &str,
-    job: Option<u64>,
-    word: &str,
-) -> After {
-    Counters::add(&sh.counters.unexpected_replies);
-    link.mark_broken();
-    match job {
-        Some(id) => tracing::warn!(job = id, server, reply = word, "unexpected reply"),
-        None => tracing::warn!(server, reply = word, "unexpected reply"),
-    }
-    After::Broken
 }

@@ -1,0 +1,357 @@
+//! The seam's types: what the loop asks of a link ([`Link`], [`JobLink`],
+//! [`Req`], [`Ask`]), what comes back ([`Took`], [`SettleReply`], [`Fault`]),
+//! how a job is settled ([`Settle`]) and the settles carried across
+//! connections ([`Carry`]), with the reused buffers ([`Pool`]).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use taskq_proto::{ConnectionError, Interrupter, IoCounts};
+
+use crate::config::Config;
+use crate::fair::Schedule;
+use crate::job_info::JobInfo;
+
+/// The room a body buffer is made with: most job bodies fit, so a window's
+/// buffers are made once, with the connection, and grow only for larger
+/// bodies (each once, to the largest seen), whatever order the jobs come in.
+pub(crate) const BODY_ROOM: usize = 1024;
+
+/// Byte buffers (job bodies, subjects) reused from one job to the next,
+/// handed out in turn (oldest first). A buffer smaller than the largest copy
+/// seen so far grows to it when next handed out: buffers reused for one
+/// thing and then another soon all fit anything, every one of them (a
+/// last-in first-out pool would hand the same few out again and again, and
+/// grow the rest only at a peak), and a warm worker allocates nothing per job.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    spare: VecDeque<Vec<u8>>,
+    widest: usize,
+}
+
+impl Pool {
+    /// `n` buffers of `cap` bytes, made at once.
+    pub(crate) fn made(n: usize, cap: usize) -> Pool {
+        Pool {
+            spare: (0..n).map(|_| Vec::with_capacity(cap)).collect(),
+            widest: cap,
+        }
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub(crate) fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.spare.pop_front().unwrap_or_default();
+        self.copy_into(&mut b, bytes);
+        b
+    }
+
+    /// Copies `bytes` into `buf`, which grows to the largest copy seen when
+    /// it is smaller, whether or not this copy needs it: a buffer made
+    /// before the largest copies came grows at its next use, not at the
+    /// first of them it happens to get.
+    pub(crate) fn copy_into(&mut self, buf: &mut Vec<u8>, bytes: &[u8]) {
+        self.widest = self.widest.max(bytes.len());
+        buf.clear();
+        if buf.capacity() < self.widest {
+            buf.reserve(self.widest);
+        }
+        buf.extend_from_slice(bytes);
+    }
+
+    /// Takes a buffer back for reuse.
+    pub(crate) fn give(&mut self, b: Vec<u8>) {
+        self.spare.push_back(b);
+    }
+
+    /// Buffers waiting for reuse.
+    #[cfg(test)]
+    pub(crate) fn spare(&self) -> usize {
+        self.spare.len()
+    }
+}
+
+/// Why a request on a link failed.
+#[derive(Debug)]
+pub(crate) enum Fault {
+    /// The connection failed: timeout, close, I/O error, or a reply that
+    /// could not be decoded. The link is broken.
+    Conn(ConnectionError),
+    /// A reply that decodes but cannot answer the request: the stream is out
+    /// of step, and the loop marks the link broken.
+    Unexpected(&'static str),
+}
+
+/// What the reserve in flight came to.
+#[derive(Debug)]
+pub(crate) enum Took<'a> {
+    /// A job, now held by this link; the body is borrowed from the link until
+    /// its next request.
+    Job {
+        /// The job's id on its server.
+        id: u64,
+        /// Its body.
+        body: &'a [u8],
+    },
+    /// A reserve that does not wait (the weighted schedule's turn) found its
+    /// tube empty.
+    TurnEmpty,
+    /// No job within the reserve timeout.
+    TimedOut,
+    /// No job within the reserve timeout, but the server still has jobs of
+    /// these tubes out: ready for another worker, or handed out and not
+    /// acknowledged (JetStream: on a connection that broke, they come back
+    /// when their ack wait runs out). Not idle.
+    Outstanding,
+    /// The server refused to hand out a job because one this link holds is
+    /// about to run out of its lease.
+    DeadlineSoon,
+    /// The server answered that it cannot serve the reserve now (JetStream:
+    /// no leader for the stream or the consumer, during an election): not an
+    /// empty queue. The loop pauses briefly and asks again.
+    Unavailable,
+}
+
+/// How a job is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// Done: remove it.
+    Delete,
+    /// Give it back, ready again after `delay` seconds, with this priority.
+    Release {
+        /// Priority to keep.
+        pri: u32,
+        /// Seconds before it is ready.
+        delay: u32,
+    },
+    /// Keep it aside until someone kicks it.
+    Bury {
+        /// Priority to keep.
+        pri: u32,
+    },
+}
+
+impl Settle {
+    /// The word for logs.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Settle::Delete => "delete",
+            Settle::Release { .. } => "release",
+            Settle::Bury { .. } => "bury",
+        }
+    }
+
+    /// The answer the server gives when it carries this settle out.
+    pub(crate) fn reply(self) -> SettleReply {
+        match self {
+            Settle::Delete => SettleReply::Deleted,
+            Settle::Release { .. } => SettleReply::Released,
+            Settle::Bury { .. } => SettleReply::Buried,
+        }
+    }
+}
+
+/// A settle sent without an answer on a connection that failed, to be sent
+/// again on the next one (see [`Carry`]).
+#[derive(Debug)]
+pub(crate) struct Unconfirmed {
+    /// The job.
+    pub(crate) id: u64,
+    /// What was sent.
+    pub(crate) settle: Settle,
+    /// Where it goes (JetStream: the delivery's ack subject).
+    pub(crate) to: Vec<u8>,
+    /// When the job's lease may end, at the earliest. Past it the server may
+    /// have handed the job to another worker, whose delivery a settle sent
+    /// now would settle (JetStream acks by the stream sequence): it is given up.
+    pub(crate) due: Instant,
+}
+
+/// The settles a lane's connections sent and could not get confirmed before
+/// they failed, kept across connections to the same server. The next
+/// connection sends each again until the server confirms it or the job's
+/// lease ends; the lane counts each once resolved. JetStream acks are
+/// idempotent, so one applied twice costs nothing; beanstalkd's settles are
+/// never carried (a closed connection's jobs go back at once).
+#[derive(Debug, Default)]
+pub(crate) struct Carry {
+    /// Not resolved yet.
+    pub(crate) open: Vec<Unconfirmed>,
+    /// Resolved since the lane last counted: the job, its settle, and whether
+    /// the server confirmed it (else its lease ended first).
+    pub(crate) resolved: Vec<(u64, Settle, bool)>,
+}
+
+impl Carry {
+    /// A settle is given up this long before its job's lease may end: the
+    /// time one may take to reach the server.
+    const MARGIN: Duration = Duration::from_millis(100);
+
+    /// Gives up the settles whose jobs' leases may end within
+    /// [`MARGIN`](Self::MARGIN) of `now`.
+    pub(crate) fn expire(&mut self, now: Instant) {
+        let mut k = 0;
+        while k < self.open.len() {
+            if self.open[k].due.saturating_duration_since(now) <= Self::MARGIN {
+                let u = self.open.swap_remove(k);
+                self.resolved.push((u.id, u.settle, false));
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Gives up every open settle (the worker is ending).
+    pub(crate) fn give_up(&mut self) {
+        let open = self.open.drain(..).map(|u| (u.id, u.settle, false));
+        self.resolved.extend(open);
+    }
+}
+
+/// The server's answer to a settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SettleReply {
+    /// Deleted: the job is done.
+    Deleted,
+    /// Released.
+    Released,
+    /// Buried.
+    Buried,
+    /// The server no longer counts the job as this link's: its lease ran out.
+    NotFound,
+}
+
+impl SettleReply {
+    /// The word for logs.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            SettleReply::Deleted => "DELETED",
+            SettleReply::Released => "RELEASED",
+            SettleReply::Buried => "BURIED",
+            SettleReply::NotFound => "NOT_FOUND",
+        }
+    }
+}
+
+/// The next reserve, as the loop wants it.
+pub(crate) struct Ask<'a> {
+    /// The weighted schedule, when tubes are weighted: the engine asks it which
+    /// tube's turn it is and tells it what it switched to.
+    pub(crate) sched: Option<&'a mut Schedule>,
+    /// The configured tubes, in the schedule's order.
+    pub(crate) tubes: &'a [String],
+    /// Seconds a reserve may wait on the server.
+    pub(crate) slice: u32,
+}
+
+/// A request a link queues for its next write. A window of prefetched jobs
+/// is asked for with several [`Req::Ask`] in one write (on beanstalkd, as many
+/// `reserve-with-timeout`; an engine that pulls in batches may read them as
+/// one pull of that many).
+pub(crate) enum Req<'a> {
+    /// Settle job `id`.
+    Settle(u64, Settle),
+    /// Restart job `id`'s lease.
+    Touch(u64),
+    /// One more job. An ask whose `slice` is 0 does not wait: it comes back
+    /// [`Took::TurnEmpty`] when nothing is ready.
+    Ask(Ask<'a>),
+}
+
+/// The part of a link a running job's handler may use, through
+/// [`Job`](crate::Job): touch the job, look it up.
+pub(crate) trait JobLink {
+    /// The server's resolved address.
+    fn addr(&self) -> SocketAddr;
+    /// True once the link must be replaced.
+    fn is_broken(&self) -> bool;
+    /// Gives the link up: the stream is out of step, or the loop gave up on it.
+    fn mark_broken(&mut self);
+    /// Restarts the job's lease. `Ok(false)`: the lease was already lost.
+    fn touch(&mut self, id: u64) -> Result<bool, Fault>;
+    /// The job's numbers (and its tube's name into `tube`, when asked), or
+    /// `None` when the server no longer counts the job as this link's.
+    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault>;
+}
+
+/// One thread's connection to one server, as the worker's loop drives it.
+pub(crate) trait Link: JobLink + Sized {
+    /// The engine asks for many jobs in one request (a JetStream pull of a
+    /// batch), and each write costs more than the requests in it. A window
+    /// of prefetched jobs then gathers: the settles of jobs done while the
+    /// next ones are already in hand are queued and not written until the
+    /// write that refills the window (see `worker::prefetch`). False where
+    /// each reserve is a request of its own (beanstalkd): the window writes
+    /// a job's settle and its one refill after each job.
+    const GATHER: bool = false;
+    /// Opens a connection to `server` and sets it up for the configured tubes
+    /// (the restore hook: run again on every reconnect). `nth` counts the
+    /// lane's connect attempts, from its thread's index: a server given as
+    /// several seeds (a JetStream cluster) is tried from seed `nth % seeds`
+    /// on, so that threads start on different seeds and each attempt after
+    /// a failure starts on the next one. `learned` are the addresses an
+    /// earlier connection to this server was told of ([`learned`](Self::learned)),
+    /// tried after the configured ones. The settles in `carry` are sent
+    /// again on the new connection before anything else, and those resolved
+    /// (confirmed, or whose leases ended) move to `carry.resolved`, also
+    /// when the connect fails.
+    fn connect(
+        cfg: &Config,
+        server: &str,
+        nth: usize,
+        learned: &[String],
+        carry: &mut Carry,
+    ) -> Result<Self, ConnectionError>;
+    /// Addresses the server announced for later connects (a cluster's
+    /// nodes); none by default.
+    fn learned(&self) -> &[String] {
+        &[]
+    }
+    /// System calls made so far.
+    fn io_counts(&self) -> IoCounts;
+    /// A handle that cuts the connection from another thread.
+    fn interrupter(&self) -> Option<Interrupter>;
+    /// Queues a request for the next [`flush`](Self::flush), which sends
+    /// everything queued in one write. Replies come back in the order queued.
+    fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError>;
+    /// Sends what was queued, in one write.
+    fn flush(&mut self) -> Result<(), ConnectionError>;
+    /// Drops what was queued and not sent, and the replies it was owed.
+    fn discard(&mut self);
+    /// Sends, in one write, the settle of job `id` (if any) and then the next
+    /// reserve (if any).
+    fn send(
+        &mut self,
+        settle: Option<(u64, Settle)>,
+        ask: Option<Ask<'_>>,
+    ) -> Result<(), ConnectionError> {
+        let queued = settle
+            .map_or(Ok(()), |(id, s)| self.queue(Req::Settle(id, s)))
+            .and_then(|()| ask.map_or(Ok(()), |a| self.queue(Req::Ask(a))));
+        if let Err(e) = queued {
+            self.discard();
+            return Err(e);
+        }
+        self.flush()
+    }
+    /// Reads the answer to the settle sent last.
+    fn settled(&mut self) -> Result<SettleReply, Fault>;
+    /// The settle of job `id` got no answer on this link, which failed (its
+    /// send failed, or [`settled`](Self::settled) did): true when the link
+    /// keeps it to send again on the next connection ([`hand_over`](Self::hand_over)),
+    /// and the lane counts it once that resolves it. False (the default)
+    /// when the engine cannot: the loop counts it by the failure.
+    fn carry_settle(&mut self, _id: u64) -> bool {
+        false
+    }
+    /// Moves the settles kept by [`carry_settle`](Self::carry_settle) into
+    /// `carry`, before the lane drops this link.
+    fn hand_over(&mut self, _carry: &mut Carry) {}
+    /// Reads what the reserve in flight came to.
+    fn reserved(&mut self) -> Result<Took<'_>, Fault>;
+    /// Reads the answer to a queued touch: `Ok(false)` when the lease was
+    /// already lost.
+    fn touched(&mut self) -> Result<bool, Fault>;
+    /// Closes the connection politely.
+    fn quit(self);
+}
