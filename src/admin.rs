@@ -61,9 +61,10 @@ pub fn tubes(args: TubesArgs) -> CliResult {
 type Listing = Vec<(&'static str, serde_json::Value)>;
 
 /// A tube's listing: beanstalkd's keys; on JetStream (no priorities there,
-/// so urgent is 0; a delay is unknown until delivery, so delayed is null and
-/// delayed jobs count as ready; paused is the consumer's pause) then the
-/// consumer's own.
+/// so urgent is 0; delayed counts the schedules the server holds for the
+/// tube, and is null on a stream without message schedules, where delayed
+/// jobs count as ready; paused is the consumer's pause) then the consumer's
+/// own.
 fn listing(t: &Tube) -> Listing {
     let mut row = vec![
         ("name", t.name.clone().into()),
@@ -224,7 +225,8 @@ pub fn kick_job(args: JobsArgs) -> CliResult {
 }
 
 /// Runs `taskq delete`. On JetStream a job's id is its stream sequence;
-/// only messages of taskq's layout (`taskq.T`, `taskq.T.buried`) are deleted.
+/// only messages of taskq's layout (`taskq.T`, `taskq.T.buried`,
+/// `taskq.T.delayed.>`: deleting a schedule cancels its delayed job) are deleted.
 pub fn delete(args: JobsArgs) -> CliResult {
     let mut conn = args.server.open()?;
     each_job(&args.ids, "deleted", |id| jobs::delete(&mut conn, id))

@@ -69,7 +69,8 @@ pub fn run(args: BenchArgs) -> CliResult {
     // Connect everyone first, so connecting is not measured.
     let mut producers = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
-        let mut p = crate::put::connect(&addr, args.io_timeout, max_job_size, &args.js, None)?;
+        let mut p =
+            crate::put::connect(&addr, args.io_timeout, max_job_size, &args.js, None, false)?;
         p.use_tube(&args.tube)
             .map_err(|e| format!("use {}: {e}", args.tube))?;
         producers.push(p);

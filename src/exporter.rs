@@ -200,7 +200,7 @@ fn nats_series(
     gauge(
         enc,
         "tube_stored",
-        "Messages stored on the tube's subject (ready, delayed and reserved jobs)",
+        "Messages stored on the tube's subject (ready and reserved jobs, and delayed ones the client holds)",
         stored,
     )?;
     gauge(

@@ -36,7 +36,7 @@ pub struct CreateArgs {
     pub stream: StreamArgs,
     /// JetStream: replicas of the stream when this command creates it
     /// (default: 3 on a cluster of 3 or more nodes, else 1); an existing
-    /// stream is used as it is.
+    /// stream keeps its replicas.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=5))]
     pub replicas: Option<u64>,
 }

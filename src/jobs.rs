@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use taskq_proto::nats::{HeaderBlock, StoredMsg};
-use taskq_proto::{Command, Connection, Engine, JobStats, Reply};
+use taskq_proto::{Command, Connection, Engine, JobStats, Reply, SubjectKind};
 
 use crate::clock;
 use crate::jetstream::{Js, Unsupported};
@@ -56,7 +56,9 @@ pub struct JobView {
 }
 
 /// The job `which` of `tube`, `Ok(None)` when there is none. On JetStream
-/// the next delayed job is refused: see [`Js`].
+/// the next delayed job is the schedule of the tube that fires first, on a
+/// stream that allows message schedules; elsewhere it is refused
+/// ([`delayed_on_nats`]).
 pub fn peek(conn: &mut Conn, tube: &str, which: Which) -> Result<Option<JobView>, String> {
     match conn {
         Conn::Beanstalkd(c) => {
@@ -75,18 +77,42 @@ pub fn peek(conn: &mut Conn, tube: &str, which: Which) -> Result<Option<JobView>
                     let buried = js.layout().buried_subject(tube);
                     js.first_on(&buried, 1)?
                 }
-                Which::Delayed => return Err(delayed_on_nats().to_string()),
+                Which::Delayed => next_delayed(js, tube)?,
             };
             Ok(m.map(|m| nats_job(js, m, Some(which))))
         }
     }
 }
 
-/// Why JetStream has no "next delayed job".
+/// The delayed job of `tube` that the server makes ready first: of the
+/// tube's schedules (`taskq.T.delayed.<S>.<ID>`), the one with the earliest
+/// second `S`. Refused on a stream without message schedules.
+fn next_delayed(js: &mut Js, tube: &str) -> Result<Option<StoredMsg>, String> {
+    let Some(stream) = js.stream_info()? else {
+        return Err(js.no_stream());
+    };
+    if !stream.allow_msg_schedules {
+        return Err(delayed_on_nats().to_string());
+    }
+    let counts = js.subject_counts(&js.layout().delayed_filter(tube))?;
+    let first = counts
+        .keys()
+        .filter_map(|s| match js.layout().tube_of(s) {
+            Some((_, SubjectKind::Delayed { at })) => Some((at, s)),
+            _ => None,
+        })
+        .min();
+    match first {
+        Some((_, subject)) => js.first_on(subject, 1),
+        None => Ok(None),
+    }
+}
+
+/// Why a stream without message schedules has no "next delayed job".
 pub fn delayed_on_nats() -> Unsupported {
     Unsupported::nats(
         "peek --delayed",
-        "a JetStream stream does not order jobs by ready time; a delayed job is counted as ready until a worker is handed it early and gives it back",
+        "this stream has no message schedules (nats-server before 2.12, or a stream kept as it was with --keep-stream-config), so delayed jobs wait among the ready ones, unordered, until a worker is handed one early and gives it back",
     )
 }
 
@@ -152,18 +178,24 @@ fn beanstalkd_job(c: &mut Connection, peek: &Command<'_>) -> Result<Option<JobVi
 /// A stored message as a job: its tube from its subject, its state the one
 /// it was looked up as (else told by its subject: buried, or stored).
 fn nats_job(js: &Js, m: StoredMsg, which: Option<Which>) -> JobView {
-    let (tube, state) = match js.layout().tube_of(&m.subject) {
-        Some((t, true)) => (Some(t.to_owned()), "buried"),
-        Some((t, false)) => (Some(t.to_owned()), "stored"),
+    let kind = js.layout().tube_of(&m.subject);
+    let (tube, state) = match kind {
+        Some((t, SubjectKind::Buried)) => (Some(t.to_owned()), "buried"),
+        Some((t, SubjectKind::Delayed { .. })) => (Some(t.to_owned()), "delayed"),
+        Some((t, SubjectKind::Tube)) => (Some(t.to_owned()), "stored"),
         None => (None, "not a taskq job"),
     };
     let state = which.map_or(state, Which::name);
-    let details = vec![
+    let mut details = vec![
         ("tube".to_owned(), tube.clone().unwrap_or_default()),
         ("state".to_owned(), state.to_owned()),
         ("subject".to_owned(), m.subject.clone()),
         ("stored".to_owned(), m.time.clone()),
     ];
+    if let Some((_, SubjectKind::Delayed { at })) = kind {
+        let ready = SystemTime::UNIX_EPOCH + Duration::from_secs(at);
+        details.push(("ready at".to_owned(), clock::format_rfc3339(ready)));
+    }
     let headers = HeaderBlock::parse(&m.headers)
         .map(|h| h.iter().map(|(k, v)| [k, b": ", v].concat()).collect())
         .unwrap_or_default();
@@ -206,7 +238,7 @@ pub fn kick_job(conn: &mut Conn, id: u64) -> Result<Result<(), String>, String> 
                 return Ok(Err(MISSING.to_owned()));
             };
             match js.layout().tube_of(&m.subject) {
-                Some((tube, true)) => {
+                Some((tube, SubjectKind::Buried)) => {
                     let tube = tube.to_owned();
                     js.kick_one(&m, &tube).map(|_| Ok(()))
                 }

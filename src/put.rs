@@ -80,6 +80,15 @@ pub struct PutArgs {
     /// then be queued twice); by default they are only reported.
     #[arg(long)]
     pub at_least_once: bool,
+    /// JetStream: never change an existing stream. On nats-server 2.12 and
+    /// later a delayed job is held by the server (a message schedule) on a
+    /// stream that allows message schedules: a stream taskq creates does, and
+    /// an existing one without them is updated to allow them (the server
+    /// cannot undo that). With this flag such a stream is left as it is, and
+    /// delayed jobs are held by the client (a worker handed one early gives
+    /// it back), as on older servers.
+    #[arg(long)]
+    pub keep_stream_config: bool,
     #[command(flatten)]
     pub js: CreateArgs,
     /// Job bodies; with none, each line of standard input is a job (its LF, and a CR before it, removed).
@@ -96,10 +105,12 @@ pub(crate) fn connect(
     max_job_size: usize,
     js: &CreateArgs,
     resolve_for: Option<Duration>,
+    keep_stream_config: bool,
 ) -> Result<Producer, String> {
     let t = Duration::from_millis(io_timeout_ms.max(1));
     let mut b = js
         .producer(Producer::builder(), addr)
+        .keep_stream_config(keep_stream_config)
         .connect_timeout(t)
         .io_timeout(t)
         .max_job_size(max_job_size);
@@ -129,6 +140,7 @@ pub fn run(args: PutArgs) -> ExitCode {
         args.max_job_size,
         &args.js,
         Some(retry_for),
+        args.keep_stream_config,
     );
     let mut p = match connected {
         Ok(p) => p,

@@ -117,6 +117,7 @@ fn stream_pairs(s: &Snapshot, n: &NatsRecord) -> Vec<(&'static str, String)> {
         ("first-seq", st.first_seq.to_string()),
         ("last-seq", st.last_seq.to_string()),
         ("consumer-count", st.consumer_count.to_string()),
+        ("allow-msg-schedules", st.allow_msg_schedules.to_string()),
         ("current-tubes", t.tubes.to_string()),
     ]
     .into_iter()
@@ -124,14 +125,20 @@ fn stream_pairs(s: &Snapshot, n: &NatsRecord) -> Vec<(&'static str, String)> {
     .collect()
 }
 
-/// Counts under beanstalkd's `current-*` names (JetStream has no urgent or delayed count).
-fn count_pairs(c: &Counts) -> [(&'static str, String); 4] {
+/// Counts under beanstalkd's `current-*` names (JetStream has no urgent
+/// count, and a delayed count only on a stream with message schedules).
+fn count_pairs(c: &Counts) -> Vec<(&'static str, String)> {
+    let delayed = c.delayed.map(|d| ("current-jobs-delayed", d.to_string()));
     [
-        ("current-jobs-ready", c.ready.to_string()),
-        ("current-jobs-reserved", c.reserved.to_string()),
-        ("current-jobs-buried", c.buried.to_string()),
-        ("current-waiting", c.waiting.to_string()),
+        Some(("current-jobs-ready", c.ready.to_string())),
+        Some(("current-jobs-reserved", c.reserved.to_string())),
+        delayed,
+        Some(("current-jobs-buried", c.buried.to_string())),
+        Some(("current-waiting", c.waiting.to_string())),
     ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// A consumer's record, under its own names.

@@ -15,7 +15,7 @@ use serde_json::Value;
 use taskq_proto::nats::{
     AckKind, ConsumerSpec, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, StoredMsg,
 };
-use taskq_testkit::NatsCluster;
+use taskq_testkit::{NatsCluster, ServerVersion};
 use taskq_worker::{Config, Job, Outcome, Snapshot, Worker};
 
 /// Generous for a loaded 2-core machine running 3-node clusters.
@@ -46,6 +46,12 @@ fn fails(url: &str, args: &[&str], want: &str) {
     assert_eq!(out.status.code(), Some(1), "{all:?}: {err}");
     assert!(err.starts_with("taskq: "), "{all:?}: {err}");
     assert!(err.contains(want), "{all:?}: {err}");
+}
+
+/// The server holds delayed jobs (message schedules, nats-server 2.12+), so
+/// a stream taskq creates has them.
+fn schedules(c: &NatsCluster) -> bool {
+    c.version().unwrap() >= ServerVersion::new(2, 12, 0)
 }
 
 fn json(text: &str) -> Value {
@@ -267,10 +273,14 @@ fn stats_and_tubes_show_the_stream_and_each_consumer_as_the_cluster_records_them
     ] {
         assert_eq!(ta[k], v, "{k} in {ta}");
     }
-    assert!(
-        ta["delayed"].is_null(),
-        "a delay is not known before delivery"
-    );
+    if schedules(&c) {
+        assert_eq!(ta["delayed"], 0, "the server holds delayed jobs apart");
+    } else {
+        assert!(
+            ta["delayed"].is_null(),
+            "a delay the client holds is not known before delivery"
+        );
+    }
     assert_eq!(ta["consumer"], "taskq-a");
     let tb = find(&tubes, "name", "b");
     assert_eq!(
@@ -284,6 +294,8 @@ fn stats_and_tubes_show_the_stream_and_each_consumer_as_the_cluster_records_them
         .lines()
         .map(|l| l.split_whitespace().collect())
         .collect();
+    // Delayed: none held apart, or unknown without message schedules.
+    let delayed = if schedules(&c) { "0" } else { "-" };
     assert_eq!(
         rows,
         [
@@ -300,9 +312,9 @@ fn stats_and_tubes_show_the_stream_and_each_consumer_as_the_cluster_records_them
                 "STORED",
                 "CONSUMER"
             ],
-            vec!["a", "2", "0", "2", "-", "0", "0", "0", "1", "4", "taskq-a"],
-            vec!["b", "3", "0", "0", "-", "0", "0", "0", "-", "3", "-"],
-            vec!["c", "0", "0", "0", "-", "0", "1", "0", "0", "0", "taskq-c"],
+            vec!["a", "2", "0", "2", delayed, "0", "0", "0", "1", "4", "taskq-a"],
+            vec!["b", "3", "0", "0", delayed, "0", "0", "0", "-", "3", "-"],
+            vec!["c", "0", "0", "0", delayed, "0", "1", "0", "0", "0", "taskq-c"],
         ]
     );
 
@@ -524,11 +536,16 @@ fn delete_and_kick_job_by_sequence_and_what_jetstream_cannot_do_is_refused() {
     );
 
     // What does not map onto JetStream, refused by name (pause, by server
-    // version: tests/cli_nats_ops.rs).
+    // version: tests/cli_nats_pause.rs). A stream with message schedules
+    // has its delayed jobs apart (tests/cli_nats_delays.rs).
     fails(
         &url,
         &["peek", "--tube", "d", "--delayed"],
-        "peek --delayed is not supported on nats (JetStream)",
+        if schedules(&c) {
+            "no delayed job in tube d"
+        } else {
+            "peek --delayed is not supported on nats (JetStream)"
+        },
     );
     assert_eq!(
         on_subject(&mut a, "TASKQ", "taskq.d").len(),

@@ -151,7 +151,8 @@ impl Tube {
 pub struct NatsTube {
     /// Its consumer `taskq-T`, once a worker made it.
     pub consumer: Option<ConsumerRow>,
-    /// Messages stored on `taskq.T` (ready, delayed and reserved alike).
+    /// Messages stored on `taskq.T` (ready and reserved, and delayed ones
+    /// the client holds).
     pub stored: u64,
 }
 

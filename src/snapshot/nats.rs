@@ -1,34 +1,69 @@
 //! A snapshot of a JetStream cluster in taskq's layout.
 //!
-//! A tube is the union of what the stream holds on `taskq.T` and
-//! `taskq.T.buried` and of the durable consumer `taskq-T`: its ready jobs are
-//! the consumer's pending messages (or, before any worker made the consumer,
-//! the messages stored on `taskq.T`), its reserved jobs the consumer's
-//! deliveries not yet acked, its buried jobs the messages on `taskq.T.buried`,
-//! its pause the consumer's (nats-server 2.11+). The age of the next ready
+//! A tube is the union of what the stream holds on `taskq.T`,
+//! `taskq.T.buried` and `taskq.T.delayed.>` and of the durable consumer
+//! `taskq-T`: its ready jobs are the consumer's pending messages (or, before
+//! any worker made the consumer, the messages stored on `taskq.T`), its
+//! reserved jobs the consumer's deliveries not yet acked, its buried jobs the
+//! messages on `taskq.T.buried`, its delayed jobs the message schedules the
+//! server holds for it (on a stream that allows them; elsewhere delayed jobs
+//! wait among the ready ones and the count is unknown), its pause the
+//! consumer's (nats-server 2.11+). The age of the next ready
 //! job is that of the first message on `taskq.T` the consumer has not
 //! delivered, read by sequence (which does not disturb the queue).
 
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
+use taskq_proto::{Layout, SubjectKind};
+
 use super::model::{ConsumerRow, Counts, NatsRecord, NatsTube, Scope, Snapshot, Totals, Tube};
 use crate::clock;
 use crate::jetstream::Js;
 
-/// What one tube's counts come to, from its subjects' counts and its consumer.
-fn tube_of(name: &str, stored: u64, buried: u64, consumer: Option<ConsumerRow>) -> Tube {
+/// Messages of one tube on the stream, by subject.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stored {
+    /// On `taskq.T`.
+    tube: u64,
+    /// On `taskq.T.buried`.
+    buried: u64,
+    /// On `taskq.T.delayed.>`: schedules the server holds.
+    delayed: u64,
+}
+
+/// Every tube's messages, from the count of each subject of the stream.
+fn stored_by_tube(layout: &Layout, counts: &BTreeMap<String, u64>) -> BTreeMap<String, Stored> {
+    let mut tubes: BTreeMap<String, Stored> = BTreeMap::new();
+    for (subject, n) in counts {
+        if let Some((t, kind)) = layout.tube_of(subject) {
+            let s = tubes.entry(t.to_owned()).or_default();
+            match kind {
+                SubjectKind::Tube => s.tube += n,
+                SubjectKind::Buried => s.buried += n,
+                SubjectKind::Delayed { .. } => s.delayed += n,
+            }
+        }
+    }
+    tubes
+}
+
+/// What one tube's counts come to, from its subjects' counts and its
+/// consumer; `schedules`: the stream allows message schedules, so its
+/// delayed jobs are known.
+fn tube_of(name: &str, s: Stored, schedules: bool, consumer: Option<ConsumerRow>) -> Tube {
     let c = consumer.as_ref();
+    let (stored, buried) = (s.tube, s.buried);
     Tube {
         name: name.to_owned(),
-        known: c.is_some() || stored + buried > 0,
+        known: c.is_some() || stored + buried + s.delayed > 0,
         jobs: Counts {
             // Jobs no worker holds: the consumer's pending messages, or every
             // stored one before there is a consumer.
             ready: c.map_or(stored, |c| c.pending),
             urgent: 0,
             reserved: c.map_or(0, |c| c.ack_pending),
-            delayed: None,
+            delayed: schedules.then_some(s.delayed),
             buried,
             waiting: c.map_or(0, |c| c.waiting),
             puts: None,
@@ -47,24 +82,22 @@ pub fn read(js: &mut Js, scope: Scope<'_>) -> Result<Snapshot, String> {
     let Some(stream) = js.stream_info()? else {
         return Err(js.no_stream());
     };
+    let schedules = stream.allow_msg_schedules;
     let (mut tubes, consumers) = match scope.tubes {
         None => {
             let consumers = js.consumers()?;
-            (every_tube(js, &consumers)?, consumers)
+            (every_tube(js, &consumers, schedules)?, consumers)
         }
         Some(names) => {
             let counts = js.subject_counts(&js.layout().capture())?;
+            let stored = stored_by_tube(js.layout(), &counts);
             let mut tubes = Vec::with_capacity(names.len());
             let mut consumers = Vec::new();
             for name in names {
                 let consumer = js.consumer(name)?;
                 consumers.extend(consumer.clone());
-                let on = |subject: String| counts.get(&subject).copied().unwrap_or(0);
-                let (stored, buried) = (
-                    on(js.layout().subject(name)),
-                    on(js.layout().buried_subject(name)),
-                );
-                tubes.push(tube_of(name, stored, buried, consumer));
+                let s = stored.get(name.as_str()).copied().unwrap_or_default();
+                tubes.push(tube_of(name, s, schedules, consumer));
             }
             (tubes, consumers)
         }
@@ -84,7 +117,7 @@ pub fn read(js: &mut Js, scope: Scope<'_>) -> Result<Snapshot, String> {
             ready: sum(|c| c.ready),
             urgent: 0,
             reserved: sum(|c| c.reserved),
-            delayed: None,
+            delayed: schedules.then(|| sum(|c| c.delayed.unwrap_or(0))),
             buried: sum(|c| c.buried),
             waiting: sum(|c| c.waiting),
             puts: Some(stream.last_seq),
@@ -104,25 +137,25 @@ pub fn read(js: &mut Js, scope: Scope<'_>) -> Result<Snapshot, String> {
 }
 
 /// Every tube: those with messages on the stream and those with a consumer, by name.
-fn every_tube(js: &mut Js, consumers: &[ConsumerRow]) -> Result<Vec<Tube>, String> {
+fn every_tube(
+    js: &mut Js,
+    consumers: &[ConsumerRow],
+    schedules: bool,
+) -> Result<Vec<Tube>, String> {
     let counts = js.subject_counts(&js.layout().capture())?;
-    // name -> (stored, buried, consumer)
-    let mut tubes: BTreeMap<String, (u64, u64, Option<ConsumerRow>)> = BTreeMap::new();
-    for (subject, n) in &counts {
-        match js.layout().tube_of(subject) {
-            Some((t, true)) => tubes.entry(t.to_owned()).or_default().1 += n,
-            Some((t, false)) => tubes.entry(t.to_owned()).or_default().0 += n,
-            None => {}
-        }
-    }
+    let mut tubes: BTreeMap<String, (Stored, Option<ConsumerRow>)> =
+        stored_by_tube(js.layout(), &counts)
+            .into_iter()
+            .map(|(name, s)| (name, (s, None)))
+            .collect();
     for c in consumers {
         if let Some(t) = c.tube() {
-            tubes.entry(t.to_owned()).or_default().2 = Some(c.clone());
+            tubes.entry(t.to_owned()).or_default().1 = Some(c.clone());
         }
     }
     Ok(tubes
         .into_iter()
-        .map(|(name, (stored, buried, c))| tube_of(&name, stored, buried, c))
+        .map(|(name, (s, c))| tube_of(&name, s, schedules, c))
         .collect())
 }
 

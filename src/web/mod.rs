@@ -314,9 +314,14 @@ fn tube_view_with(
             .cloned()
             .unwrap_or_else(|| Tube::unknown(name));
         let nats = snap.nats.is_some();
+        // A stream without message schedules keeps no delayed jobs apart.
+        let apart = snap
+            .nats
+            .as_ref()
+            .is_none_or(|n| n.stream.allow_msg_schedules);
         let mut shown = Vec::new();
         for which in [Which::Ready, Which::Delayed, Which::Buried] {
-            let j = if nats && which == Which::Delayed {
+            let j = if !apart && which == Which::Delayed {
                 None
             } else {
                 jobs::peek(conn, name, which)?
@@ -398,9 +403,9 @@ fn tube_body(
                         (pages::job(&format!("next {}", which.name()), j))
                         (job_actions(j, *which != Which::Ready))
                     }
-                    None if nats && *which == Which::Delayed => {
+                    None if nats && *which == Which::Delayed && t.jobs.delayed.is_none() => {
                         h3 { "next delayed" }
-                        p.muted { "JetStream holds no delayed jobs apart: a delayed job counts as ready until a worker is handed it early and gives it back." }
+                        p.muted { "This stream holds no delayed jobs apart (no message schedules: nats-server before 2.12, or a stream kept as it was): a delayed job counts as ready until a worker is handed it early and gives it back." }
                     }
                     None => {
                         h3 { "next " (which.name()) }

@@ -28,6 +28,7 @@ pub struct Builder {
     pub(crate) replicas: Option<usize>,
     pub(crate) resolve_for: Option<Duration>,
     pub(crate) access: NatsAccess,
+    pub(crate) keep_stream_config: bool,
 }
 
 impl Builder {
@@ -85,7 +86,8 @@ impl Builder {
 
     /// JetStream: replicas of the stream when the producer creates it
     /// (default: 3 on a cluster of 3 or more nodes, else 1). An existing
-    /// stream is used as it is.
+    /// stream keeps its replicas (and all of its configuration but message
+    /// schedules: see [`keep_stream_config`](Self::keep_stream_config)).
     pub fn replicas(mut self, n: usize) -> Self {
         self.replicas = Some(n);
         self
@@ -96,6 +98,19 @@ impl Builder {
     /// stores it once; past this time the put fails as unknown.
     pub fn resolve_for(mut self, d: Duration) -> Self {
         self.resolve_for = Some(d);
+        self
+    }
+
+    /// JetStream: never change an existing stream's configuration (default
+    /// false). On nats-server 2.12 and later a delayed job is held by the
+    /// server (a message schedule) when the stream allows message
+    /// schedules: a stream the producer creates does, and an existing
+    /// stream without them is updated to allow them, a change the server
+    /// cannot undo. With `true` such a stream is left as it is, and delayed
+    /// jobs stay with the client (carried to the tube at once, given back
+    /// by a worker handed them early), as on older servers.
+    pub fn keep_stream_config(mut self, keep: bool) -> Self {
+        self.keep_stream_config = keep;
         self
     }
 
@@ -126,7 +141,13 @@ impl Builder {
             Some(a) => (self.access.for_address(a), a.hosts().to_vec()),
             None => (self.access.clone(), Vec::new()),
         };
-        Ok(NatsSetup::new(layout, self.replicas, access, seeds))
+        Ok(NatsSetup::new(
+            layout,
+            self.replicas,
+            access,
+            seeds,
+            self.keep_stream_config,
+        ))
     }
 
     /// Refuses an empty address list or a bad tube name; the tube to restore

@@ -2,11 +2,11 @@
 //! the blocking [`Producer`](crate::Producer) and the async producer, so that
 //! both drivers sort every outcome the same way.
 
-use crate::NotSent;
+use std::time::{Duration, Instant};
 
 use taskq_proto::{validate_tube, EncodeError, Reply, ReplyError};
 
-use crate::error::{Error, Invalid, Rejection};
+use crate::error::{Error, Invalid, NotSent, Rejection};
 use crate::outcome::{BatchError, BatchReport, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
 use crate::JobId;
 
@@ -184,13 +184,126 @@ pub(crate) fn read_chunk(
 /// JetStream: where a batch that broke off at `e` starts again (with the
 /// same message ids). A job sent once stays unknown in `out` (it may be
 /// stored) until its re-send is answered; the rest are not sent yet.
-pub(crate) fn resend_from(e: &BatchError, out: &mut [PutOutcome]) -> usize {
+fn resend_from(e: &BatchError, out: &mut [PutOutcome]) -> usize {
     for o in &mut out[e.replied..] {
         if !matches!(o, PutOutcome::Unknown) {
             *o = PutOutcome::NotSent;
         }
     }
     e.replied
+}
+
+/// The wait before a put or chunk goes again after the stream answered at
+/// once that it has no leader (an election is under way): not a tight loop.
+const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
+
+/// What to do before sending again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendAgain {
+    /// Send again at once.
+    Now,
+    /// Wait [`RESOLVE_PAUSE`], then send again.
+    AfterPause,
+}
+
+impl SendAgain {
+    /// The wait before sending again, if any.
+    pub(crate) fn pause(self) -> Option<Duration> {
+        match self {
+            SendAgain::Now => None,
+            SendAgain::AfterPause => Some(RESOLVE_PAUSE),
+        }
+    }
+
+    fn after(e: &Error) -> SendAgain {
+        if matches!(e, Error::NotSent(NotSent::Unavailable)) {
+            SendAgain::AfterPause
+        } else {
+            SendAgain::Now
+        }
+    }
+}
+
+/// The one rule for a batch that broke off, for the blocking and the async
+/// producer on both engines: in at-least-once mode the jobs from the break
+/// on are sent again (`retries` times; an invalid batch never); on
+/// JetStream, until `resolve_until`, a chunk whose outcome is unknown or
+/// that was not sent goes again with its message ids, stored once.
+pub(crate) struct BatchRetry {
+    retries: u32,
+    resolve_until: Option<Instant>,
+}
+
+impl BatchRetry {
+    pub(crate) fn new(retries: u32, resolve_until: Option<Instant>) -> BatchRetry {
+        BatchRetry {
+            retries,
+            resolve_until,
+        }
+    }
+
+    /// Where the batch goes on after `e` (with `out` updated), and whether
+    /// to pause first; or `e` when the batch ends with it.
+    pub(crate) fn after(
+        &mut self,
+        e: BatchError,
+        out: &mut [PutOutcome],
+        now: Instant,
+    ) -> Result<(usize, SendAgain), BatchError> {
+        if self.retries > 0 && !matches!(e.error, Error::Invalid(_)) {
+            self.retries -= 1;
+            out[e.replied..].fill(PutOutcome::NotSent);
+            return Ok((e.replied, SendAgain::Now));
+        }
+        let resolving = self.resolve_until.is_some_and(|until| now < until);
+        if resolving && matches!(e.error, Error::Unknown(_) | Error::NotSent(_)) {
+            return Ok((resend_from(&e, out), SendAgain::after(&e.error)));
+        }
+        Err(e)
+    }
+}
+
+/// JetStream's resolution of one put whose outcome is unknown or that was
+/// not sent: it goes again with its message id until the stream answers or
+/// time runs out, for the blocking and the async producer alike. Once a send
+/// may have reached the stream, the put stays unknown however the later
+/// re-sends fail.
+pub(crate) struct Resolve {
+    until: Instant,
+    maybe_stored: bool,
+}
+
+impl Resolve {
+    pub(crate) fn new(until: Instant) -> Resolve {
+        Resolve {
+            until,
+            maybe_stored: false,
+        }
+    }
+
+    /// After attempt `r`: `Some` to send again (and how), `None` when `r`
+    /// is the last word (answered, refused, or out of time).
+    pub(crate) fn again(&mut self, r: &Result<JobId, Error>, now: Instant) -> Option<SendAgain> {
+        match r {
+            Err(e @ (Error::Unknown(_) | Error::NotSent(_))) => {
+                self.maybe_stored |= matches!(e, Error::Unknown(_));
+                (now < self.until).then(|| SendAgain::after(e))
+            }
+            _ => None,
+        }
+    }
+
+    /// The put's outcome, given the last attempt's `r`.
+    pub(crate) fn outcome(self, r: Result<JobId, Error>) -> Result<JobId, Error> {
+        match r {
+            Err(Error::NotSent(e)) if self.maybe_stored => Err(Error::Unknown(
+                taskq_proto::ConnectionError::Io(std::io::Error::other(format!(
+                    "sent earlier with no reply, and no re-send reached the stream ({e})"
+                ))),
+            )),
+            r => r,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -224,6 +337,100 @@ mod tests {
             Ok(None) => Err(not_inserted(Err(ConnectionError::Closed))),
             Err(e) => Err(not_inserted(Err(e))),
         }
+    }
+
+    fn unknown() -> Error {
+        Error::Unknown(ConnectionError::Io(std::io::Error::other("no reply")))
+    }
+
+    fn broke(replied: usize, error: Error) -> BatchError {
+        BatchError { replied, error }
+    }
+
+    #[test]
+    fn a_broken_batch_goes_again_from_its_break_until_retries_and_time_run_out() {
+        let t0 = Instant::now();
+        let until = t0 + Duration::from_secs(1);
+        let late = until + Duration::from_millis(1);
+        let mut out = [PutOutcome::Unknown; 4];
+
+        // At-least-once mode first: the jobs from the break on are not sent.
+        let mut retry = BatchRetry::new(1, Some(until));
+        out[1] = PutOutcome::Inserted(JobId::new(7));
+        let r = retry.after(broke(2, unknown()), &mut out, t0);
+        assert_eq!(r.map_err(|e| e.replied).unwrap(), (2, SendAgain::Now));
+        assert!(matches!(
+            out[2..],
+            [PutOutcome::NotSent, PutOutcome::NotSent]
+        ));
+        // Then JetStream's resolution: a job sent once stays unknown.
+        out[2] = PutOutcome::Unknown;
+        let r = retry.after(broke(2, Error::NotSent(NotSent::Unavailable)), &mut out, t0);
+        assert_eq!(
+            r.map_err(|e| e.replied).unwrap(),
+            (2, SendAgain::AfterPause)
+        );
+        assert_eq!(SendAgain::AfterPause.pause(), Some(RESOLVE_PAUSE));
+        assert!(matches!(
+            out[2..],
+            [PutOutcome::Unknown, PutOutcome::NotSent]
+        ));
+        // Out of time, the batch ends with its error.
+        let e = retry
+            .after(broke(3, unknown()), &mut out, late)
+            .unwrap_err();
+        assert!(e.error.outcome_unknown() && e.replied == 3);
+
+        // Never again for an invalid batch, nor on beanstalkd past the retries.
+        let invalid = Error::Invalid(Invalid::OutcomesTooShort { jobs: 2, slots: 1 });
+        let mut retry = BatchRetry::new(3, Some(until));
+        assert!(retry.after(broke(0, invalid), &mut out, t0).is_err());
+        let mut retry = BatchRetry::new(0, None);
+        assert!(retry.after(broke(0, unknown()), &mut out, t0).is_err());
+        // A refusal is final on JetStream too.
+        let mut retry = BatchRetry::new(0, Some(until));
+        let refused = Error::Rejected(Rejection::Draining);
+        assert!(retry.after(broke(0, refused), &mut out, t0).is_err());
+    }
+
+    #[test]
+    fn a_put_resolves_until_answered_and_stays_unknown_once_it_may_be_stored() {
+        let t0 = Instant::now();
+        let until = t0 + Duration::from_secs(1);
+        let late = until + Duration::from_millis(1);
+
+        let mut r = Resolve::new(until);
+        assert_eq!(
+            r.again(&Err(Error::NotSent(NotSent::Broken)), t0),
+            Some(SendAgain::Now)
+        );
+        assert_eq!(
+            r.again(&Err(Error::NotSent(NotSent::Unavailable)), t0),
+            Some(SendAgain::AfterPause)
+        );
+        assert_eq!(r.again(&Ok(JobId::new(3)), t0), None);
+        assert_eq!(r.outcome(Ok(JobId::new(3))).unwrap().get(), 3);
+
+        // Never sent at all: not sent, out of time.
+        let mut r = Resolve::new(until);
+        let last = Err(Error::NotSent(NotSent::Broken));
+        assert_eq!(r.again(&last, late), None);
+        assert!(r.outcome(last).unwrap_err().not_sent());
+
+        // Sent once with no reply, then no re-send got through: unknown.
+        let mut r = Resolve::new(until);
+        assert_eq!(r.again(&Err(unknown()), t0), Some(SendAgain::Now));
+        let last = Err(Error::NotSent(NotSent::Broken));
+        assert_eq!(r.again(&last, late), None);
+        let e = r.outcome(last).unwrap_err();
+        assert!(e.outcome_unknown() && !e.not_sent(), "{e}");
+
+        // A rejection ends it at once.
+        let mut r = Resolve::new(until);
+        assert_eq!(
+            r.again(&Err(Error::Rejected(Rejection::Draining)), t0),
+            None
+        );
     }
 
     #[test]

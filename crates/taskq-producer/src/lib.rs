@@ -60,6 +60,7 @@ async fn enqueue() -> Result<(), Error> {
 mod async_producer;
 mod builder;
 mod classify;
+mod delays;
 mod engine;
 mod error;
 mod multi;

@@ -1,6 +1,8 @@
 //! The JetStream side of the producer's engine seam: a put is a publish to
 //! the tube's subject (`taskq.T`) with a `Nats-Msg-Id`, answered by the
-//! stream's PubAck; the job id is the stream sequence.
+//! stream's PubAck; the job id is the stream sequence. A delayed job goes
+//! where [`crate::delays`] says: to a schedule the server holds, or to the
+//! tube with its ready time.
 //!
 //! Every put carries a message id unique to this producer (a random prefix
 //! and a counter that survives reconnects). A put whose PubAck never came is
@@ -13,18 +15,15 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use taskq_proto::nats::{NatsAccess, NatsConfig, NatsConnection, NatsError, StreamSpec};
-use taskq_proto::{ConnectionConfig, ConnectionError, Layout, READY_AT_HEADER};
+use taskq_proto::{ConnectionConfig, ConnectionError, Layout};
 
 use crate::classify::{chunk_write_failed, read_chunk};
+use crate::delays::{stream_and_delays, Delays, Put, Route, Stamp};
 use crate::error::{Error, Invalid, NotSent, Rejection};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
-
-/// The pause before re-sending a put JetStream answered `503`.
-pub(crate) const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
 
 /// What a producer needs to set JetStream up and name its messages.
 #[derive(Debug, Clone)]
@@ -44,6 +43,9 @@ pub(crate) struct NatsSetup {
     /// The seeds as given (`host:port`, names kept for TLS); empty when the
     /// producer was given socket addresses.
     pub(crate) seeds: Vec<String>,
+    /// Never change an existing stream (so never turn message schedules on
+    /// for one): [`Builder::keep_stream_config`](crate::Builder::keep_stream_config).
+    pub(crate) keep_stream_config: bool,
 }
 
 impl NatsSetup {
@@ -52,6 +54,7 @@ impl NatsSetup {
         replicas: Option<usize>,
         access: NatsAccess,
         seeds: Vec<String>,
+        keep_stream_config: bool,
     ) -> NatsSetup {
         NatsSetup {
             layout,
@@ -60,6 +63,7 @@ impl NatsSetup {
             known: Vec::new(),
             access,
             seeds,
+            keep_stream_config,
         }
     }
 }
@@ -117,8 +121,10 @@ pub(crate) struct NatsLink {
     conn: NatsConnection,
     layout: Layout,
     ids: MsgIds,
-    /// The subject of the tube in use.
-    subject: String,
+    /// Who holds delayed jobs on this connection.
+    delays: Delays,
+    /// Where puts into the tube in use go.
+    route: Route,
     /// The counter of the last put, for a re-send with the same id.
     last: u64,
 }
@@ -133,12 +139,13 @@ impl NatsLink {
         setup: &mut NatsSetup,
         tube: &str,
     ) -> Result<NatsLink, Error> {
-        let conn = connect_stream(seeds, cfg, setup)?;
+        let (conn, delays) = connect_stream(seeds, cfg, setup)?;
         Ok(NatsLink {
             conn,
             layout: setup.layout.clone(),
             ids: setup.ids.clone(),
-            subject: setup.layout.subject(tube),
+            delays,
+            route: Route::new(&setup.layout, tube, delays),
             last: 0,
         })
     }
@@ -151,9 +158,9 @@ impl NatsLink {
         self.conn.io_counts()
     }
 
-    /// Puts later jobs into `tube` (checked by the caller): only the subject changes.
+    /// Puts later jobs into `tube` (checked by the caller): only the route changes.
     pub(crate) fn use_tube(&mut self, tube: &str) {
-        self.subject = self.layout.subject(tube);
+        self.route = Route::new(&self.layout, tube, self.delays);
     }
 
     /// One put with a fresh id: one write, one PubAck.
@@ -174,9 +181,9 @@ impl NatsLink {
         self.last = k;
         let mut buf = IdBuf::new();
         let id = self.ids.id(k, &mut buf);
-        let r = with_ready_at(opts.delay, |extra| {
-            self.conn.publish_with(&self.subject, id, extra, body)
-        });
+        let stamp = Stamp::now(opts.delay);
+        let put = Put::new(&mut self.route, stamp.as_ref(), id);
+        let r = self.conn.publish_with(put.subject(), id, put.extra(), body);
         match r {
             Ok(ack) => Ok(JobId::new(ack.stream_seq)),
             Err(e) => Err(from_nats(e)),
@@ -195,14 +202,18 @@ impl NatsLink {
         report: &mut BatchReport,
     ) -> Result<(), BatchError> {
         let mut buf = IdBuf::new();
-        let queued = with_ready_at(opts.delay, |extra| {
-            for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
+        let stamp = Stamp::now(opts.delay);
+        let queued = bodies
+            .iter()
+            .enumerate()
+            .take(end)
+            .skip(from)
+            .try_for_each(|(i, body)| {
                 let id = self.ids.id(first + i as u64, &mut buf);
+                let put = Put::new(&mut self.route, stamp.as_ref(), id);
                 self.conn
-                    .queue_publish(&self.subject, id, extra, body.as_ref())?;
-            }
-            Ok(())
-        });
+                    .queue_publish(put.subject(), id, put.extra(), body.as_ref())
+            });
         if let Err(e) = queued {
             // Nothing of the chunk was written yet: drop what was queued.
             self.conn.mark_broken();
@@ -235,13 +246,14 @@ impl NatsLink {
 
 /// Connects to the first seed that answers (the seeds as given, then the
 /// nodes the last connection learned) and makes sure the stream exists,
-/// creating it when missing; one that does not fit is an error. Updates the
+/// creating it when missing; one that does not fit is an error. Says who
+/// holds delayed jobs on the connection ([`stream_and_delays`]). Updates the
 /// nodes learned.
 pub(crate) fn connect_stream(
     seeds: &[SocketAddr],
     cfg: NatsConfig,
     setup: &mut NatsSetup,
-) -> Result<NatsConnection, Error> {
+) -> Result<(NatsConnection, Delays), Error> {
     let mut nodes: Vec<String> = if setup.seeds.is_empty() {
         seeds.iter().map(SocketAddr::to_string).collect()
     } else {
@@ -269,9 +281,9 @@ pub(crate) fn connect_stream(
         replicas,
         duplicate_window: None,
     };
-    conn.ensure_stream(&spec)
+    let delays = stream_and_delays(&mut conn, &spec, setup.keep_stream_config)
         .map_err(|e| setup_failed("looking up the stream", e))?;
-    Ok(conn)
+    Ok((conn, delays))
 }
 
 /// The NATS settings of a producer's connection settings.
@@ -282,35 +294,6 @@ pub(crate) fn nats_config(cfg: &ConnectionConfig) -> NatsConfig {
         keepalive: cfg.keepalive,
         ..NatsConfig::default()
     }
-}
-
-/// Runs `f` with a put's extra headers: none, or the ready time of a job
-/// delayed `delay` seconds (formatted on the stack).
-#[inline]
-pub(crate) fn with_ready_at<R>(delay: u32, f: impl FnOnce(&[(&[u8], &[u8])]) -> R) -> R {
-    let mut at = itoa::Buffer::new();
-    match ready_at(delay, &mut at) {
-        None => f(&[]),
-        Some(h) => f(&[h]),
-    }
-}
-
-/// The ready-time header of a job delayed `delay` seconds, formatted into
-/// `at`; `None` for a job ready at once.
-#[inline]
-pub(crate) fn ready_at(delay: u32, at: &mut itoa::Buffer) -> Option<(&'static [u8], &[u8])> {
-    if delay == 0 {
-        return None;
-    }
-    Some((READY_AT_HEADER, at.format(ready_at_ms(delay)).as_bytes()))
-}
-
-/// When a job put now with `delay` seconds becomes ready, in Unix milliseconds.
-fn ready_at_ms(delay: u32) -> u64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    u64::try_from((now + Duration::from_secs(u64::from(delay))).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A failure while `step` (connecting, the handshake, the stream's lookup or
@@ -412,6 +395,8 @@ pub(crate) fn from_nats(e: NatsError) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

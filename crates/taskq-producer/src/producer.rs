@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::{Builder, DEFAULT_RESOLVE_FOR};
-use crate::classify::{check_tube, chunk_end, in_backoff, resend_from, start_batch, too_big};
+use crate::classify::{
+    check_tube, chunk_end, in_backoff, start_batch, too_big, BatchRetry, Resolve,
+};
 use crate::engine::Link;
 use crate::error::{Error, NotSent};
-use crate::nats::{open_again, NatsSetup, RESOLVE_PAUSE};
+use crate::nats::{open_again, NatsSetup};
 use crate::outcome::{BatchError, BatchReport, Position, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::target::IntoTarget;
@@ -193,15 +195,10 @@ impl Producer {
         opts: PutOptions,
         mut r: Result<JobId, Error>,
     ) -> Result<JobId, Error> {
-        let until = Instant::now() + self.resolve_for;
-        // Once a send may have reached the stream, the put stays unknown
-        // however the later re-sends fail.
-        let mut maybe_stored = false;
-        while matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) && Instant::now() < until {
-            maybe_stored |= matches!(r, Err(Error::Unknown(_)));
-            if matches!(r, Err(Error::NotSent(NotSent::Unavailable))) {
-                // Answered at once while a leader is elected: not a tight loop.
-                std::thread::sleep(RESOLVE_PAUSE);
+        let mut resolve = Resolve::new(Instant::now() + self.resolve_for);
+        while let Some(again) = resolve.again(&r, Instant::now()) {
+            if let Some(pause) = again.pause() {
+                std::thread::sleep(pause);
             }
             r = match self.connected(true) {
                 Ok(Link::Nats(n)) => n.put_as(k, body, opts),
@@ -215,14 +212,7 @@ impl Producer {
                 Err(_) => self.drop_if_broken(),
             }
         }
-        match r {
-            Err(Error::NotSent(e)) if maybe_stored => Err(Error::Unknown(
-                taskq_proto::ConnectionError::Io(std::io::Error::other(format!(
-                    "sent earlier with no reply, and no re-send reached the stream ({e})"
-                ))),
-            )),
-            r => r,
-        }
+        resolve.outcome(r)
     }
 
     /// A put that needs a connection first (or a body refused before that).
@@ -297,27 +287,21 @@ impl Producer {
             .nats
             .as_ref()
             .map_or(0, |n| n.ids.take(bodies.len() as u64));
-        let until = Instant::now() + self.resolve_for;
-        let mut retries = self.retries;
+        let until = self
+            .nats
+            .is_some()
+            .then(|| Instant::now() + self.resolve_for);
+        let mut retry = BatchRetry::new(self.retries, until);
         while from < bodies.len() {
             match self.batch_chunk(bodies, from, first, opts, out, &mut report) {
                 Ok(next) => from = next,
-                Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
-                    retries -= 1;
-                    from = e.replied;
-                    out[from..].fill(PutOutcome::NotSent);
-                }
-                Err(e)
-                    if self.nats.is_some()
-                        && matches!(e.error, Error::Unknown(_) | Error::NotSent(_))
-                        && Instant::now() < until =>
-                {
-                    if matches!(e.error, Error::NotSent(NotSent::Unavailable)) {
-                        std::thread::sleep(RESOLVE_PAUSE);
+                Err(e) => {
+                    let (next, again) = retry.after(e, out, Instant::now())?;
+                    if let Some(pause) = again.pause() {
+                        std::thread::sleep(pause);
                     }
-                    from = resend_from(&e, out);
+                    from = next;
                 }
-                Err(e) => return Err(e),
             }
         }
         Ok(report)

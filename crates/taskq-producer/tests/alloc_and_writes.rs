@@ -128,7 +128,7 @@ fn jetstream_put_and_put_batch_allocate_nothing_and_write_once() {
     });
     assert_eq!(
         n, 0,
-        "allocations in 100 delayed puts (a Taskq-Ready-At header)"
+        "allocations in 100 delayed puts (a ready time; on a current server a schedule on a subject of its own)"
     );
 
     let before = p.io_counts().unwrap();

@@ -367,3 +367,60 @@ fn over_tls_puts_and_batches_run_through_the_session_the_handshake_made() {
         ("taskq.secure", &b"sealed"[..])
     );
 }
+
+#[test]
+fn a_delayed_put_on_a_current_server_is_a_schedule_and_an_unknown_one_is_stored_once() {
+    let Some(c) = taskq_testkit::current_node() else {
+        return;
+    };
+    let proxy = ChaosProxy::start(c.addr(0)).unwrap();
+    let url = format!("nats://{}", proxy.addr());
+    let later = PutOptions {
+        delay: 30,
+        ..PutOptions::default()
+    };
+    let (first, batch, resolved) = run(async {
+        let mut p = Producer::builder()
+            .tube("t")
+            .io_timeout(Duration::from_millis(300))
+            .resolve_for(Duration::from_secs(20))
+            .connect_async(&url)
+            .await
+            .unwrap();
+        let first = p.put(b"one", later).await.unwrap().get();
+        let mut out = [PutOutcome::NotSent; 2];
+        p.put_batch(&[&b"b0"[..], b"b1"], later, &mut out)
+            .await
+            .unwrap();
+        let batch: Vec<u64> = out.iter().map(|o| o.id().unwrap().get()).collect();
+        // The PubAck of the next delayed put never comes back: it is sent
+        // again, with its message id, once the silence lifts.
+        proxy.add(Toxic::Silence, Direction::Downstream, 1.0);
+        let lift = async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            proxy.clear();
+        };
+        let (resolved, ()) = tokio::join!(p.put(b"two", later), lift);
+        (first, batch, resolved.unwrap().get())
+    });
+    assert_eq!(
+        resolved,
+        batch[1] + 1,
+        "the re-send got the first copy's sequence"
+    );
+    let mut a = admin(&c);
+    let s = a.stream_info("TASKQ").unwrap();
+    assert!(s.allow_msg_schedules);
+    assert_eq!(s.messages, 4, "one schedule per job, the re-sent one once");
+    for id in [first, batch[0], batch[1], resolved] {
+        let m = a.msg_get("TASKQ", MsgSelect::Seq(id)).unwrap();
+        let header = String::from_utf8_lossy(&m.headers).into_owned();
+        assert!(m.subject.starts_with("taskq.t.delayed."), "{}", m.subject);
+        assert!(header.contains("Nats-Schedule: @at "), "{header}");
+        assert!(header.contains("Nats-Schedule-Target: taskq.t"), "{header}");
+    }
+    assert_eq!(
+        a.msg_get("TASKQ", MsgSelect::Seq(resolved)).unwrap().data,
+        b"two"
+    );
+}

@@ -1,13 +1,18 @@
 //! The producer on JetStream, against real nats-server clusters on loopback:
-//! the stream it creates, the ids it returns, batches, and re-sends that the
-//! stream stores once.
+//! the stream it creates, the ids it returns, batches, re-sends that the
+//! stream stores once, and delayed jobs (held by a current server, by the
+//! client on 2.9.10 or on a stream kept as it is).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use taskq_producer::{Error, NotSent, Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::{MsgSelect, NatsConfig, NatsConnection, StreamInfo, StreamSpec};
-use taskq_testkit::{ChaosProxy, Direction, NatsCluster, Toxic};
+use taskq_proto::nats::{
+    schedule, AckKind, ConsumerSpec, Delivery, HeaderBlock, MsgSelect, NatsConfig, NatsConnection,
+    NatsError, StreamInfo, StreamSpec,
+};
+use taskq_proto::{Layout, SubjectKind};
+use taskq_testkit::{current_node, oldest_node, ChaosProxy, Direction, NatsCluster, Toxic};
 
 fn admin(c: &NatsCluster) -> NatsConnection {
     let seeds: Vec<String> = (0..c.len()).map(|i| c.addr(i).to_string()).collect();
@@ -237,4 +242,347 @@ fn a_put_sent_once_stays_unknown_when_no_re_send_reaches_the_stream() {
         took >= Duration::from_secs(2) && took < Duration::from_secs(6),
         "resolved for {took:?}"
     );
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The stream's configuration as the server gives it.
+fn stream_config(a: &mut NatsConnection) -> serde_json::Value {
+    let raw = a
+        .request("$JS.API.STREAM.INFO.TASKQ", b"", Duration::from_secs(2))
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    v["config"].clone()
+}
+
+/// A stored message's headers, `name: value` each.
+fn header_lines(raw: &[u8]) -> Vec<String> {
+    match HeaderBlock::parse(raw) {
+        Ok(h) => h
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{}: {}",
+                    String::from_utf8_lossy(k),
+                    String::from_utf8_lossy(v)
+                )
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn header<'a>(lines: &'a [String], name: &str) -> Option<&'a str> {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+}
+
+/// One delivery as a test looks at it.
+#[derive(Debug)]
+struct Delivered {
+    body: Vec<u8>,
+    subject: String,
+    delivered: u64,
+    headers: Vec<String>,
+    /// When it arrived, in Unix milliseconds.
+    at_ms: u64,
+}
+
+/// Pulls from `taskq-t` (made here, filtered on `taskq.t`) until `n` jobs
+/// came or `within` passed, acking each (confirmed).
+fn deliveries(a: &mut NatsConnection, n: usize, within: Duration) -> Vec<Delivered> {
+    a.ensure_consumer(
+        "TASKQ",
+        "taskq-t",
+        &ConsumerSpec {
+            filter_subject: "taskq.t".into(),
+            ack_wait: Duration::from_secs(30),
+            max_deliver: -1,
+            max_ack_pending: 1000,
+            max_waiting: 64,
+        },
+    )
+    .unwrap();
+    let until = Instant::now() + within;
+    let mut got = Vec::new();
+    while got.len() < n && Instant::now() < until {
+        let want = (n - got.len()) as u32;
+        a.pull("TASKQ", "taskq-t", want, Duration::from_millis(500), None)
+            .unwrap();
+        let mut acks = Vec::new();
+        loop {
+            match a.next_delivery().unwrap() {
+                Delivery::Msg {
+                    subject,
+                    reply,
+                    headers,
+                    body,
+                    info,
+                } => {
+                    got.push(Delivered {
+                        body: body.to_vec(),
+                        subject: String::from_utf8_lossy(subject).into_owned(),
+                        delivered: info.delivered,
+                        headers: headers.map_or_else(Vec::new, |h| header_lines(h.as_bytes())),
+                        at_ms: now_ms(),
+                    });
+                    acks.push(reply.to_vec());
+                    if acks.len() as u32 == want {
+                        break;
+                    }
+                }
+                Delivery::Heartbeat => {}
+                Delivery::Timeout | Delivery::NoMessages => break,
+                d => panic!("unexpected {d:?}"),
+            }
+        }
+        for ack in acks {
+            assert!(a.ack(&ack, AckKind::Ack, true).unwrap(), "ack confirmed");
+        }
+    }
+    got
+}
+
+#[test]
+fn delayed_jobs_wait_on_a_current_server_and_are_delivered_once_never_early() {
+    let Some(c) = current_node() else { return };
+    let mut p = Producer::builder().tube("t").connect(c.url()).unwrap();
+    let opts = PutOptions {
+        delay: 2,
+        ..PutOptions::default()
+    };
+    let put_ms = now_ms();
+    let one = p.put(b"one", opts).unwrap().get();
+    let mut out = [PutOutcome::NotSent; 3];
+    p.put_batch(&[&b"b0"[..], b"b1", b"b2"], opts, &mut out)
+        .unwrap();
+    p.put(b"now", PutOptions::default()).unwrap();
+    let mut a = admin(&c);
+    assert!(
+        a.stream_info("TASKQ").unwrap().allow_msg_schedules,
+        "the stream taskq created allows message schedules"
+    );
+    // Each delayed job is a schedule on a subject of its own, none on taskq.t.
+    let layout = Layout::default();
+    let ids = [
+        one,
+        out[0].id().unwrap().get(),
+        out[1].id().unwrap().get(),
+        out[2].id().unwrap().get(),
+    ];
+    let mut subjects = Vec::new();
+    for id in ids {
+        let m = a.msg_get("TASKQ", MsgSelect::Seq(id)).unwrap();
+        let Some(("t", SubjectKind::Delayed { at })) = layout.tube_of(&m.subject) else {
+            panic!("job {id} on {}", m.subject);
+        };
+        let h = header_lines(&m.headers);
+        let ready: u64 = header(&h, "Taskq-Ready-At").unwrap().parse().unwrap();
+        assert!(ready >= put_ms + 2000, "{h:?}");
+        assert_eq!(at, ready.div_ceil(1000), "the second after its ready time");
+        let when = String::from_utf8(schedule::rfc3339_utc(at).to_vec()).unwrap();
+        assert_eq!(
+            header(&h, "Nats-Schedule"),
+            Some(format!("@at {when}").as_str())
+        );
+        assert_eq!(header(&h, "Nats-Schedule-Target"), Some("taskq.t"));
+        assert!(header(&h, "Nats-Msg-Id").is_some(), "{h:?}");
+        subjects.push(m.subject);
+    }
+    subjects.sort();
+    subjects.dedup();
+    assert_eq!(subjects.len(), 4, "one subject per job");
+
+    let got = deliveries(&mut a, 5, Duration::from_secs(10));
+    let bodies: Vec<&[u8]> = got.iter().map(|d| &d.body[..]).collect();
+    assert_eq!(bodies.len(), 5, "{got:?}");
+    assert_eq!(bodies[0], b"now", "the job put without delay comes first");
+    for d in &got {
+        assert_eq!((d.subject.as_str(), d.delivered), ("taskq.t", 1), "{d:?}");
+        if d.body == b"now" {
+            continue;
+        }
+        let ready: u64 = header(&d.headers, "Taskq-Ready-At")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(d.at_ms >= ready, "delivered {} ms early", ready - d.at_ms);
+        eprintln!(
+            "{}: ready at {ready}, delivered {} ms after",
+            String::from_utf8_lossy(&d.body),
+            d.at_ms - ready
+        );
+        assert!(d.at_ms >= put_ms + 2000, "{d:?}");
+        assert!(
+            d.at_ms < put_ms + 6000,
+            "fired within seconds of its time: {d:?}"
+        );
+        // What the fired copy carries: the schedule's subject, our ready
+        // time; not the schedule nor the schedule's message id.
+        let from = header(&d.headers, "Nats-Scheduler").unwrap();
+        assert!(subjects.iter().any(|s| s == from), "{d:?}");
+        assert_eq!(header(&d.headers, "Nats-Schedule-Next"), Some("purge"));
+        for gone in ["Nats-Msg-Id", "Nats-Schedule", "Nats-Schedule-Target"] {
+            assert_eq!(header(&d.headers, gone), None, "{gone}: {d:?}");
+        }
+    }
+    // One delivery per job, as the consumer counts them; nothing left.
+    let ci = a.consumer_info("TASKQ", "taskq-t").unwrap();
+    assert_eq!(
+        (ci.delivered, ci.num_pending, ci.num_ack_pending),
+        (5, 0, 0)
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    while a.stream_info("TASKQ").unwrap().messages > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(a.stream_info("TASKQ").unwrap().messages, 0, "nothing left");
+}
+
+#[test]
+fn keep_stream_config_leaves_an_existing_stream_untouched_and_delays_with_the_client() {
+    let Some(c) = current_node() else { return };
+    let mut a = admin(&c);
+    // The operator's stream, made without message schedules.
+    a.ensure_stream(&StreamSpec {
+        name: "TASKQ".into(),
+        subjects: vec!["taskq.>".into()],
+        replicas: 1,
+        duplicate_window: None,
+    })
+    .unwrap();
+    let before = stream_config(&mut a);
+    assert_ne!(before["allow_msg_schedules"], true, "{before}");
+    let later = PutOptions {
+        delay: 30,
+        ..PutOptions::default()
+    };
+    let mut kept = Producer::builder()
+        .tube("t")
+        .keep_stream_config(true)
+        .connect(c.url())
+        .unwrap();
+    let id = kept.put(b"kept", later).unwrap().get();
+    assert_eq!(stream_config(&mut a), before, "the stream is untouched");
+    let m = a.msg_get("TASKQ", MsgSelect::Seq(id)).unwrap();
+    let h = header_lines(&m.headers);
+    assert_eq!(m.subject, "taskq.t", "held by the client: on the tube");
+    assert!(header(&h, "Taskq-Ready-At").is_some(), "{h:?}");
+    assert_eq!(header(&h, "Nats-Schedule"), None, "{h:?}");
+    // Without the switch the stream is updated to allow schedules (and the
+    // server turns rollup headers on with them: a schedule rolls its subject
+    // up), and nothing else of it changes.
+    let mut p = Producer::builder().tube("t").connect(c.url()).unwrap();
+    let after = stream_config(&mut a);
+    assert_eq!(after["allow_msg_schedules"], true, "{after}");
+    assert_eq!(
+        (&before["allow_rollup_hdrs"], &after["allow_rollup_hdrs"]),
+        (&false.into(), &true.into())
+    );
+    let strip = |mut v: serde_json::Value| {
+        let o = v.as_object_mut().unwrap();
+        for changed in ["allow_msg_schedules", "allow_rollup_hdrs", "metadata"] {
+            o.remove(changed);
+        }
+        v
+    };
+    assert_eq!(strip(after), strip(before));
+    let id = p.put(b"held", later).unwrap().get();
+    let m = a.msg_get("TASKQ", MsgSelect::Seq(id)).unwrap();
+    assert!(m.subject.starts_with("taskq.t.delayed."), "{}", m.subject);
+    // The producer kept as it was goes on the client's way.
+    let id = kept.put(b"kept 2", later).unwrap().get();
+    assert_eq!(
+        a.msg_get("TASKQ", MsgSelect::Seq(id)).unwrap().subject,
+        "taskq.t"
+    );
+}
+
+#[test]
+fn on_2_9_10_a_delayed_job_waits_in_its_tube_with_its_ready_time() {
+    let Some(c) = oldest_node() else { return };
+    let mut p = Producer::builder().tube("t").connect(c.url()).unwrap();
+    let put_ms = now_ms();
+    let id = p
+        .put(
+            b"later",
+            PutOptions {
+                delay: 30,
+                ..PutOptions::default()
+            },
+        )
+        .unwrap()
+        .get();
+    let mut a = admin(&c);
+    assert!(!a.stream_info("TASKQ").unwrap().allow_msg_schedules);
+    let m = a.msg_get("TASKQ", MsgSelect::Seq(id)).unwrap();
+    let h = header_lines(&m.headers);
+    assert_eq!(m.subject, "taskq.t");
+    let ready: u64 = header(&h, "Taskq-Ready-At").unwrap().parse().unwrap();
+    assert!((put_ms + 30_000..put_ms + 31_000).contains(&ready), "{h:?}");
+    assert_eq!(header(&h, "Nats-Schedule"), None, "{h:?}");
+}
+
+#[test]
+fn server_facts_the_schedule_layout_relies_on() {
+    let Some(c) = current_node() else { return };
+    let mut a = admin(&c);
+    a.ensure_stream_with_schedules(&StreamSpec {
+        name: "TASKQ".into(),
+        subjects: vec!["taskq.>".into()],
+        replicas: 1,
+        duplicate_window: None,
+    })
+    .unwrap();
+    let at = |s: &str| format!("@at {s}").into_bytes();
+    let schedule =
+        |a: &mut NatsConnection, subject: &str, id: &[u8], when: &[u8], target: &[u8]| {
+            a.publish_with(
+                subject,
+                id,
+                &[(b"Nats-Schedule", when), (b"Nats-Schedule-Target", target)],
+                b"x",
+            )
+        };
+    // A second schedule on one subject replaces the first: one subject per job.
+    let far = at("2099-01-01T00:00:00Z");
+    schedule(&mut a, "taskq.t.delayed.1", b"a", &far, b"taskq.t").unwrap();
+    schedule(&mut a, "taskq.t.delayed.1", b"b", &far, b"taskq.t").unwrap();
+    let s = a.stream_info("TASKQ").unwrap();
+    assert_eq!(s.messages, 1, "the later schedule replaced the earlier");
+    let m = a
+        .msg_get(
+            "TASKQ",
+            MsgSelect::NextBySubject {
+                subject: "taskq.t.delayed.1",
+                seq: 1,
+            },
+        )
+        .unwrap();
+    let h = header_lines(&m.headers);
+    assert_eq!(header(&h, "Nats-Rollup"), Some("sub"), "{h:?}");
+    // A target outside the stream is refused.
+    match schedule(&mut a, "taskq.t.delayed.2", b"c", &far, b"elsewhere.t") {
+        Err(NatsError::Api(e)) => assert_eq!(e.err_code, 10190, "{e}"),
+        r => panic!("{r:?}"),
+    }
+    // Schedules cannot be turned off again.
+    let mut cfg = stream_config(&mut a);
+    cfg["allow_msg_schedules"] = false.into();
+    let reply = a
+        .request(
+            "$JS.API.STREAM.UPDATE.TASKQ",
+            cfg.to_string().as_bytes(),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+    assert_eq!(reply["error"]["err_code"], 10052, "{reply}");
+    assert!(a.stream_info("TASKQ").unwrap().allow_msg_schedules);
 }

@@ -54,7 +54,7 @@ pub use command::{
 pub use conn::{Connection, ConnectionConfig, Interrupter, IoCounts};
 pub use error::{ConnectionError, EncodeError, ReplyError, TubeNameError, YamlError};
 pub use job_id::JobId;
-pub use layout::{validate_subject_tube, Layout, DEFAULT_STREAM, READY_AT_HEADER};
+pub use layout::{validate_subject_tube, Layout, SubjectKind, DEFAULT_STREAM, READY_AT_HEADER};
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
 pub use secret::Secret;
 pub use session::{Framed, RecvBuf, Request, Session, INLINE_REQUEST};

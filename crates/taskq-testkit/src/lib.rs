@@ -30,7 +30,8 @@ pub mod tempdir;
 
 pub use beanstalkd::Beanstalkd;
 pub use nats::{
-    binary_version, current_server_binary, server_binary, NatsBuilder, NatsCluster, ServerVersion,
+    binary_version, current_node, current_server_binary, oldest_node, server_binary, NatsBuilder,
+    NatsCluster, ServerVersion, DEBIAN_SERVER,
 };
 pub use pki::TestCerts;
 pub use proxy::{ChaosProxy, Direction, Toxic};

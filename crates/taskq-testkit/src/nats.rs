@@ -29,7 +29,8 @@ mod monitor;
 mod process;
 
 pub use binary::{
-    binary_version, current_server_binary, server_binary, ServerVersion, CURRENT_SERVER_ENV,
+    binary_version, current_node, current_server_binary, oldest_node, server_binary, ServerVersion,
+    CURRENT_SERVER_ENV, DEBIAN_SERVER,
 };
 use monitor::http_json;
 use process::{thread_states, SIGNAL_WAIT};

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// How often a pump looks at the toxics and the stop flag while no data flows.
 const POLL: Duration = Duration::from_millis(20);
 
+/// How many of the last bytes dropped by silence each direction keeps.
+const SILENCED_KEPT: usize = 64 * 1024;
+
 /// Which way data flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -86,6 +89,8 @@ struct Shared {
     stop: AtomicBool,
     opened: AtomicU64,
     closed: AtomicU64,
+    /// The last bytes the Silence toxic dropped, upstream and downstream.
+    silenced: Mutex<[Vec<u8>; 2]>,
     seed: u64,
     /// Every link, to shut down at drop; weak, so that a link's sockets close
     /// (with RST after a reset toxic) as soon as its pumps are done with it.
@@ -131,6 +136,7 @@ impl ChaosProxy {
             stop: AtomicBool::new(false),
             opened: AtomicU64::new(0),
             closed: AtomicU64::new(0),
+            silenced: Mutex::new([Vec::new(), Vec::new()]),
             seed,
             links: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
@@ -201,6 +207,20 @@ impl ChaosProxy {
     pub fn clear(&self) {
         lock(&self.shared.rules).clear();
         self.shared.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The last bytes (up to 64 KiB a direction) the [`Toxic::Silence`]
+    /// dropped going `dir`, over every connection; both directions'
+    /// (upstream first) for [`Direction::Both`]. A test that silences a
+    /// connection to lose a message waits until the message is in here: data
+    /// the proxy has not read yet when the toxic is cleared still goes through.
+    pub fn silenced(&self, dir: Direction) -> Vec<u8> {
+        let kept = lock(&self.shared.silenced);
+        match dir {
+            Direction::Upstream => kept[0].clone(),
+            Direction::Downstream => kept[1].clone(),
+            Direction::Both => [kept[0].as_slice(), kept[1].as_slice()].concat(),
+        }
     }
 
     /// Connections accepted so far.
@@ -420,6 +440,11 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
             break;
         }
         if active.silence {
+            let mut kept = lock(&shared.silenced);
+            let kept = &mut kept[usize::from(dir == Direction::Downstream)];
+            kept.extend_from_slice(&buf[..n]);
+            let over = kept.len().saturating_sub(SILENCED_KEPT);
+            kept.drain(..over);
             continue;
         }
         let mut chunk = &buf[..n];

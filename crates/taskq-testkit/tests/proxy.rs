@@ -148,6 +148,16 @@ fn silence_keeps_the_socket_open_and_answers_nothing() {
     assert!(e.is_timeout(), "{e:?}");
     assert!(started.elapsed() < Duration::from_millis(800));
     assert_eq!(proxy.closed(), 0, "silence must not close");
+    // The reply the client never heard is what the silence dropped.
+    wait_for("the dropped reply", || {
+        proxy
+            .silenced(Direction::Downstream)
+            .starts_with(b"INSERTED 2\r\n")
+    });
+    assert_eq!(proxy.silenced(Direction::Upstream), b"");
+    assert!(proxy
+        .silenced(Direction::Both)
+        .starts_with(b"INSERTED 2\r\n"));
     // The put went upstream: beanstalkd has it although the client never heard.
     proxy.clear();
     let mut c = connect(&proxy, Duration::from_secs(1));

@@ -1,8 +1,10 @@
-//! A blocking worker for beanstalkd-protocol work queues that never loses a job.
+//! A blocking worker for work queues that never loses a job: beanstalkd-protocol
+//! servers, and NATS JetStream clusters (a `nats://` or `tls://` address).
 //!
 //! A [`Worker`] runs a [`Handler`] on each job it reserves and settles the job by
 //! the [`Outcome`] the handler returns: delete, release, or bury. It counts a job
-//! done only when the server answers `DELETED`, survives cut, silent and dead
+//! done only when the server confirms it (`DELETED`, or JetStream's ack
+//! confirmation), survives cut, silent and dead
 //! connections by reconnecting with capped, jittered backoff, and stops cleanly:
 //! first it stops taking jobs and lets the running ones finish, and on a second
 //! request it gives them back at once.

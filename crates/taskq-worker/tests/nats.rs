@@ -264,45 +264,103 @@ fn a_job_longer_than_the_idle_time_does_not_end_the_wait_for_a_delayed_release()
     }
 }
 
-#[test]
-fn a_delayed_put_waits_and_is_not_an_attempt() {
-    let c = NatsCluster::start(1).unwrap();
+/// Three jobs put with a 2 s delay, done by a worker: each runs, never
+/// before its delay, and its early delivery (when the client holds the
+/// delay) is not counted as a release; the first is released once (1 s) and
+/// then counts one release. Returns the deliveries the tube's consumer made.
+fn delayed_jobs_run_once_never_early(c: &NatsCluster) -> u64 {
     let put_at = Instant::now();
+    let bodies: Vec<Vec<u8>> = (0..3).map(|i| format!("soon {i}").into_bytes()).collect();
     put_all(
-        &c,
+        c,
         "later",
-        &[b"soon".to_vec()],
+        &bodies,
         PutOptions {
             delay: 2,
             ..PutOptions::default()
         },
     );
-    let ran: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+    type Runs = Vec<(Vec<u8>, Instant, u64)>;
+    let ran: Arc<Mutex<Runs>> = Arc::default();
     let r2 = ran.clone();
     let worker = Worker::new(
         Config {
             exit_when_idle: Some(Duration::from_secs(4)),
-            ..cfg(&c, "later")
+            ..cfg(c, "later")
         },
         move |job: &mut Job<'_>| {
             let info = job.stats().unwrap();
-            r2.lock().unwrap().push((Instant::now(), info.releases));
-            Outcome::Done
+            let mut ran = r2.lock().unwrap();
+            let again = ran.iter().any(|(b, _, _)| b == job.body());
+            ran.push((job.body().to_vec(), Instant::now(), info.releases));
+            if job.body() == b"soon 0" && !again {
+                Outcome::Retry {
+                    delay: Duration::from_secs(1),
+                }
+            } else {
+                Outcome::Done
+            }
         },
     )
     .unwrap();
     let counts = worker.run();
     let ran = ran.lock().unwrap();
-    assert_eq!(ran.len(), 1);
-    assert!(
-        ran[0].0 - put_at >= Duration::from_millis(1900),
-        "ran after its delay"
-    );
+    let runs = |body: &[u8]| -> Vec<(Instant, u64)> {
+        ran.iter()
+            .filter(|(b, _, _)| b == body)
+            .map(|(_, at, releases)| (*at, *releases))
+            .collect()
+    };
+    for body in &bodies {
+        let r = runs(body);
+        let first = r[0].0 - put_at;
+        assert!(
+            first >= Duration::from_millis(2000),
+            "ran {first:?} after the put, before its delay"
+        );
+        assert_eq!(r[0].1, 0, "an early delivery is not counted as a release");
+        if body == b"soon 0" {
+            assert_eq!(r.len(), 2, "released once, then done");
+            assert_eq!(r[1].1, 1, "the release is counted");
+        } else {
+            assert_eq!(r.len(), 1, "each job ran once");
+        }
+    }
+    assert_eq!(counts.deleted, 3);
+    let s = js_admin(c).stream_info("TASKQ").unwrap();
+    assert_eq!(s.messages, 0, "nothing left");
+    js_consumer(c, "later").delivered
+}
+
+#[test]
+fn a_delayed_put_waits_and_is_not_an_attempt() {
+    // Whichever server is first on PATH (scripts/test runs both).
+    let c = NatsCluster::start(1).unwrap();
+    delayed_jobs_run_once_never_early(&c);
+}
+
+#[test]
+fn on_2_9_10_a_delayed_job_comes_early_goes_back_and_runs_once_at_its_time() {
+    let Some(c) = taskq_testkit::oldest_node() else {
+        return;
+    };
     assert_eq!(
-        ran[0].1, 0,
-        "the early delivery is not counted as a release"
+        delayed_jobs_run_once_never_early(&c),
+        7,
+        "the client holds delays: each job is delivered early, given back, and delivered again; one more for the release"
     );
-    assert_eq!(counts.deleted, 1);
+}
+
+#[test]
+fn on_a_current_server_a_delayed_job_is_delivered_once_at_its_time() {
+    let Some(c) = taskq_testkit::current_node() else {
+        return;
+    };
+    assert_eq!(
+        delayed_jobs_run_once_never_early(&c),
+        4,
+        "the server holds delays: one delivery per job; one more for the release"
+    );
 }
 
 #[test]

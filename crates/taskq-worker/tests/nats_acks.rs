@@ -185,6 +185,15 @@ fn an_idle_exit_waits_for_a_delivery_lost_with_its_connection() {
         "delivered into the silent connection"
     );
     let delivered = Instant::now();
+    // Lost, not held: the proxy read the delivery and dropped it (what it
+    // has not read when the silence ends would still go through).
+    assert!(
+        wait_until(Duration::from_secs(5), || proxy
+            .silenced(Direction::Downstream)
+            .windows(b"strayed".len())
+            .any(|w| w == b"strayed")),
+        "the delivery was dropped"
+    );
     proxy.clear();
     let counts = w.join().unwrap();
     eprintln!(

@@ -3,13 +3,14 @@
 //! `TcpStream`.
 
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
 
 use crate::builder::Builder;
 use crate::classify::{
     check_tube, chunk_end, not_inserted, record, start_batch, too_big, use_failed_on_reconnect,
-    using,
+    using, BatchRetry,
 };
 use crate::error::{Error, NotSent};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
@@ -173,16 +174,11 @@ impl AsyncBeanstalkd {
         let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
         let mut report = BatchReport::default();
         let mut from = 0;
-        let mut retries = self.retries;
+        let mut retry = BatchRetry::new(self.retries, None);
         while from < bodies.len() {
             match self.batch_chunk(bodies, from, opts, out, &mut report).await {
                 Ok(next) => from = next,
-                Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
-                    retries -= 1;
-                    from = e.replied;
-                    out[from..].fill(PutOutcome::NotSent);
-                }
-                Err(e) => return Err(e),
+                Err(e) => from = retry.after(e, out, Instant::now())?.0,
             }
         }
         Ok(report)

@@ -11,12 +11,11 @@ use taskq_proto::{Address, ConnectionConfig, IoCounts};
 
 use crate::builder::Builder;
 use crate::classify::{
-    check_tube, chunk_end, chunk_write_failed, record, resend_from, start_batch, too_big,
+    check_tube, chunk_end, chunk_write_failed, record, start_batch, too_big, BatchRetry, Resolve,
 };
+use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
-use crate::nats::{
-    connect_stream, from_nats, nats_config, ready_at, IdBuf, NatsSetup, RESOLVE_PAUSE,
-};
+use crate::nats::{connect_stream, from_nats, nats_config, IdBuf, NatsSetup};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
@@ -34,8 +33,10 @@ pub(crate) struct AsyncJetStream {
     resolve_for: Duration,
     /// The tube in use; `None` is `default`.
     tube: Option<String>,
-    /// Its subject.
-    subject: String,
+    /// Who holds delayed jobs on the last connection opened.
+    delays: Delays,
+    /// Where puts into the tube in use go.
+    route: Route,
     conn: Option<AsyncNatsConn>,
 }
 
@@ -52,7 +53,11 @@ impl AsyncJetStream {
         }
         let setup = b.nats_setup(Some(&addr))?;
         let tube = b.checked_tube(&addrs, true)?;
-        let subject = setup.layout.subject(tube.as_deref().unwrap_or("default"));
+        let route = Route::new(
+            &setup.layout,
+            tube.as_deref().unwrap_or("default"),
+            Delays::Client,
+        );
         let mut p = AsyncJetStream {
             addrs,
             cfg: b.cfg,
@@ -61,7 +66,8 @@ impl AsyncJetStream {
             retries: b.retries,
             resolve_for: b.resolve_for.unwrap_or(crate::DEFAULT_RESOLVE_FOR),
             tube,
-            subject,
+            delays: Delays::Client,
+            route,
             conn: None,
         };
         p.connected().await?;
@@ -73,7 +79,7 @@ impl AsyncJetStream {
     pub(crate) async fn use_tube(&mut self, tube: &str) -> Result<(), Error> {
         check_tube(tube, true)?;
         self.tube = (tube != "default").then(|| tube.to_owned());
-        self.subject = self.setup.layout.subject(tube);
+        self.route = Route::new(&self.setup.layout, tube, self.delays);
         if !self.is_connected() {
             self.connected().await?;
         }
@@ -96,7 +102,7 @@ impl AsyncJetStream {
         if self.reconnects.made_progress() {
             if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
                 let k = self.setup.ids.take(1);
-                return match put_as(conn, &self.setup, &self.subject, k, body, opts).await {
+                return match put_as(conn, &self.setup, &mut self.route, k, body, opts).await {
                     Ok(id) => Ok(id),
                     // Boxed: the cold paths would otherwise make every put's future large.
                     Err(e) => Box::pin(self.put_failed(k, body, opts, e)).await,
@@ -145,46 +151,25 @@ impl AsyncJetStream {
         opts: PutOptions,
         failed: Error,
     ) -> Result<JobId, Error> {
-        let until = Instant::now() + self.resolve_for;
-        let mut last = failed;
-        let mut unknown = None;
-        while Instant::now() < until {
-            if matches!(last, Error::NotSent(NotSent::Unavailable)) {
-                // Answered at once while a leader is elected: not a tight loop.
-                tokio::time::sleep(RESOLVE_PAUSE).await;
+        let mut resolve = Resolve::new(Instant::now() + self.resolve_for);
+        let mut r = Err(failed);
+        while let Some(again) = resolve.again(&r, Instant::now()) {
+            if let Some(pause) = again.pause() {
+                tokio::time::sleep(pause).await;
             }
-            let r = match self.connected().await {
+            r = match self.connected().await {
                 Ok(()) => {
                     let conn = self.conn.as_mut().expect("connected above");
-                    put_as(conn, &self.setup, &self.subject, k, body, opts).await
+                    put_as(conn, &self.setup, &mut self.route, k, body, opts).await
                 }
                 Err(e) => Err(e),
             };
-            match r {
-                Ok(id) => {
-                    self.reconnects.progress();
-                    return Ok(id);
-                }
-                Err(e @ (Error::Unknown(_) | Error::NotSent(_))) => {
-                    self.drop_if_broken();
-                    let prev = std::mem::replace(&mut last, e);
-                    if matches!(prev, Error::Unknown(_)) {
-                        unknown = Some(prev);
-                    }
-                }
-                Err(e) => {
-                    if matches!(e, Error::Rejected(_)) {
-                        self.reconnects.progress();
-                    }
-                    self.drop_if_broken();
-                    return Err(e);
-                }
+            match &r {
+                Ok(_) | Err(Error::Rejected(_)) => self.reconnects.progress(),
+                Err(_) => self.drop_if_broken(),
             }
         }
-        match (last, unknown) {
-            (Error::NotSent(_), Some(u)) => Err(u),
-            (last, _) => Err(last),
-        }
+        resolve.outcome(r)
     }
 
     /// Puts many jobs with one write per chunk and reads the PubAcks in
@@ -202,29 +187,20 @@ impl AsyncJetStream {
         let mut report = BatchReport::default();
         let mut from = 0;
         let first = self.setup.ids.take(bodies.len() as u64);
-        let until = Instant::now() + self.resolve_for;
-        let mut retries = self.retries;
+        let mut retry = BatchRetry::new(self.retries, Some(Instant::now() + self.resolve_for));
         while from < bodies.len() {
             match self
                 .batch_chunk(bodies, from, first, opts, out, &mut report)
                 .await
             {
                 Ok(next) => from = next,
-                Err(e) if retries > 0 && !matches!(e.error, Error::Invalid(_)) => {
-                    retries -= 1;
-                    from = e.replied;
-                    out[from..].fill(PutOutcome::NotSent);
-                }
-                Err(e)
-                    if matches!(e.error, Error::Unknown(_) | Error::NotSent(_))
-                        && Instant::now() < until =>
-                {
-                    if matches!(e.error, Error::NotSent(NotSent::Unavailable)) {
-                        tokio::time::sleep(RESOLVE_PAUSE).await;
+                Err(e) => {
+                    let (next, again) = retry.after(e, out, Instant::now())?;
+                    if let Some(pause) = again.pause() {
+                        tokio::time::sleep(pause).await;
                     }
-                    from = resend_from(&e, out);
+                    from = next;
                 }
-                Err(e) => return Err(e),
             }
         }
         Ok(report)
@@ -248,15 +224,14 @@ impl AsyncJetStream {
         }
         let conn = self.conn.as_mut().expect("connected above");
         let end = chunk_end(bodies, from);
-        let mut at = itoa::Buffer::new();
-        let ready = ready_at(opts.delay, &mut at);
-        let extra = ready.as_slice();
+        let stamp = Stamp::now(opts.delay);
         let mut id = IdBuf::new();
         for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
             let msg_id = self.setup.ids.id(first + i as u64, &mut id);
-            if let Err(e) =
-                conn.queue_publish(self.subject.as_bytes(), msg_id, extra, body.as_ref())
-            {
+            let put = Put::new(&mut self.route, stamp.as_ref(), msg_id);
+            let queued =
+                conn.queue_publish(put.subject().as_bytes(), msg_id, put.extra(), body.as_ref());
+            if let Err(e) = queued {
                 // Nothing of the chunk was written yet; PubAcks it queued are owed.
                 conn.mark_broken();
                 self.drop_if_broken();
@@ -335,7 +310,13 @@ impl AsyncJetStream {
         let opened = match joined {
             Ok((r, known)) => {
                 self.setup.known = known;
-                r.and_then(|c| AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(from_nats))
+                r.and_then(|(c, delays)| {
+                    if delays != self.delays {
+                        self.delays = delays;
+                        self.route = Route::new(&self.setup.layout, self.tube(), delays);
+                    }
+                    AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(from_nats)
+                })
             }
             Err(e) => Err(Error::NotSent(NotSent::Io(std::io::Error::other(e)))),
         };
@@ -357,17 +338,17 @@ impl AsyncJetStream {
 async fn put_as(
     conn: &mut AsyncNatsConn,
     setup: &NatsSetup,
-    subject: &str,
+    route: &mut Route,
     k: u64,
     body: &[u8],
     opts: PutOptions,
 ) -> Result<JobId, Error> {
     let mut id = IdBuf::new();
     let msg_id = setup.ids.id(k, &mut id);
-    let mut at = itoa::Buffer::new();
-    let ready = ready_at(opts.delay, &mut at);
+    let stamp = Stamp::now(opts.delay);
+    let put = Put::new(route, stamp.as_ref(), msg_id);
     match conn
-        .publish(subject.as_bytes(), msg_id, ready.as_slice(), body)
+        .publish(put.subject().as_bytes(), msg_id, put.extra(), body)
         .await
     {
         Ok(ack) => Ok(JobId::new(ack.stream_seq)),

@@ -276,7 +276,11 @@ impl PutEncoder {
     /// An encoder whose reply subjects are `reply_prefix` followed by a token.
     pub fn new(reply_prefix: &[u8]) -> PutEncoder {
         PutEncoder {
-            buf: Vec::with_capacity(256),
+            // Room for the line and headers of a put whose delay the server
+            // holds (a subject of its own, its message id twice, three more
+            // headers: about 260 bytes for a short tube), so that such puts
+            // do not grow it either.
+            buf: Vec::with_capacity(512),
             prefix: 0,
             subject_end: 0,
             reply_prefix: reply_prefix.to_vec(),

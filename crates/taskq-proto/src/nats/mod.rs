@@ -10,6 +10,8 @@
 //!   changes from one publish to the next.
 //! - [`parse_js_reply`] reads a JetStream PubAck (or its error object) and
 //!   [`AckInfo::parse`] an ack subject, both by hand and without allocation.
+//! - [`schedule`] writes the headers of a delay the server holds (message
+//!   schedules, nats-server 2.12+), rounded up to the whole second.
 //! - [`NatsSession`] is one connection's state over all of these: what is
 //!   sent, which replies are owed, `PING`s to answer, deliveries. The
 //!   blocking [`NatsConnection`] (feature `blocking`) drives it over a socket.
@@ -37,6 +39,7 @@ mod headers;
 pub(crate) mod json;
 pub(crate) mod op;
 mod request_error;
+pub mod schedule;
 pub mod session;
 mod span;
 
@@ -55,8 +58,34 @@ pub use headers::HeaderBlock;
 pub use json::{parse_info, parse_js_reply, ApiErrorRef, InfoRef, JsReply, PubAckRef};
 pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp};
 pub use request_error::{ApiError, NatsError, Refusal, TlsError, TlsFailure, WAITING_FOR_INFO};
+pub use schedule::{holds_schedules, ScheduleAt};
 pub use session::{Delivery, NatsSession, PubAck};
 pub use span::Span;
+
+/// True when subject pattern `pattern` (with `*` and `>`) matches every
+/// subject `subject` matches (for a literal `subject`: matches it). Used to
+/// check that a stream captures taskq's subjects and that no consumer's
+/// filter takes in the subjects of delayed jobs.
+///
+/// ```
+/// use taskq_proto::nats::subject_covers;
+/// assert!(subject_covers("taskq.>", "taskq.t.delayed.1.x"));
+/// assert!(!subject_covers("taskq.t", "taskq.t.delayed.1.x"));
+/// assert!(subject_covers("taskq.*", "taskq.t"));
+/// ```
+pub fn subject_covers(pattern: &str, subject: &str) -> bool {
+    let mut p = pattern.split('.');
+    let mut s = subject.split('.');
+    loop {
+        match (p.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(t)) if t != ">" => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
 
 /// The NATS server's default `max_payload`: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;

@@ -5,6 +5,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::NatsCluster;
+
 /// The `nats-server` a cluster runs unless told otherwise: the one on
 /// `PATH`, or where Debian's package puts it (`/usr/sbin`, which an
 /// unprivileged user's `PATH` often lacks).
@@ -12,7 +14,7 @@ pub fn server_binary() -> PathBuf {
     let on_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join("nats-server").is_file()))
         .unwrap_or(false);
-    let debian = Path::new("/usr/sbin/nats-server");
+    let debian = Path::new(DEBIAN_SERVER);
     if !on_path && debian.is_file() {
         debian.to_path_buf()
     } else {
@@ -90,6 +92,47 @@ pub fn current_server_binary() -> io::Result<PathBuf> {
         .get_or_init(find_current_server)
         .clone()
         .map_err(io::Error::other)
+}
+
+/// A single node of the pinned current `nats-server`
+/// ([`current_server_binary`]), for a test of what only a current release
+/// does; `None`, with the reason printed, when that binary is not available
+/// here (the test then skips).
+pub fn current_node() -> Option<NatsCluster> {
+    match current_server_binary() {
+        Ok(bin) => Some(
+            NatsCluster::builder()
+                .binary(bin)
+                .start()
+                .expect("the current nats-server starts"),
+        ),
+        Err(e) => {
+            eprintln!("skipped: the current nats-server is not available: {e}");
+            None
+        }
+    }
+}
+
+/// Where Debian's `nats-server` package (2.9.10, the oldest release taskq
+/// supports) installs the server.
+pub const DEBIAN_SERVER: &str = "/usr/sbin/nats-server";
+
+/// A single node of Debian's `nats-server` ([`DEBIAN_SERVER`]), whatever
+/// `PATH` holds, for a test of what the oldest supported release does;
+/// `None`, with the reason printed, when it is not installed (the test then
+/// skips).
+pub fn oldest_node() -> Option<NatsCluster> {
+    let bin = Path::new(DEBIAN_SERVER);
+    if !bin.is_file() {
+        eprintln!("skipped: {DEBIAN_SERVER} is not installed");
+        return None;
+    }
+    Some(
+        NatsCluster::builder()
+            .binary(bin)
+            .start()
+            .expect("Debian's nats-server starts"),
+    )
 }
 
 fn find_current_server() -> Result<PathBuf, String> {

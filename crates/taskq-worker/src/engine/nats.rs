@@ -19,7 +19,9 @@
 //!   from the original's sequence, so a repeated bury stores one copy.
 //! - A job put with a delay carries `Taskq-Ready-At`; one delivered before
 //!   then goes back at once with `-NAK` for the time left, answering its ask
-//!   empty.
+//!   empty. A job the server held until its time (a message schedule,
+//!   nats-server 2.12+: it comes with `Nats-Scheduler`) is checked the same
+//!   way, but its first delivery is not an early one.
 //!
 //! Confirmations and deliveries arrive in whatever order the cluster sends
 //! them, while the loop reads replies in the order it queued requests: what
@@ -195,7 +197,9 @@ impl Link for Nats {
             .jetstream
             .replicas
             .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
-        conn.ensure_stream(&StreamSpec {
+        // Made with message schedules where the server holds them, as the
+        // producer makes it.
+        conn.ensure_stream_with_schedules(&StreamSpec {
             name: layout.stream().to_owned(),
             subjects: vec![layout.capture()],
             replicas,

@@ -1,6 +1,7 @@
 //! The JetStream management API (cold path): requests with JSON bodies and
 //! JSON replies read with serde_json. Streams and consumers are looked up
-//! before anything is created, and an existing one is never changed.
+//! before anything is created, and an existing one is never changed, but for
+//! one explicit call: [`NatsConnection::allow_msg_schedules`].
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{ApiError, NatsConnection, NatsError};
+use crate::nats::subject_covers;
 
 /// The work-queue stream taskq needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +60,8 @@ pub struct StreamInfo {
     pub consumer_count: u64,
     /// The cluster leader's name, in a cluster.
     pub leader: Option<String>,
+    /// It allows message schedules (`allow_msg_schedules`, nats-server 2.12+).
+    pub allow_msg_schedules: bool,
 }
 
 /// A consumer as the server describes it.
@@ -73,6 +77,8 @@ pub struct ConsumerInfo {
     pub num_ack_pending: u64,
     /// Messages delivered more than once.
     pub num_redelivered: u64,
+    /// Deliveries made so far, redeliveries included (`delivered.consumer_seq`).
+    pub delivered: u64,
     /// Pull requests waiting.
     pub num_waiting: u64,
     /// The ack wait in force.
@@ -134,6 +140,8 @@ struct RawStreamConfig {
     retention: String,
     #[serde(default)]
     num_replicas: usize,
+    #[serde(default)]
+    allow_msg_schedules: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -166,9 +174,17 @@ struct RawConsumer {
     #[serde(default)]
     num_redelivered: u64,
     #[serde(default)]
+    delivered: RawSeqs,
+    #[serde(default)]
     num_waiting: u64,
     #[serde(default)]
     cluster: Option<RawCluster>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawSeqs {
+    #[serde(default)]
+    consumer_seq: u64,
 }
 
 #[derive(Deserialize)]
@@ -212,6 +228,7 @@ impl From<RawStream> for StreamInfo {
             last_seq: r.state.last_seq,
             consumer_count: r.state.consumer_count,
             leader: r.cluster.and_then(|c| c.leader),
+            allow_msg_schedules: r.config.allow_msg_schedules,
         }
     }
 }
@@ -224,28 +241,13 @@ impl From<RawConsumer> for ConsumerInfo {
             num_pending: r.num_pending,
             num_ack_pending: r.num_ack_pending,
             num_redelivered: r.num_redelivered,
+            delivered: r.delivered.consumer_seq,
             num_waiting: r.num_waiting,
             ack_wait: Duration::from_nanos(r.config.ack_wait),
             max_deliver: r.config.max_deliver,
             max_ack_pending: r.config.max_ack_pending,
             filter_subject: r.config.filter_subject,
             leader: r.cluster.and_then(|c| c.leader),
-        }
-    }
-}
-
-/// True when subject pattern `pattern` (with `*` and `>`) matches every
-/// subject `subject` matches (for a literal `subject`: matches it).
-pub(crate) fn covers(pattern: &str, subject: &str) -> bool {
-    let mut p = pattern.split('.');
-    let mut s = subject.split('.');
-    loop {
-        match (p.next(), s.next()) {
-            (Some(">"), Some(_)) => return true,
-            (Some("*"), Some(t)) if t != ">" => {}
-            (Some(a), Some(b)) if a == b => {}
-            (None, None) => return true,
-            _ => return false,
         }
     }
 }
@@ -349,6 +351,45 @@ impl NatsConnection {
     /// An existing stream that is not a work queue, or does not capture all
     /// of `spec.subjects`, is [`NatsError::Mismatch`] and is left unchanged.
     pub fn ensure_stream(&mut self, spec: &StreamSpec) -> Result<StreamInfo, NatsError> {
+        self.ensure_stream_as(spec, false)
+    }
+
+    /// [`ensure_stream`](Self::ensure_stream), and a stream it creates
+    /// allows message schedules (`allow_msg_schedules`) when the server
+    /// holds them ([`holds_schedules`](Self::holds_schedules): nats-server
+    /// 2.12+). An existing stream is left as it is.
+    pub fn ensure_stream_with_schedules(
+        &mut self,
+        spec: &StreamSpec,
+    ) -> Result<StreamInfo, NatsError> {
+        let schedules = self.holds_schedules();
+        self.ensure_stream_as(spec, schedules)
+    }
+
+    /// Turns message schedules on for the existing stream `name`: its
+    /// configuration as the server gives it, with `allow_msg_schedules`
+    /// set, sent back as an update. The server cannot turn them off again
+    /// (it answers 10052). An API error (a server or a stream that cannot
+    /// have them, an account not allowed to update streams) leaves the
+    /// stream as it was.
+    pub fn allow_msg_schedules(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
+        self.patiently(|c| {
+            let info: Value = c.api(&format!("$JS.API.STREAM.INFO.{name}"), &Value::Null)?;
+            let mut cfg = info
+                .get("config")
+                .cloned()
+                .ok_or_else(|| NatsError::Mismatch(format!("stream {name} has no config")))?;
+            cfg["allow_msg_schedules"] = json!(true);
+            let raw: RawStream = c.api(&format!("$JS.API.STREAM.UPDATE.{name}"), &cfg)?;
+            Ok(raw.into())
+        })
+    }
+
+    fn ensure_stream_as(
+        &mut self,
+        spec: &StreamSpec,
+        schedules: bool,
+    ) -> Result<StreamInfo, NatsError> {
         self.patiently(|c| {
             let info = match c.stream_info(&spec.name) {
                 Ok(info) => info,
@@ -362,6 +403,9 @@ impl NatsConnection {
                     });
                     if let Some(w) = spec.duplicate_window {
                         cfg["duplicate_window"] = json!(w.as_nanos() as u64);
+                    }
+                    if schedules {
+                        cfg["allow_msg_schedules"] = json!(true);
                     }
                     let created: Result<RawStream, _> =
                         c.api(&format!("$JS.API.STREAM.CREATE.{}", spec.name), &cfg);
@@ -385,7 +429,7 @@ impl NatsConnection {
             if let Some(s) = spec
                 .subjects
                 .iter()
-                .find(|s| !info.subjects.iter().any(|p| covers(p, s)))
+                .find(|s| !info.subjects.iter().any(|p| subject_covers(p, s)))
             {
                 return Err(NatsError::Mismatch(format!(
                     "stream {} does not capture {s} (its subjects: {:?})",

@@ -283,6 +283,12 @@ impl NatsConnection {
         self.s.server_version()
     }
 
+    /// True when the server can hold a message until its time (message
+    /// schedules): its `INFO` says 2.12 or later.
+    pub fn holds_schedules(&self) -> bool {
+        crate::nats::holds_schedules(self.server_version())
+    }
+
     /// True when the connection is encrypted.
     pub fn is_tls(&self) -> bool {
         self.io.is_tls()

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use taskq_proto::nats::schedule::SCHEDULER_HEADER;
 use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsConnection, NatsError};
 use taskq_proto::{ConnectionError, READY_AT_HEADER};
 
@@ -29,7 +30,8 @@ pub(super) struct Held {
     /// Its ack subject.
     pub(super) ack: Vec<u8>,
     pub(super) delivered: u64,
-    /// It carried a ready time: its first delivery came early and went back.
+    /// It carried a ready time and the client held it: its first delivery
+    /// came early and went back.
     pub(super) delayed: bool,
     /// When its lease started, at the earliest: the pull that brought it was
     /// sent, or the last touch (`+WPI`) was. The server's ack wait runs
@@ -46,6 +48,8 @@ pub(super) struct Early {
     pub(super) delivered: u64,
     pub(super) seq: u64,
     pub(super) ready_at: Option<u64>,
+    /// A message schedule published it (at its time).
+    pub(super) scheduled: bool,
     /// When the pull that brought it was sent.
     pub(super) pulled: Instant,
 }
@@ -59,6 +63,7 @@ impl Default for Early {
             delivered: 0,
             seq: 0,
             ready_at: None,
+            scheduled: false,
             pulled: Instant::now(),
         }
     }
@@ -176,6 +181,7 @@ pub(super) fn keep_early(
                 delivered: info.delivered,
                 seq: info.stream_seq,
                 ready_at: ready_at(headers.as_ref()),
+                scheduled: headers.is_some_and(|h| h.get(SCHEDULER_HEADER).is_some()),
                 pulled: pull.map_or_else(Instant::now, |p| p.at),
             });
             return;

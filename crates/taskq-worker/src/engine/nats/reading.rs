@@ -72,7 +72,7 @@ impl Nats {
                 tube,
                 ack: buf,
                 delivered,
-                delayed: ready_at.is_some(),
+                delayed: ready_at.is_some() && !e.scheduled,
                 leased: e.pulled,
             });
         }
