@@ -91,6 +91,10 @@ pub(crate) struct Nats {
     /// Confirmations read before they were asked for.
     confirmed: Vec<u64>,
     early: VecDeque<Early>,
+    /// Delayed jobs this link gave back because they came before their
+    /// ready time: stream sequence and how many times, until taken (at most
+    /// `GIVEN_BACK_KEPT`, the oldest forgotten first).
+    given_back: VecDeque<(u64, u64)>,
     /// The delivery handed out last, when it came early.
     current: Early,
     slice: Duration,
@@ -138,11 +142,8 @@ impl JobLink for Nats {
         }
         let left = t.ack_wait.saturating_sub(h.leased.elapsed());
         // Every redelivery followed a -NAK or a lease that ran out; the early
-        // delivery of a delayed job is not an attempt.
-        let releases = h
-            .delivered
-            .saturating_sub(1)
-            .saturating_sub(u64::from(h.delayed));
+        // deliveries of a delayed job are not attempts.
+        let releases = h.delivered.saturating_sub(1).saturating_sub(h.early);
         Ok(Some(JobInfo {
             pri: 0,
             ttr: t.ack_wait.as_secs().max(1),
@@ -268,6 +269,7 @@ impl Link for Nats {
             check_idle: cfg.exit_when_idle.is_some(),
             confirmed: Vec::with_capacity(2 * k + 8),
             early: VecDeque::with_capacity(2 * k),
+            given_back: VecDeque::new(),
             current: Early::default(),
             slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
         })

@@ -22,6 +22,9 @@ pub(super) struct Tube {
     pub(super) ack_wait: Duration,
 }
 
+/// How many delayed jobs given back early a link remembers.
+pub(super) const GIVEN_BACK_KEPT: usize = 1024;
+
 /// A job this link holds.
 #[derive(Debug)]
 pub(super) struct Held {
@@ -30,9 +33,9 @@ pub(super) struct Held {
     /// Its ack subject.
     pub(super) ack: Vec<u8>,
     pub(super) delivered: u64,
-    /// It carried a ready time and the client held it: its first delivery
-    /// came early and went back.
-    pub(super) delayed: bool,
+    /// Its deliveries that came before its ready time and went back (a
+    /// delay the client holds): not attempts.
+    pub(super) early: u64,
     /// When its lease started, at the earliest: the pull that brought it was
     /// sent, or the last touch (`+WPI`) was. The server's ack wait runs
     /// from a moment no earlier.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, MsgSelect, NatsError};
 use taskq_proto::ConnectionError;
 
-use super::parts::{conn_error, keep_early, unix_ms, Early, End, Held};
+use super::parts::{conn_error, keep_early, unix_ms, Early, End, Held, GIVEN_BACK_KEPT};
 use super::Nats;
 use crate::engine::seam::{Fault, Took};
 
@@ -40,6 +40,36 @@ impl Nats {
         }
     }
 
+    /// Notes that delayed job `seq` went back early once more.
+    fn gave_back_early(&mut self, seq: u64) {
+        if let Some(n) = self.given_back.iter_mut().find(|(s, _)| *s == seq) {
+            n.1 += 1;
+            return;
+        }
+        if self.given_back.len() == GIVEN_BACK_KEPT {
+            self.given_back.pop_front();
+        }
+        self.given_back.push_back((seq, 1));
+    }
+
+    /// How many deliveries of `e`, taken now, came before its ready time:
+    /// as this link counted them; a delivery that is not the first of a
+    /// delayed job it holds no count of went back early once (at another
+    /// worker, or before this link forgot it). A job a message schedule
+    /// published came at its time.
+    fn early_deliveries(&mut self, e: &Early) -> u64 {
+        let counted = self
+            .given_back
+            .iter()
+            .position(|(s, _)| *s == e.seq)
+            .and_then(|i| self.given_back.remove(i))
+            .map(|(_, n)| n);
+        if e.ready_at.is_none() || e.scheduled {
+            return 0;
+        }
+        counted.unwrap_or(u64::from(e.delivered > 1))
+    }
+
     /// Takes a delivery as a held job; `None` when it is not ready yet (it
     /// went back with `-NAK` for the time left) or not one of our tubes.
     pub(super) fn take(&mut self, e: &Early) -> Result<bool, Fault> {
@@ -56,6 +86,7 @@ impl Nats {
                     .queue_ack(ack, AckKind::Nak { delay: Some(delay) }, false)
                     .and_then(|_| self.conn.flush())
                     .map_err(|e| Fault::Conn(conn_error(e)))?;
+                self.gave_back_early(seq);
                 return Ok(false);
             }
         }
@@ -67,12 +98,13 @@ impl Nats {
             self.held[i].delivered = delivered;
             self.held[i].leased = e.pulled;
         } else {
+            let early = self.early_deliveries(e);
             self.held.push(Held {
                 seq,
                 tube,
                 ack: buf,
                 delivered,
-                delayed: ready_at.is_some() && !e.scheduled,
+                early,
                 leased: e.pulled,
             });
         }
