@@ -304,3 +304,77 @@ fn tempdir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// What else a user or an operator sees: a library's refusal (its `Display`
+/// and `Debug`), the producer and the worker's settings printed with `{:?}`,
+/// and the worker's metrics scraped while it runs with the password in its
+/// address.
+#[test]
+fn library_errors_settings_and_the_workers_metrics_show_no_secret() {
+    use std::io::{Read, Write};
+
+    let c = server(&format!(
+        "authorization {{ users = [ {{ user: alice, password: \"{PASSWORD}\" }} ] }}"
+    ));
+    let host = c.addr(0).to_string();
+    let enc = PASSWORD
+        .replace('%', "%25")
+        .replace('/', "%2F")
+        .replace('@', "%40");
+    let mut seen = String::new();
+
+    // A refused connect, and a good one, through the library.
+    let wrong = format!("nats://alice:{enc}x@{host}");
+    let e = taskq_producer::Producer::builder()
+        .resolve_for(Duration::from_millis(500))
+        .connect(wrong.as_str())
+        .unwrap_err();
+    assert!(e.not_sent(), "{e}");
+    seen += &format!("{e}\n{e:?}\n");
+    let good = format!("nats://alice:{enc}@{host}");
+    let p = taskq_producer::Producer::builder()
+        .connect(good.as_str())
+        .unwrap();
+    seen += &format!("{p:?}\n{:?}\n", taskq_proto::Address::parse(&good));
+    drop(p);
+    let cfg = taskq_worker::Config {
+        servers: vec![good.clone()],
+        ..taskq_worker::Config::default()
+    };
+    seen += &format!("{cfg:?}\n");
+
+    // The worker's metrics, scraped mid-run.
+    let port = taskq_testkit::beanstalkd::free_port().unwrap();
+    let maddr = format!("127.0.0.1:{port}");
+    let mut w = Command::new(bin_dir().join("taskq-worker"))
+        .args(["--addr", &good, "--tube", "m", "--metrics-addr", &maddr])
+        .args(["--", "sh", "-c", "cat >/dev/null"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(&maddr) {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: {maddr}\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if out.contains("taskq") {
+                break out;
+            }
+        }
+        assert!(Instant::now() < until, "no metrics at {maddr}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = w.kill();
+    let out = w.wait_with_output().unwrap();
+    seen += &metrics;
+    seen += &text(&out);
+    assert!(seen.contains("Authorization Violation"), "{seen}");
+    no_secret(&seen, &[PASSWORD, &enc]);
+}

@@ -14,7 +14,7 @@ use taskq_proto::{Backoff, Jitter};
 /// Settings of a [`Worker`](crate::Worker).
 ///
 /// Build one with struct update syntax from [`Config::default`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Config {
     /// Servers as `HOST:PORT` (beanstalkd; every thread connects to each), or
     /// one `nats://HOST:PORT[,HOST:PORT...]` cluster (JetStream; the nodes
@@ -67,6 +67,55 @@ pub struct Config {
     pub prefetch: usize,
     /// The JetStream layout and the settings of what the worker creates there.
     pub jetstream: JetStreamConfig,
+}
+
+/// Shows every setting, the servers without the credentials their
+/// addresses may carry (`nats://alice:***@host`): a config printed with
+/// `{:?}` in a log shows no password or token.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Taken apart whole, so that a new setting cannot be left out.
+        let Config {
+            servers,
+            tubes,
+            weights,
+            run_scale,
+            concurrency,
+            reserve_timeout,
+            io_timeout,
+            connect_timeout,
+            max_attempts,
+            retry_backoff,
+            reconnect_backoff,
+            exit_when_idle,
+            max_jobs,
+            limits,
+            prefetch,
+            jetstream,
+        } = self;
+        let servers: Vec<String> = servers
+            .iter()
+            .map(|s| taskq_proto::redact_address(s))
+            .collect();
+        f.debug_struct("Config")
+            .field("servers", &servers)
+            .field("tubes", tubes)
+            .field("weights", weights)
+            .field("run_scale", run_scale)
+            .field("concurrency", concurrency)
+            .field("reserve_timeout", reserve_timeout)
+            .field("io_timeout", io_timeout)
+            .field("connect_timeout", connect_timeout)
+            .field("max_attempts", max_attempts)
+            .field("retry_backoff", retry_backoff)
+            .field("reconnect_backoff", reconnect_backoff)
+            .field("exit_when_idle", exit_when_idle)
+            .field("max_jobs", max_jobs)
+            .field("limits", limits)
+            .field("prefetch", prefetch)
+            .field("jetstream", jetstream)
+            .finish()
+    }
 }
 
 /// Settings that only the JetStream engine reads.
