@@ -29,6 +29,8 @@ pub struct Builder {
     pub(crate) resolve_for: Option<Duration>,
     pub(crate) access: NatsAccess,
     pub(crate) keep_stream_config: bool,
+    /// The shared producer's bounds; `None`: the defaults.
+    pub(crate) max_queued: (Option<usize>, Option<usize>),
 }
 
 impl Builder {

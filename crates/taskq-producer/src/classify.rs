@@ -268,6 +268,7 @@ impl BatchRetry {
 /// time runs out, for the blocking and the async producer alike. Once a send
 /// may have reached the stream, the put stays unknown however the later
 /// re-sends fail.
+#[derive(Debug)]
 pub(crate) struct Resolve {
     until: Instant,
     maybe_stored: bool,

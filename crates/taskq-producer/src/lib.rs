@@ -68,6 +68,8 @@ mod nats;
 mod outcome;
 mod producer;
 mod reconnects;
+#[cfg(feature = "tokio")]
+mod shared;
 mod target;
 
 #[cfg(feature = "tokio")]
@@ -79,6 +81,8 @@ pub use outcome::{
     BatchError, BatchReport, Position, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS,
 };
 pub use producer::Producer;
+#[cfg(feature = "tokio")]
+pub use shared::{SharedProducer, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_PUTS};
 
 pub use target::{IntoTarget, Target};
 pub use taskq_proto::{Backoff, Engine, Jitter, JobId, READY_AT_HEADER};

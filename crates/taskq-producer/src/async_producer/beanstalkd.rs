@@ -267,6 +267,37 @@ impl AsyncBeanstalkd {
         self.reconnects.opened(&mut self.conn, opened)
     }
 
+    /// The shared producer's driver: the open connection, opened first
+    /// (the tube restored) if needed.
+    pub(crate) async fn link(&mut self) -> Result<&mut AsyncConn, Error> {
+        self.connected().await
+    }
+
+    /// The shared producer's driver: the connection, if one is open.
+    pub(crate) fn conn_mut(&mut self) -> Option<&mut AsyncConn> {
+        self.conn.as_mut().filter(|c| !c.is_broken())
+    }
+
+    /// The shared producer's driver: the tube the next connection `use`s
+    /// when it opens (nothing is sent now).
+    pub(crate) fn set_tube(&mut self, tube: &str) {
+        let wanted = (tube != "default").then_some(tube);
+        if self.tube.as_deref() != wanted {
+            self.tube = wanted.map(str::to_owned);
+        }
+    }
+
+    /// The shared producer's driver: a reply came.
+    pub(crate) fn progress(&mut self) {
+        self.reconnects.progress();
+    }
+
+    /// The shared producer's driver: the connection broke; the next
+    /// [`link`](Self::link) opens another (at once after a healthy spell).
+    pub(crate) fn lost(&mut self) {
+        self.broke();
+    }
+
     /// Forgets a connection that broke so the next call opens a new one.
     fn drop_if_broken(&mut self) {
         if self.conn.as_ref().is_some_and(AsyncConn::is_broken) {

@@ -192,12 +192,23 @@ impl AsyncConn {
     /// Reads the next owed reply, against one deadline for the whole of it.
     #[inline]
     pub(crate) async fn recv(&mut self) -> Result<Reply<'_>, ConnectionError> {
+        self.recv_since(&mut None).await
+    }
+
+    /// [`recv`](Self::recv) with the deadline running from `started` (set
+    /// here when a read first has to wait; the caller clears it on
+    /// progress), so a future dropped while waiting and made again keeps
+    /// the same deadline.
+    #[inline]
+    pub(crate) async fn recv_since(
+        &mut self,
+        started: &mut Option<Instant>,
+    ) -> Result<Reply<'_>, ConnectionError> {
         let wait = self.session.reply_wait(self.io_timeout)?;
-        let mut started = None;
         // The enqueue hot path: a lone put's reply is almost always one whole
         // `INSERTED <id>\r\n` from one read straight into the empty buffer.
         if self.session.awaits_lone_put() {
-            let n = poll_fn(|cx| self.poll_read(cx, true, &mut started, wait)).await?;
+            let n = poll_fn(|cx| self.poll_read(cx, true, started, wait)).await?;
             if let Some(id) = self.session.take_inserted(n) {
                 return Ok(Reply::Inserted { id });
             }
@@ -206,7 +217,7 @@ impl AsyncConn {
             if let Some(f) = self.session.frame_reply()? {
                 return Ok(self.session.take_reply(f));
             }
-            let n = poll_fn(|cx| self.poll_read(cx, false, &mut started, wait)).await?;
+            let n = poll_fn(|cx| self.poll_read(cx, false, started, wait)).await?;
             self.session.received(n);
         }
     }

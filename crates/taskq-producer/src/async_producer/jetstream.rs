@@ -323,6 +323,35 @@ impl AsyncJetStream {
         self.reconnects.opened(&mut self.conn, opened).map(|_| ())
     }
 
+    /// The shared producer's driver: the open connection, opened first if
+    /// needed.
+    pub(crate) async fn link(&mut self) -> Result<&mut AsyncNatsConn, Error> {
+        self.connected().await?;
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    /// The shared producer's driver: the connection, if one is open.
+    pub(crate) fn conn_mut(&mut self) -> Option<&mut AsyncNatsConn> {
+        self.conn.as_mut().filter(|c| !c.is_broken())
+    }
+
+    /// The shared producer's driver: the message ids, the stream's layout
+    /// and who holds delays on the connection opened last.
+    pub(crate) fn naming(&self) -> (&crate::nats::MsgIds, &taskq_proto::Layout, Delays) {
+        (&self.setup.ids, &self.setup.layout, self.delays)
+    }
+
+    /// The shared producer's driver: a reply came.
+    pub(crate) fn progress(&mut self) {
+        self.reconnects.progress();
+    }
+
+    /// The shared producer's driver: the connection broke; the next
+    /// [`link`](Self::link) opens another (at once after a healthy spell).
+    pub(crate) fn lost(&mut self) {
+        self.reconnects.broke(&mut self.conn);
+    }
+
     /// Forgets a connection that broke so the next call opens a new one.
     fn drop_if_broken(&mut self) {
         if self.conn.as_ref().is_some_and(AsyncNatsConn::is_broken) {

@@ -16,8 +16,8 @@ mod io;
 mod jetstream;
 mod nats_conn;
 
-use beanstalkd::AsyncBeanstalkd;
-use jetstream::AsyncJetStream;
+pub(crate) use beanstalkd::AsyncBeanstalkd;
+pub(crate) use jetstream::AsyncJetStream;
 
 impl Builder {
     /// Connects an [`AsyncProducer`] with these settings (resolving `addr`

@@ -16,7 +16,9 @@ use std::io::IoSlice;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use taskq_proto::nats::{MsgFrame, NatsConnection, NatsError, NatsSession, PubAck, TlsSession};
+use taskq_proto::nats::{
+    Event, MsgFrame, NatsConnection, NatsError, NatsSession, PubAck, TlsSession,
+};
 use taskq_proto::{ConnectionError, IoCounts};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -183,16 +185,49 @@ impl AsyncNatsConn {
         }
     }
 
-    /// Queues a publish for [`flush`](Self::flush); its PubAck is read by
-    /// [`recv_puback`](Self::recv_puback), in the order of queueing.
+    /// Queues a publish for [`flush`](Self::flush) and returns its reply
+    /// token; its PubAck is read by [`recv_puback`](Self::recv_puback), in
+    /// the order of queueing, or by [`recv_any_puback`](Self::recv_any_puback).
     pub(crate) fn queue_publish(
         &mut self,
         subject: &[u8],
         msg_id: &[u8],
         extra: &[(&[u8], &[u8])],
         body: &[u8],
-    ) -> Result<(), NatsError> {
+    ) -> Result<u64, NatsError> {
         self.session.queue_publish(subject, msg_id, extra, body)
+    }
+
+    /// Reads until the PubAck of any owed publish, whichever comes first,
+    /// with its token. The deadline runs from `started` (set here when a
+    /// read first has to wait; the caller clears it on progress), so a
+    /// future dropped while waiting and made again keeps the same deadline;
+    /// `wait` other than the I/O timeout (`Duration::MAX`: none, for an
+    /// idle connection answering `PING`s).
+    pub(crate) async fn recv_any_puback(
+        &mut self,
+        started: &mut Option<Instant>,
+        wait: Option<Duration>,
+    ) -> Result<(u64, Result<PubAck, NatsError>), NatsError> {
+        let wait = wait.unwrap_or(self.io_timeout);
+        loop {
+            let r = self.session.poll_event();
+            if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
+                self.answer_pings().await?;
+            }
+            match r? {
+                Some(Event::Reply { token, m }) => {
+                    if let Some(ack) = self.session.take_puback_of(token, m) {
+                        return Ok((token, ack));
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    let n = poll_fn(|cx| self.poll_read(cx, started, wait)).await?;
+                    self.session.received(n);
+                }
+            }
+        }
     }
 
     /// Sends everything queued with one write.

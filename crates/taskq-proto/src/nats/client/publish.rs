@@ -67,6 +67,7 @@ impl NatsConnection {
     ) -> Result<(), NatsError> {
         self.s
             .queue_publish(subject.as_bytes(), msg_id, extra, body)
+            .map(|_| ())
     }
 
     /// Sends everything queued (publishes, acks) with one write.

@@ -102,15 +102,16 @@ impl NatsSession {
         }
     }
 
-    /// Queues a publish for the next write; its PubAck is read with
-    /// [`poll_puback`](Self::poll_puback), in the order of queueing.
+    /// Queues a publish for the next write and returns its reply token; its
+    /// PubAck is read with [`poll_puback`](Self::poll_puback), in the order
+    /// of queueing, or by token with [`take_puback_of`](Self::take_puback_of).
     pub fn queue_publish(
         &mut self,
         subject: &[u8],
         msg_id: &[u8],
         extra: &[(&[u8], &[u8])],
         body: &[u8],
-    ) -> Result<(), NatsError> {
+    ) -> Result<u64, NatsError> {
         self.usable()?;
         if self.pull.is_some() || self.pull_queued.is_some() {
             return Err(NatsError::Busy);
@@ -121,7 +122,7 @@ impl NatsSession {
         self.tx.extend_from_slice(bytes);
         self.token();
         self.pubacks.push_back(token);
-        Ok(())
+        Ok(token)
     }
 
     /// PubAcks owed by queued publishes.
@@ -151,5 +152,16 @@ impl NatsSession {
     pub fn take_puback(&mut self, m: MsgFrame) -> Result<PubAck, NatsError> {
         self.pubacks.pop_front();
         self.puback(m)
+    }
+
+    /// Reads the reply `m` to the queued publish of `token` (an
+    /// [`Event::Reply`](super::Event::Reply) polled with
+    /// [`poll_event`](Self::poll_event)), in whatever order replies come:
+    /// `None` when no publish owes that token (a stale reply, read and
+    /// dropped), else its PubAck, which is then no longer owed.
+    pub fn take_puback_of(&mut self, token: u64, m: MsgFrame) -> Option<Result<PubAck, NatsError>> {
+        let at = self.pubacks.iter().position(|&t| t == token)?;
+        self.pubacks.remove(at);
+        Some(self.puback(m))
     }
 }

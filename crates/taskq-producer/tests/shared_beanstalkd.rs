@@ -1,0 +1,401 @@
+//! The shared producer on beanstalkd: many tasks on one connection, each
+//! getting exactly its own reply, checked against the server's own record
+//! (every job reserved back and compared with the body its caller put),
+//! through broken connections, a stalled server, dropped futures and tube
+//! changes while puts are in flight.
+#![cfg(feature = "tokio")]
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::future::{poll_fn, Future};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::pin::pin;
+use std::sync::mpsc;
+use std::task::Poll;
+use std::time::Duration;
+
+use common::{Act, FakePeer};
+use taskq_producer::{Error, Producer, PutOptions, PutOutcome, SharedProducer};
+use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, Toxic};
+
+/// A multi-threaded runtime (two workers: callers and the driver really run
+/// at once), the test bounded in time.
+fn run<T>(f: impl Future<Output = T>) -> T {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(90), f)
+            .await
+            .expect("the test's async part ends within 90 s")
+    })
+}
+
+/// What each caller came to: (tube, body, outcome) for every put.
+type Outcomes = Vec<(String, Vec<u8>, Result<u64, Error>)>;
+
+/// `tasks` tasks each putting `per_task` distinct bodies, task `t` into tube
+/// `tube-(t % tubes)`, all sharing `p`.
+async fn put_from_tasks(
+    p: &SharedProducer,
+    tasks: usize,
+    per_task: usize,
+    tubes: usize,
+) -> Outcomes {
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let p = p.clone();
+        handles.push(tokio::spawn(async move {
+            let tube = format!("tube-{}", t % tubes);
+            let mut out = Vec::with_capacity(per_task);
+            for i in 0..per_task {
+                let body = format!("task {t} job {i}").into_bytes();
+                let r = p.put(&tube, &body, PutOptions::default()).await;
+                out.push((tube.clone(), body, r.map(|id| id.get())));
+            }
+            out
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.expect("a caller task"));
+    }
+    all
+}
+
+/// Every job of `tubes` tubes on the server, reserved and deleted: id → (tube, body).
+fn server_record(addr: std::net::SocketAddr, tubes: usize) -> HashMap<u64, (String, Vec<u8>)> {
+    let mut jobs = HashMap::new();
+    for t in 0..tubes {
+        let tube = format!("tube-{t}");
+        for (id, body) in common::drain(addr, &tube) {
+            assert!(
+                jobs.insert(id, (tube.clone(), body)).is_none(),
+                "id {id} twice"
+            );
+        }
+    }
+    jobs
+}
+
+/// The checks every run ends with: each acknowledged id holds its caller's
+/// body in its caller's tube; no id went to two callers; jobs on the
+/// server that no caller was told of are no more than the unknown outcomes.
+fn check_against_server(
+    outcomes: &Outcomes,
+    jobs: &HashMap<u64, (String, Vec<u8>)>,
+) -> (usize, usize) {
+    let mut acked = HashSet::new();
+    let mut unknown = 0;
+    for (tube, body, r) in outcomes {
+        match r {
+            Ok(id) => {
+                assert!(acked.insert(*id), "id {id} was given to two callers");
+                let (t, b) = jobs
+                    .get(id)
+                    .unwrap_or_else(|| panic!("acknowledged id {id} is not on the server"));
+                assert_eq!((t, b), (tube, body), "job {id} holds another caller's put");
+            }
+            Err(e) if e.outcome_unknown() => unknown += 1,
+            Err(e) => assert!(
+                e.not_sent(),
+                "a put neither stored, unknown nor not sent: {e}"
+            ),
+        }
+    }
+    let unacked = jobs.keys().filter(|id| !acked.contains(id)).count();
+    assert!(
+        unacked <= unknown,
+        "{unacked} jobs stored unacknowledged, only {unknown} unknown outcomes"
+    );
+    (acked.len(), unknown)
+}
+
+#[test]
+fn two_hundred_fifty_six_tasks_each_get_their_own_ids_on_one_connection() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr();
+    let (outcomes, connects) = run(async {
+        let p = SharedProducer::connect(&addr.to_string()).await.unwrap();
+        let outcomes = put_from_tasks(&p, 256, 100, 4).await;
+        (outcomes, p.connects())
+    });
+    assert_eq!(connects, 1, "one connection for every caller");
+    let jobs = server_record(addr, 4);
+    let (acked, unknown) = check_against_server(&outcomes, &jobs);
+    assert_eq!((acked, unknown, jobs.len()), (25_600, 0, 25_600));
+}
+
+#[test]
+fn tube_changes_in_flight_insert_a_use_only_where_the_tube_changes() {
+    let peer = FakePeer::start(vec![Act::Serve]);
+    let addr = peer.addr.to_string();
+    let ids = run(async {
+        let p = SharedProducer::connect(&addr).await.unwrap();
+        // Handed in together, before the driver writes: one write, in order.
+        let (a, b, c, d) = tokio::join!(
+            p.put("a", b"1", PutOptions::default()),
+            p.put("a", b"2", PutOptions::default()),
+            p.put("b", b"3", PutOptions::default()),
+            p.put("a", b"4", PutOptions::default()),
+        );
+        [a, b, c, d].map(|r| r.unwrap().get())
+    });
+    assert_eq!(ids, [1, 2, 3, 4], "each caller its own reply, in order");
+    let cmds: Vec<String> = peer
+        .commands(0)
+        .into_iter()
+        .filter(|l| l.starts_with("use") || l.starts_with("put"))
+        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        cmds,
+        ["use a", "put 1024", "put 1024", "use b", "put 1024", "use a", "put 1024"]
+    );
+}
+
+#[test]
+fn replies_cut_off_mid_run_leave_every_acknowledged_job_its_callers() {
+    let server = Beanstalkd::start().unwrap();
+    let proxy = ChaosProxy::start(server.addr()).unwrap();
+    // Every connection closes after 3,000 bytes of replies (about 230
+    // `INSERTED`s): the puts then owed are unknown, the rest go on anew.
+    proxy.add(
+        Toxic::LimitData { bytes: 3_000 },
+        Direction::Downstream,
+        1.0,
+    );
+    let url = proxy.addr().to_string();
+    let (outcomes, connects) = run(async {
+        let p = Producer::builder()
+            .io_timeout(Duration::from_secs(2))
+            .connect_shared(&url)
+            .await
+            .unwrap();
+        let outcomes = put_from_tasks(&p, 64, 60, 2).await;
+        (outcomes, p.connects())
+    });
+    let jobs = server_record(server.addr(), 2);
+    let (acked, unknown) = check_against_server(&outcomes, &jobs);
+    eprintln!(
+        "acked {acked}, unknown {unknown}, connects {connects}, stored {}",
+        jobs.len()
+    );
+    // 3,840 replies of at least 10 bytes cannot pass through 3,000-byte connections in fewer than 12.
+    assert!(connects >= 12, "{connects} connects");
+    assert!(proxy.opened() >= 12);
+    assert!(acked > 0);
+}
+
+#[test]
+fn requests_cut_off_mid_put_are_unknown_or_not_sent_never_misplaced() {
+    let server = Beanstalkd::start().unwrap();
+    let proxy = ChaosProxy::start(server.addr()).unwrap();
+    // Each connection forwards 5,000 bytes of requests, then closes: the
+    // last put is cut mid-line or mid-body.
+    proxy.add(Toxic::LimitData { bytes: 5_000 }, Direction::Upstream, 1.0);
+    let url = proxy.addr().to_string();
+    let (outcomes, connects) = run(async {
+        let p = Producer::builder()
+            .io_timeout(Duration::from_secs(2))
+            .connect_shared(&url)
+            .await
+            .unwrap();
+        let outcomes = put_from_tasks(&p, 32, 50, 2).await;
+        (outcomes, p.connects())
+    });
+    let jobs = server_record(server.addr(), 2);
+    let (acked, unknown) = check_against_server(&outcomes, &jobs);
+    eprintln!("acked {acked}, unknown {unknown}, connects {connects}");
+    assert!(
+        connects >= 10,
+        "1,600 puts of over 40 bytes need at least 13 connections of 5,000: {connects}"
+    );
+}
+
+#[test]
+fn a_stalled_server_holds_puts_back_within_the_bound_and_they_go_on_after() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr();
+    let (outcomes, most_waiting) = run(async {
+        let p = Producer::builder()
+            .io_timeout(Duration::from_secs(60))
+            .max_queued_puts(32)
+            .connect_shared(&addr.to_string())
+            .await
+            .unwrap();
+        p.put("tube-0", b"before", PutOptions::default())
+            .await
+            .unwrap();
+        // The server stops (SIGSTOP): it reads nothing and answers nothing
+        // until it goes on. Puts written wait for replies, the rest for room.
+        server.signal("STOP").unwrap();
+        let callers = tokio::spawn({
+            let p = p.clone();
+            async move { put_from_tasks(&p, 200, 2, 1).await }
+        });
+        // Watch until every slot has been taken a while: never more.
+        let mut most = 0;
+        let mut full_for = 0;
+        while full_for < 50 {
+            let w = p.waiting();
+            most = most.max(w);
+            if w == 32 {
+                full_for += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert!(
+            !callers.is_finished(),
+            "400 puts cannot finish while the server is stopped"
+        );
+        server.signal("CONT").unwrap();
+        (callers.await.unwrap(), most)
+    });
+    assert_eq!(most_waiting, 32, "at most max_queued_puts wait");
+    let mut jobs = server_record(addr, 1);
+    jobs.retain(|_, (_, b)| b != b"before");
+    let (acked, unknown) = check_against_server(&outcomes, &jobs);
+    assert_eq!(
+        (acked, unknown, jobs.len()),
+        (400, 0, 400),
+        "every put went on once the server did"
+    );
+}
+
+/// Polls `f` once, in the current task, and returns whether it finished.
+async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
+    let mut f = Some(f);
+    poll_fn(|cx| Poll::Ready(f.take().unwrap().poll(cx).is_ready())).await
+}
+
+#[test]
+fn a_put_dropped_before_its_write_is_never_sent() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    // One thread: the driver cannot run between handing the put in and dropping it.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let kept = rt.block_on(async {
+        let p = SharedProducer::connect(&addr).await.unwrap();
+        {
+            let dropped = pin!(p.put("tube-0", b"dropped", PutOptions::default()));
+            assert!(!poll_once(dropped).await, "handed in, not answered");
+            assert_eq!(p.waiting(), 1);
+        }
+        assert_eq!(p.waiting(), 0, "taken back at once");
+        p.put("tube-0", b"kept", PutOptions::default())
+            .await
+            .unwrap()
+            .get()
+    });
+    let jobs = server_record(server.addr(), 1);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[&kept].1, b"kept");
+}
+
+#[test]
+fn a_put_dropped_after_its_write_keeps_its_reply_from_the_next_caller() {
+    // A peer that holds the first put's reply until told, so the future is
+    // surely dropped while its reply is owed.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (read_tx, read_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let peer = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        for id in 1..=2 {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let n: usize = line.trim_end().rsplit(' ').next().unwrap().parse().unwrap();
+            let mut body = vec![0; n + 2];
+            r.read_exact(&mut body).unwrap();
+            if id == 1 {
+                read_tx.send(()).unwrap();
+                go_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            }
+            w.write_all(format!("INSERTED {id}\r\n").as_bytes())
+                .unwrap();
+        }
+    });
+    let second = run(async {
+        let p = SharedProducer::connect(&addr).await.unwrap();
+        {
+            let first = tokio::spawn({
+                let p = p.clone();
+                async move { p.put("default", b"first", PutOptions::default()).await }
+            });
+            tokio::task::spawn_blocking(move || read_rx.recv_timeout(Duration::from_secs(20)))
+                .await
+                .unwrap()
+                .expect("the peer read the first put");
+            first.abort();
+            assert!(first.await.unwrap_err().is_cancelled());
+        }
+        go_tx.send(()).unwrap();
+        let second = p.put("default", b"second", PutOptions::default()).await;
+        (second.map(|id| id.get()), p.waiting(), p.connects())
+    });
+    peer.join().unwrap();
+    assert_eq!(
+        second.0.unwrap(),
+        2,
+        "the dropped put's reply (1) went to nobody"
+    );
+    assert_eq!(
+        (second.1, second.2),
+        (0, 1),
+        "nothing waits, one connection"
+    );
+}
+
+#[test]
+fn a_batch_gets_each_jobs_own_outcome() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr();
+    let out = run(async {
+        let p = SharedProducer::connect(&addr.to_string()).await.unwrap();
+        let bodies: Vec<Vec<u8>> = (0..300).map(|i| format!("b{i}").into_bytes()).collect();
+        let mut out = vec![PutOutcome::NotSent; 300];
+        let other = p.put_batch("tube-0", &bodies, PutOptions::default(), &mut out);
+        let alone = p.put("tube-1", b"alone", PutOptions::default());
+        let (r, alone) = tokio::join!(other, alone);
+        assert_eq!(r.unwrap().inserted, 300);
+        alone.unwrap();
+        out
+    });
+    let jobs = server_record(addr, 2);
+    for (i, o) in out.iter().enumerate() {
+        let id = o.id().expect("inserted").get();
+        assert_eq!(
+            jobs[&id],
+            ("tube-0".to_owned(), format!("b{i}").into_bytes())
+        );
+    }
+    assert_eq!(jobs.len(), 301);
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_is_sent() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr();
+    run(async {
+        let p = SharedProducer::connect(&addr.to_string()).await.unwrap();
+        let r = p.put("bad tube", b"x", PutOptions::default()).await;
+        assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
+        let big = vec![0; p.max_job_size() + 1];
+        let r = p.put("t", &big, PutOptions::default()).await;
+        assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
+        assert_eq!(p.waiting(), 0);
+    });
+    assert!(server_record(addr, 1).is_empty());
+}
