@@ -50,6 +50,10 @@ counters! {
     released,
     /// Jobs buried (`BURIED`), after too many failed attempts or on request.
     buried,
+    /// Handler calls that panicked. Each is a failed attempt, settled as
+    /// `Outcome::Fail` is: released with the retry backoff, or buried after
+    /// the last attempt; the thread goes on working.
+    panicked,
     /// Touches the server confirmed (`TOUCHED`).
     touched,
     /// Deletes answered `NOT_FOUND`: the lease had run out and the job went

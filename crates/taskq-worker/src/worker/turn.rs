@@ -14,7 +14,7 @@ use super::settle::decide;
 use crate::counters::Counters;
 use crate::engine::{Ask, Fault, JobLink, Link, Settle, Took};
 use crate::fair::Schedule;
-use crate::handler::{Handler, Outcome};
+use crate::handler::{handle_guarded, Handler, Outcome};
 use crate::job::{Job, JobError};
 use crate::shared::{LaneShared, Shared, HOLDING, IDLE, RESERVING};
 
@@ -179,7 +179,7 @@ impl Turn<'_> {
                 server,
                 shared: sh,
             };
-            self.handler.handle(&mut job)
+            handle_guarded(self.handler, &mut job)
         };
         if link.is_broken() {
             // A touch or a lookup broke the link: the server puts the job

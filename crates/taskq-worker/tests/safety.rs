@@ -1,0 +1,252 @@
+//! No handler and no job can stop a worker, against a real beanstalkd and a
+//! real nats-server on loopback: a handler that panics is a failed attempt
+//! (retried, then buried) and its thread goes on working.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use common::*;
+use taskq_producer::{Producer, PutOptions};
+use taskq_proto::nats::MsgSelect;
+use taskq_proto::{Backoff, Command as Cmd, Jitter, Reply};
+use taskq_testkit::{Beanstalkd, NatsCluster};
+use taskq_worker::{Config, JetStreamConfig, Job, Outcome, Snapshot, Worker};
+
+/// Jobs, threads, and one job in how many panicking, for the panic tests.
+const JOBS: usize = 2_000;
+const THREADS: usize = 8;
+const POISON_EVERY: usize = 100;
+const MAX_ATTEMPTS: u32 = 3;
+
+/// A rendezvous of `n` threads that fails the test (instead of hanging it)
+/// when they do not all come within `limit`.
+struct Rendezvous {
+    came: Mutex<HashSet<String>>,
+    all: Condvar,
+    n: usize,
+    limit: Duration,
+}
+
+impl Rendezvous {
+    fn new(n: usize, limit: Duration) -> Rendezvous {
+        Rendezvous {
+            came: Mutex::new(HashSet::new()),
+            all: Condvar::new(),
+            n,
+            limit,
+        }
+    }
+
+    /// Waits until `n` distinct threads are here. A thread holds its job
+    /// while it waits, so it cannot come twice: only `n` live threads, each
+    /// holding one of the last `n` jobs at once, can meet.
+    fn meet(&self) -> bool {
+        let me = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_owned();
+        let mut came = self.came.lock().unwrap();
+        assert!(came.insert(me), "a thread came twice");
+        self.all.notify_all();
+        let (came, timeout) = self
+            .all
+            .wait_timeout_while(came, self.limit, |c| c.len() < self.n)
+            .unwrap();
+        !timeout.timed_out() && came.len() == self.n
+    }
+}
+
+/// The body of job `i` of the panic test: one in [`POISON_EVERY`] panics.
+fn panic_body(i: usize) -> Vec<u8> {
+    if i % POISON_EVERY == POISON_EVERY / 2 {
+        format!("poison-{i}").into_bytes()
+    } else {
+        format!("good-{i}").into_bytes()
+    }
+}
+
+/// What the panic test's handler saw: good jobs done, poison runs, and
+/// whether the last jobs met on every thread.
+#[derive(Default)]
+struct Seen {
+    done: HashSet<Vec<u8>>,
+    poison_runs: usize,
+    twice: usize,
+    met: Vec<bool>,
+}
+
+/// The handler of the panic test: a poison job panics in the closure; a
+/// `last` job waits for all the threads to hold one (see [`Rendezvous`]).
+fn panicking(
+    seen: &Arc<Mutex<Seen>>,
+    meet: &Arc<Rendezvous>,
+) -> impl Fn(&mut Job<'_>) -> Outcome + Send + Sync + 'static {
+    let (seen, meet) = (seen.clone(), meet.clone());
+    move |job: &mut Job<'_>| {
+        let body = job.body().to_vec();
+        if body.starts_with(b"poison") {
+            seen.lock().unwrap().poison_runs += 1;
+            panic!("poison job {}", job.id());
+        }
+        if body.starts_with(b"last") {
+            let met = meet.meet();
+            seen.lock().unwrap().met.push(met);
+        }
+        // Not an assert: a panic here would be caught as the handler's.
+        let mut seen = seen.lock().unwrap();
+        if !seen.done.insert(body) {
+            seen.twice += 1;
+        }
+        Outcome::Done
+    }
+}
+
+fn panic_cfg(servers: Vec<String>, good: usize) -> Config {
+    Config {
+        servers,
+        concurrency: THREADS,
+        max_attempts: MAX_ATTEMPTS,
+        // Released for the next attempt at once: the test waits for nothing.
+        retry_backoff: Backoff {
+            initial: Duration::ZERO,
+            max: Duration::ZERO,
+            jitter: Jitter::None,
+        },
+        io_timeout: Duration::from_secs(2),
+        max_jobs: Some(good as u64),
+        ..Config::default()
+    }
+}
+
+/// What both engines' panic tests check of the worker's counts and of what
+/// its handler saw.
+fn check_panics(counts: &Snapshot, seen: &Seen, poison: usize, good: usize) {
+    eprintln!("{counts}");
+    assert_eq!(seen.done.len(), good, "every good job done");
+    assert_eq!(seen.twice, 0, "no good job ran twice");
+    assert_eq!(counts.deleted, good as u64);
+    assert_eq!(counts.buried, poison as u64, "each poison job buried");
+    let runs = poison * MAX_ATTEMPTS as usize;
+    assert_eq!(
+        seen.poison_runs, runs,
+        "each poison job ran max_attempts times"
+    );
+    assert_eq!(counts.panicked, runs as u64);
+    assert_eq!(
+        counts.released,
+        (poison * (MAX_ATTEMPTS as usize - 1)) as u64
+    );
+    assert_eq!(counts.reserved, counts.settled());
+    assert_eq!(counts.reconnects + counts.unexpected_replies, 0, "{counts}");
+    // Full concurrency to the end: the last jobs met on every thread at once.
+    assert_eq!(
+        seen.met,
+        vec![true; THREADS],
+        "all the threads alive at the end"
+    );
+}
+
+/// The panic test's bodies: `JOBS` jobs, one in a hundred poison, then the
+/// `THREADS` last ones. Returns them with the poison and good counts.
+fn panic_jobs() -> (Vec<Vec<u8>>, Vec<Vec<u8>>, usize, usize) {
+    let bodies: Vec<Vec<u8>> = (0..JOBS).map(panic_body).collect();
+    let last: Vec<Vec<u8>> = (0..THREADS)
+        .map(|i| format!("last-{i}").into_bytes())
+        .collect();
+    let poison = bodies.iter().filter(|b| b.starts_with(b"poison")).count();
+    let good = JOBS - poison + THREADS;
+    (bodies, last, poison, good)
+}
+
+/// Puts `bodies` into `tube` with priority `pri`.
+fn put_pri(addr: std::net::SocketAddr, tube: &str, pri: u32, bodies: &[Vec<u8>]) {
+    let mut c = connect(addr);
+    assert!(matches!(
+        c.request(&Cmd::Use { tube }).unwrap(),
+        Reply::Using { .. }
+    ));
+    for body in bodies {
+        match c
+            .request(&Cmd::Put {
+                pri,
+                delay: 0,
+                ttr: 60,
+                body,
+            })
+            .unwrap()
+        {
+            Reply::Inserted { .. } => {}
+            r => panic!("put: {r:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_panicking_handler_is_a_failed_attempt_and_every_thread_goes_on_beanstalkd() {
+    log_from_env();
+    let server = Beanstalkd::start().unwrap();
+    let (bodies, last, poison, good) = panic_jobs();
+    put_pri(server.addr(), "default", 100, &bodies);
+    // The last jobs are taken only when nothing else is ready: a poison job
+    // goes back ready at once (no backoff), ahead of them.
+    put_pri(server.addr(), "default", 1000, &last);
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let meet = Arc::new(Rendezvous::new(THREADS, Duration::from_secs(30)));
+    let worker = Worker::new(
+        panic_cfg(vec![server.addr().to_string()], good),
+        panicking(&seen, &meet),
+    )
+    .unwrap();
+    let counts = run_bounded(worker, Duration::from_secs(120));
+    check_panics(&counts, &seen.lock().unwrap(), poison, good);
+    let r = record(server.addr());
+    assert_eq!(r.buried, poison as u64, "the server's record: {r:?}");
+    assert_eq!((r.ready, r.reserved, r.delayed), (0, 0, 0));
+}
+
+#[test]
+fn a_panicking_handler_is_a_failed_attempt_and_every_thread_goes_on_jetstream() {
+    log_from_env();
+    let c = NatsCluster::start(1).unwrap();
+    let (bodies, last, poison, good) = panic_jobs();
+    let mut p = Producer::builder().tube("work").connect(c.url()).unwrap();
+    // No priorities on JetStream: the last jobs are put last.
+    for b in bodies.iter().chain(&last) {
+        p.put(b, PutOptions::default()).unwrap();
+    }
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let meet = Arc::new(Rendezvous::new(THREADS, Duration::from_secs(30)));
+    let worker = Worker::new(
+        Config {
+            tubes: vec!["work".into()],
+            jetstream: JetStreamConfig {
+                ack_wait: Duration::from_secs(60),
+                ..JetStreamConfig::default()
+            },
+            ..panic_cfg(vec![c.url()], good)
+        },
+        panicking(&seen, &meet),
+    )
+    .unwrap();
+    let counts = run_bounded(worker, Duration::from_secs(180));
+    check_panics(&counts, &seen.lock().unwrap(), poison, good);
+    // The stream's record: the poison jobs' copies on the buried subject,
+    // nothing else.
+    let mut ad = js_admin(&c);
+    assert_eq!(ad.stream_info("TASKQ").unwrap().messages, poison as u64);
+    let m = ad
+        .msg_get(
+            "TASKQ",
+            MsgSelect::NextBySubject {
+                subject: "taskq.work.buried",
+                seq: 1,
+            },
+        )
+        .unwrap();
+    assert!(m.data.starts_with(b"poison"));
+    let ci = js_consumer(&c, "work");
+    assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
+}
