@@ -250,3 +250,126 @@ fn a_panicking_handler_is_a_failed_attempt_and_every_thread_goes_on_jetstream() 
     let ci = js_consumer(&c, "work");
     assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
 }
+
+/// The big job of the oversized tests: over the worker's default limit
+/// (65,535 bytes), under the server's.
+const BIG: usize = 200_000;
+const SMALL: usize = 50;
+
+fn small_bodies() -> Vec<Vec<u8>> {
+    (0..SMALL)
+        .map(|i| format!("small-{i}").into_bytes())
+        .collect()
+}
+
+/// A handler that records each body it ran.
+fn recorder(ran: &Arc<Mutex<Vec<Vec<u8>>>>) -> impl Fn(&mut Job<'_>) -> Outcome + Send + Sync {
+    let ran = ran.clone();
+    move |job: &mut Job<'_>| {
+        ran.lock().unwrap().push(job.body().to_vec());
+        Outcome::Done
+    }
+}
+
+/// What both engines' oversized tests check: the big job settled once and
+/// never run, every small job done once, no reconnect.
+fn check_oversized(counts: &Snapshot, ran: &[Vec<u8>]) {
+    eprintln!("{counts}");
+    assert_eq!(counts.too_big, 1, "{counts}");
+    assert_eq!(counts.buried, 1, "{counts}");
+    assert_eq!(counts.deleted, SMALL as u64);
+    assert_eq!(counts.reserved, SMALL as u64 + 1, "the big job taken once");
+    assert_eq!(counts.reserved, counts.settled());
+    assert_eq!(
+        (
+            counts.reconnects,
+            counts.unexpected_replies,
+            counts.io_timeouts
+        ),
+        (0, 0, 0),
+        "{counts}"
+    );
+    let mut ran = ran.to_vec();
+    ran.sort();
+    let mut want = small_bodies();
+    want.sort();
+    assert_eq!(
+        ran, want,
+        "every small job done once, the big one never run"
+    );
+}
+
+/// Runs a worker on `cfg` (two threads, the default limits) until the small
+/// jobs are done, and checks what [`check_oversized`] checks.
+fn run_oversized(cfg: Config) {
+    let ran: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let cfg = Config {
+        concurrency: 2,
+        io_timeout: Duration::from_secs(2),
+        max_jobs: Some(SMALL as u64),
+        ..cfg
+    };
+    let counts = run_bounded(
+        Worker::new(cfg, recorder(&ran)).unwrap(),
+        Duration::from_secs(60),
+    );
+    check_oversized(&counts, &ran.lock().unwrap());
+}
+
+fn oversized_on_beanstalkd(prefetch: usize) {
+    let server = Beanstalkd::start_with(&["-z", "1048576"]).unwrap();
+    let big = put_all(server.addr(), "default", 60, &[vec![7u8; BIG]])[0];
+    put_all(server.addr(), "default", 60, &small_bodies());
+    run_oversized(Config {
+        servers: vec![server.addr().to_string()],
+        prefetch,
+        ..Config::default()
+    });
+    // The server's record: buried, reserved once, and nothing else left.
+    let (state, reserves, timeouts, releases) = job_state(server.addr(), big).unwrap();
+    assert_eq!(
+        (state.as_str(), reserves, timeouts, releases),
+        ("buried", 1, 0, 0)
+    );
+    let r = record(server.addr());
+    assert_eq!((r.buried, r.ready, r.reserved), (1, 0, 0), "{r:?}");
+}
+
+#[test]
+fn a_job_over_the_limit_is_buried_once_and_the_rest_done_on_beanstalkd() {
+    log_from_env();
+    oversized_on_beanstalkd(1);
+}
+
+#[test]
+fn a_job_over_the_limit_is_buried_once_from_a_prefetch_window_on_beanstalkd() {
+    log_from_env();
+    oversized_on_beanstalkd(4);
+}
+
+#[test]
+fn a_job_over_the_limit_is_terminated_once_and_the_rest_done_on_jetstream() {
+    log_from_env();
+    // The server's max_payload is its default, 1 MiB: above the worker's limit.
+    let c = NatsCluster::start(1).unwrap();
+    let mut p = Producer::builder()
+        .tube("work")
+        .max_job_size(1 << 20)
+        .connect(c.url())
+        .unwrap();
+    let big = p.put(&vec![7u8; BIG], PutOptions::default()).unwrap();
+    for b in small_bodies() {
+        p.put(&b, PutOptions::default()).unwrap();
+    }
+    run_oversized(Config {
+        servers: vec![c.url()],
+        tubes: vec!["work".into()],
+        ..Config::default()
+    });
+    // Terminated: gone from the work queue, not copied, not redelivered.
+    let mut ad = js_admin(&c);
+    assert_eq!(ad.stream_info("TASKQ").unwrap().messages, 0);
+    assert!(ad.msg_get("TASKQ", MsgSelect::Seq(big.get())).is_err());
+    let ci = js_consumer(&c, "work");
+    assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
+}

@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use taskq_proto::nats::{
-    AckKind, ConsumerSpec, Delivery, NatsConfig, NatsConnection, NatsError, StreamSpec,
+    AckKind, ConsumerSpec, Delivery, NatsConfig, NatsConnection, NatsError, NatsLimits, StreamSpec,
 };
 use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout};
 
@@ -54,6 +54,10 @@ mod reading;
 /// Deliveries one consumer may have unacked at once, across its workers:
 /// room for many prefetching workers (the server's default is 1000).
 const MAX_ACK_PENDING: i64 = 20_000;
+
+/// The largest `max_payload` a nats-server accepts in its configuration
+/// (64 MiB).
+const MAX_SERVER_PAYLOAD: usize = 64 << 20;
 
 /// A worker thread's connection to a JetStream cluster.
 #[derive(Debug)]
@@ -185,6 +189,13 @@ impl Link for Nats {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
             access: cfg.jetstream.access.for_address(&addr),
+            // Lowered to the server's `max_payload` at connect: whatever
+            // the server stores, the link reads whole (and terminates what
+            // is over the worker's own limit) rather than breaking on it.
+            limits: NatsLimits {
+                max_payload: MAX_SERVER_PAYLOAD,
+                ..NatsLimits::default()
+            },
             ..NatsConfig::default()
         };
         let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(conn_error)?;
@@ -249,6 +260,7 @@ impl Link for Nats {
             // As many as can be read ahead at once, made now: a later peak
             // of deliveries read ahead makes none.
             bodies: Pool::made(2 * k + 2, BODY_ROOM),
+            max_body: cfg.limits.max_job_size,
         };
         Ok(Nats {
             conn,
@@ -296,13 +308,18 @@ impl Link for Nats {
                     self.settles.push_back(Owed::NotHeld);
                     return Ok(());
                 };
-                if let Settle::Bury { .. } = s {
+                // A job too big to run is terminated: copying it would
+                // read it whole (and its copy could exceed the server's
+                // limit on a message).
+                let term = matches!(s, Settle::Bury { .. }) && self.held[i].too_big;
+                if let (Settle::Bury { .. }, false) = (s, term) {
                     self.bury_copy(id, self.held[i].tube)?;
                 }
                 let i = self.held_index(id).expect("still held");
+                let kind = if term { AckKind::Term } else { ack_kind(s) };
                 let token = self
                     .conn
-                    .queue_ack(&self.held[i].ack, ack_kind(s), true)
+                    .queue_ack(&self.held[i].ack, kind, true)
                     .map_err(conn_error)?
                     .expect("a confirmed ack has a token");
                 let h = self.held.swap_remove(i);
@@ -429,6 +446,12 @@ impl Link for Nats {
                 self.bufs.bodies.give(old.body);
                 if !taken? {
                     return self.empty(no_wait, End::Empty);
+                }
+                if let Some(len) = self.current.too_big {
+                    return Ok(Took::TooBig {
+                        id: self.current.seq,
+                        len,
+                    });
                 }
                 return Ok(Took::Job {
                     id: self.current.seq,

@@ -93,6 +93,17 @@ pub(crate) enum Took<'a> {
         /// Its body.
         body: &'a [u8],
     },
+    /// A job larger than the worker's limit (`Config::limits`'s
+    /// `max_job_size`), now held by this link, whose body was never kept
+    /// (beanstalkd: dropped as it arrived). The loop settles it without
+    /// running it, as [`Outcome::Bury`](crate::Outcome::Bury): buried on
+    /// beanstalkd, terminated (`+TERM`) on JetStream.
+    TooBig {
+        /// The job's id on its server.
+        id: u64,
+        /// The body's size, as the server gave it.
+        len: u64,
+    },
     /// A reserve that does not wait (the weighted schedule's turn) found its
     /// tube empty.
     TurnEmpty,
@@ -110,6 +121,18 @@ pub(crate) enum Took<'a> {
     /// no leader for the stream or the consumer, during an election): not an
     /// empty queue. The loop pauses briefly and asks again.
     Unavailable,
+}
+
+impl<'a> Took<'a> {
+    /// The job a reserve brought: its id, its body (empty for one too big
+    /// to keep) and, when too big, its size.
+    pub(crate) fn job(&self) -> Option<(u64, &'a [u8], Option<u64>)> {
+        match *self {
+            Took::Job { id, body } => Some((id, body, None)),
+            Took::TooBig { id, len } => Some((id, &[], Some(len))),
+            _ => None,
+        }
+    }
 }
 
 /// How a job is settled.

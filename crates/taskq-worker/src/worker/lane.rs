@@ -275,6 +275,7 @@ impl<L: Link + Send + 'static> Lanes<L> {
             tubes: &sh.cfg.tubes,
             handler: &*self.handler,
             body: &mut self.body,
+            too_big: None,
         };
         if sh.cfg.prefetch > 1 {
             return serve_window(&mut turn, slot, pipe, lane);

@@ -97,6 +97,8 @@ struct Held {
     /// When its lease last started, at the latest: the reserve or the last
     /// touch confirmed, taken when the request was sent.
     leased: Instant,
+    /// Larger than the limit (its size): settled without running.
+    too_big: Option<u64>,
 }
 
 /// A reply owed on the link, in the order sent.
@@ -235,7 +237,8 @@ impl<L: Link> Pipe<L> {
                 Owed::Ask { sent } => {
                     self.asks -= 1;
                     match link.reserved() {
-                        Ok(Took::Job { id, body }) => {
+                        Ok(ref took) if took.job().is_some() => {
+                            let (id, body, too_big) = took.job().expect("a job");
                             Counters::add(&sh.counters.reserved);
                             sh.took_job(&sh.lanes[self.lane]);
                             self.progress = true;
@@ -247,7 +250,7 @@ impl<L: Link> Pipe<L> {
                                 Counters::add(&sh.counters.lost_lease_on_release);
                                 sh.give_ticket();
                                 self.bodies.copy_into(&mut h.body, body);
-                                (h.asked, h.leased) = (sent, sent);
+                                (h.asked, h.leased, h.too_big) = (sent, sent, too_big);
                             } else {
                                 let b = self.bodies.copy(body);
                                 self.held.push_back(Held {
@@ -255,6 +258,7 @@ impl<L: Link> Pipe<L> {
                                     body: b,
                                     asked: sent,
                                     leased: sent,
+                                    too_big,
                                 });
                             }
                             continue;

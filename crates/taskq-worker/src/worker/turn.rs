@@ -36,6 +36,9 @@ pub(super) struct Turn<'a> {
     pub(super) tubes: &'a [String],
     pub(super) handler: &'a dyn Handler,
     pub(super) body: &'a mut Vec<u8>,
+    /// The job held is larger than the limit (its size): it is settled
+    /// without running.
+    pub(super) too_big: Option<u64>,
 }
 
 impl Turn<'_> {
@@ -70,12 +73,14 @@ impl Turn<'_> {
                 return ControlFlow::Break(After::Stop);
             }
             let id = match link.reserved() {
-                Ok(Took::Job { id, body }) => {
+                Ok(took @ (Took::Job { .. } | Took::TooBig { .. })) => {
+                    let (id, body, too_big) = took.job().expect("a job");
                     // The handler may touch the job or look it up on this link,
                     // which reuses the receive buffer the body lies in: the body
                     // moves to the thread's own reused buffer first.
                     self.body.clear();
                     self.body.extend_from_slice(body);
+                    self.too_big = too_big;
                     id
                 }
                 Ok(Took::TurnEmpty) => {
@@ -166,11 +171,23 @@ impl Turn<'_> {
         id: u64,
     ) -> ControlFlow<After, Outcome> {
         let (sh, server) = (self.sh, self.server);
+        let too_big = self.too_big.take();
         let outcome = if sh.stop.load(Ordering::SeqCst) {
             // Reserved after the stop: give it back untouched.
             Outcome::Retry {
                 delay: Duration::ZERO,
             }
+        } else if let Some(size) = too_big {
+            // Never run, never taken again: set aside for good.
+            Counters::add(&sh.counters.too_big);
+            tracing::warn!(
+                job = id,
+                server,
+                size,
+                limit = sh.cfg.limits.max_job_size,
+                "job larger than max_job_size: set aside without running"
+            );
+            Outcome::Bury
         } else {
             let mut job = Job {
                 id,

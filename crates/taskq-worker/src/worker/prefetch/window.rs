@@ -236,6 +236,7 @@ impl Turn<'_> {
                 };
                 let old = std::mem::replace(self.body, h.body);
                 p.bodies.give(old);
+                self.too_big = h.too_big;
                 ls.state.store(HOLDING, Ordering::SeqCst);
                 return ControlFlow::Continue(h.id);
             }
@@ -418,6 +419,7 @@ mod tests {
             tubes: &tubes,
             handler: &handler,
             body: &mut body,
+            too_big: None,
         };
         assert!(matches!(turn.window(&pipe), After::Stop));
         let c = sh.counters.snapshot();
