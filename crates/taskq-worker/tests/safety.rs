@@ -373,3 +373,77 @@ fn a_job_over_the_limit_is_terminated_once_and_the_rest_done_on_jetstream() {
     let ci = js_consumer(&c, "work");
     assert_eq!((ci.num_pending, ci.num_ack_pending), (0, 0));
 }
+
+/// Each run's body, tube and attempt number, as the handler saw them.
+type Told = Arc<Mutex<Vec<(Vec<u8>, String, u32)>>>;
+
+/// Runs a worker on `cfg` over jobs `x` (tube `b`) and `y` (tube `a`) that
+/// fail their first attempt, and checks what the handler was told.
+fn told_tube_and_attempt(cfg: Config) {
+    let told: Told = Arc::default();
+    let t2 = told.clone();
+    let cfg = Config {
+        tubes: vec!["a".into(), "b".into()],
+        max_attempts: 3,
+        retry_backoff: Backoff {
+            initial: Duration::ZERO,
+            max: Duration::ZERO,
+            jitter: Jitter::None,
+        },
+        io_timeout: Duration::from_secs(2),
+        max_jobs: Some(2),
+        ..cfg
+    };
+    let worker = Worker::new(cfg, move |job: &mut Job<'_>| {
+        let (tube, attempt) = (job.tube().to_owned(), job.attempt());
+        t2.lock()
+            .unwrap()
+            .push((job.body().to_vec(), tube, attempt));
+        if attempt == 1 {
+            Outcome::Fail
+        } else {
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let counts = run_bounded(worker, Duration::from_secs(60));
+    assert_eq!((counts.deleted, counts.released), (2, 2), "{counts}");
+    let mut told = told.lock().unwrap().clone();
+    told.sort();
+    let run = |b: &[u8], t: &str, n| (b.to_vec(), t.to_owned(), n);
+    assert_eq!(
+        told,
+        [
+            run(b"x", "b", 1),
+            run(b"x", "b", 2),
+            run(b"y", "a", 1),
+            run(b"y", "a", 2)
+        ]
+    );
+}
+
+#[test]
+fn a_handler_is_told_the_tube_and_the_attempt_on_beanstalkd() {
+    log_from_env();
+    let server = Beanstalkd::start().unwrap();
+    put_all(server.addr(), "b", 60, &[b"x".to_vec()]);
+    put_all(server.addr(), "a", 60, &[b"y".to_vec()]);
+    told_tube_and_attempt(Config {
+        servers: vec![server.addr().to_string()],
+        ..Config::default()
+    });
+}
+
+#[test]
+fn a_handler_is_told_the_tube_and_the_attempt_on_jetstream() {
+    log_from_env();
+    let c = NatsCluster::start(1).unwrap();
+    for (tube, body) in [("b", b"x"), ("a", b"y")] {
+        let mut p = Producer::builder().tube(tube).connect(c.url()).unwrap();
+        p.put(body, PutOptions::default()).unwrap();
+    }
+    told_tube_and_attempt(Config {
+        servers: vec![c.url()],
+        ..Config::default()
+    });
+}

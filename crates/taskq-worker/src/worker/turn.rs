@@ -194,7 +194,9 @@ impl Turn<'_> {
                 body: self.body,
                 link,
                 server,
+                server_index: self.index,
                 shared: sh,
+                context: None,
             };
             handle_guarded(self.handler, &mut job)
         };
