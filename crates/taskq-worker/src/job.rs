@@ -148,6 +148,15 @@ impl<'a> Job<'a> {
         self.context().map_or(0, |&(_, attempt)| attempt)
     }
 
+    /// The body decoded from JSON as a `T` (feature `serde`). A body that
+    /// does not decode is a [`DecodeError`](crate::DecodeError), never a
+    /// panic; returned from the handler as its outcome
+    /// (`return e.into()`), it buries the job and logs why.
+    #[cfg(feature = "serde")]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::DecodeError> {
+        crate::json::decode(self.id, self.body)
+    }
+
     /// The job's tube and attempt number, looked up once.
     fn context(&mut self) -> Option<&(String, u32)> {
         if self.context.is_none() {

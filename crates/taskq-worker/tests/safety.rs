@@ -447,3 +447,44 @@ fn a_handler_is_told_the_tube_and_the_attempt_on_jetstream() {
         ..Config::default()
     });
 }
+
+/// A body that decodes is the handler's typed value; one that does not is
+/// buried (the handler returns the error as its outcome), never a panic.
+#[cfg(feature = "serde")]
+#[test]
+fn a_json_body_decodes_and_one_that_does_not_is_buried() {
+    #[derive(serde::Deserialize)]
+    struct Order {
+        id: u32,
+    }
+    log_from_env();
+    let server = Beanstalkd::start().unwrap();
+    let bodies: [&[u8]; 3] = [br#"{"id": 7}"#, br#"{"id": "seven"}"#, b"not json"];
+    let ids = put_all(server.addr(), "default", 60, &bodies.map(<[u8]>::to_vec));
+    let got: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let g2 = got.clone();
+    let worker = Worker::new(
+        Config {
+            servers: vec![server.addr().to_string()],
+            io_timeout: Duration::from_secs(2),
+            exit_when_idle: Some(Duration::from_millis(1500)),
+            ..Config::default()
+        },
+        move |job: &mut Job<'_>| {
+            let order: Order = match job.json() {
+                Ok(o) => o,
+                Err(e) => return e.into(),
+            };
+            g2.lock().unwrap().push(order.id);
+            Outcome::Done
+        },
+    )
+    .unwrap();
+    let counts = run_bounded(worker, Duration::from_secs(30));
+    assert_eq!(*got.lock().unwrap(), [7]);
+    assert_eq!((counts.deleted, counts.buried, counts.panicked), (1, 2, 0));
+    assert_eq!((counts.released, counts.reserved), (0, 3), "buried at once");
+    for &id in &ids[1..] {
+        assert_eq!(job_state(server.addr(), id).unwrap().0, "buried");
+    }
+}
