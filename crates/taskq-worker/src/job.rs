@@ -4,6 +4,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+use taskq_proto::nats::HeaderBlock;
 use taskq_proto::JobId;
 
 use crate::counters::Counters;
@@ -20,6 +21,8 @@ use crate::worker::settle::attempt;
 pub struct Job<'a> {
     pub(crate) id: u64,
     pub(crate) body: &'a [u8],
+    /// The header block as sent (JetStream); empty where there is none.
+    pub(crate) headers: &'a [u8],
     pub(crate) link: &'a mut dyn JobLink,
     pub(crate) server: &'a str,
     /// The server's index in the configuration.
@@ -76,6 +79,17 @@ impl<'a> Job<'a> {
     /// The job body, exactly as put.
     pub fn body(&self) -> &'a [u8] {
         self.body
+    }
+
+    /// The headers the job was put with, on JetStream (the message's
+    /// header block, as stored; taskq's own, such as `Nats-Msg-Id`,
+    /// included). `None` for a job without headers, and always on
+    /// beanstalkd, which has none. Read from the delivery: no request.
+    pub fn headers(&self) -> Option<HeaderBlock<'a>> {
+        if self.headers.is_empty() {
+            return None;
+        }
+        HeaderBlock::parse(self.headers).ok()
     }
 
     /// The server the job came from, as configured (`HOST:PORT`).

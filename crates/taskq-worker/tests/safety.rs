@@ -488,3 +488,52 @@ fn a_json_body_decodes_and_one_that_does_not_is_buried() {
         assert_eq!(job_state(server.addr(), id).unwrap().0, "buried");
     }
 }
+
+/// A handler sees the headers a job was published with on JetStream, and
+/// none on beanstalkd.
+#[test]
+fn a_handler_sees_the_jobs_headers_on_jetstream_and_none_on_beanstalkd() {
+    log_from_env();
+    type Seen = Arc<Mutex<Vec<Option<Vec<u8>>>>>;
+    let trace = |seen: &Seen| {
+        let seen = seen.clone();
+        move |job: &mut Job<'_>| {
+            let h = job
+                .headers()
+                .map(|h| h.get(b"Trace-Id").unwrap_or(b"").to_vec());
+            seen.lock().unwrap().push(h);
+            Outcome::Done
+        }
+    };
+    let c = NatsCluster::start(1).unwrap();
+    js_setup(&c, "work", None);
+    let mut ad = js_admin(&c);
+    ad.publish_with("taskq.work", b"m-1", &[(b"Trace-Id", b"t-42")], b"x")
+        .unwrap();
+    let seen: Seen = Arc::default();
+    let cfg = Config {
+        servers: vec![c.url()],
+        tubes: vec!["work".into()],
+        max_jobs: Some(1),
+        ..Config::default()
+    };
+    run_bounded(
+        Worker::new(cfg, trace(&seen)).unwrap(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(*seen.lock().unwrap(), [Some(b"t-42".to_vec())]);
+
+    let server = Beanstalkd::start().unwrap();
+    put_all(server.addr(), "default", 60, &[b"y".to_vec()]);
+    let seen: Seen = Arc::default();
+    let cfg = Config {
+        servers: vec![server.addr().to_string()],
+        max_jobs: Some(1),
+        ..Config::default()
+    };
+    run_bounded(
+        Worker::new(cfg, trace(&seen)).unwrap(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(*seen.lock().unwrap(), [None]);
+}

@@ -132,7 +132,11 @@ impl Link for Beanstalkd {
             }
         };
         match self.conn.recv() {
-            Ok(Reply::Reserved { id, body }) => Ok(Took::Job { id, body }),
+            Ok(Reply::Reserved { id, body }) => Ok(Took::Job {
+                id,
+                body,
+                headers: &[],
+            }),
             Ok(Reply::ReservedTooBig { id, len }) => Ok(Took::TooBig { id, len }),
             Ok(Reply::TimedOut) if timeout == 0 => Ok(Took::TurnEmpty),
             Ok(Reply::TimedOut) => Ok(Took::TimedOut),

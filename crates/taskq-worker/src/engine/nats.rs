@@ -250,13 +250,13 @@ impl Link for Nats {
         let k = cfg.prefetch.max(1);
         // An ack subject: `$JS.ACK.` (an optional domain and account hash),
         // the stream, the consumer, five numbers; a subject is shorter. Out
-        // at once: two for each delivery read ahead (up to a window's),
-        // the window's jobs held, and the settles the loop has not read yet
-        // (it reads them once more than twice the window's requests are
-        // owed).
+        // at once: three for each delivery read ahead (its subject, ack
+        // subject and header block; up to a window's), the window's jobs
+        // held, and the settles the loop has not read yet (it reads them
+        // once more than twice the window's requests are owed).
         let longest = tubes.iter().map(|t| t.consumer.len()).max().unwrap_or(0);
         let bufs = Buffers {
-            names: Pool::made(5 * k + 8, 160 + layout.stream().len() + longest),
+            names: Pool::made(6 * k + 8, 160 + layout.stream().len() + longest),
             // As many as can be read ahead at once, made now: a later peak
             // of deliveries read ahead makes none.
             bodies: Pool::made(2 * k + 2, BODY_ROOM),
@@ -444,6 +444,7 @@ impl Link for Nats {
                 self.bufs.names.give(old.subject);
                 self.bufs.names.give(old.ack);
                 self.bufs.bodies.give(old.body);
+                self.bufs.names.give(old.headers);
                 if !taken? {
                     return self.empty(no_wait, End::Empty);
                 }
@@ -456,6 +457,7 @@ impl Link for Nats {
                 return Ok(Took::Job {
                     id: self.current.seq,
                     body: &self.current.body,
+                    headers: &self.current.headers,
                 });
             }
             self.send_pull()?;

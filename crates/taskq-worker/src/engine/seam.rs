@@ -92,6 +92,8 @@ pub(crate) enum Took<'a> {
         id: u64,
         /// Its body.
         body: &'a [u8],
+        /// Its header block as sent (JetStream; empty where there is none).
+        headers: &'a [u8],
     },
     /// A job larger than the worker's limit (`Config::limits`'s
     /// `max_job_size`), now held by this link, whose body was never kept
@@ -123,15 +125,30 @@ pub(crate) enum Took<'a> {
     Unavailable,
 }
 
+/// The job a reserve brought, as the loop keeps it.
+pub(crate) struct Taken<'a> {
+    pub(crate) id: u64,
+    /// Empty for a job too big to keep.
+    pub(crate) body: &'a [u8],
+    pub(crate) headers: &'a [u8],
+    /// The size of a job too big to keep.
+    pub(crate) too_big: Option<u64>,
+}
+
 impl<'a> Took<'a> {
-    /// The job a reserve brought: its id, its body (empty for one too big
-    /// to keep) and, when too big, its size.
-    pub(crate) fn job(&self) -> Option<(u64, &'a [u8], Option<u64>)> {
-        match *self {
-            Took::Job { id, body } => Some((id, body, None)),
-            Took::TooBig { id, len } => Some((id, &[], Some(len))),
-            _ => None,
-        }
+    /// The job a reserve brought, if it brought one.
+    pub(crate) fn job(&self) -> Option<Taken<'a>> {
+        let (id, body, headers, too_big) = match *self {
+            Took::Job { id, body, headers } => (id, body, headers, None),
+            Took::TooBig { id, len } => (id, &[][..], &[][..], Some(len)),
+            _ => return None,
+        };
+        Some(Taken {
+            id,
+            body,
+            headers,
+            too_big,
+        })
     }
 }
 

@@ -12,7 +12,7 @@ use taskq_proto::{ConnectionError, IoCounts, Reconnect};
 use super::account::{account_io, count_settled, failed, unexpected, After, UNAVAILABLE_PAUSE};
 use super::settle::decide;
 use crate::counters::Counters;
-use crate::engine::{Ask, Fault, JobLink, Link, Settle, Took};
+use crate::engine::{Ask, Fault, JobLink, Link, Settle, Taken, Took};
 use crate::fair::Schedule;
 use crate::handler::{handle_guarded, Handler, Outcome};
 use crate::job::{Job, JobError};
@@ -36,6 +36,8 @@ pub(super) struct Turn<'a> {
     pub(super) tubes: &'a [String],
     pub(super) handler: &'a dyn Handler,
     pub(super) body: &'a mut Vec<u8>,
+    /// The header block of the job held (JetStream), in a reused buffer.
+    pub(super) headers: &'a mut Vec<u8>,
     /// The job held is larger than the limit (its size): it is settled
     /// without running.
     pub(super) too_big: Option<u64>,
@@ -74,12 +76,19 @@ impl Turn<'_> {
             }
             let id = match link.reserved() {
                 Ok(took @ (Took::Job { .. } | Took::TooBig { .. })) => {
-                    let (id, body, too_big) = took.job().expect("a job");
+                    let Taken {
+                        id,
+                        body,
+                        headers,
+                        too_big,
+                    } = took.job().expect("a job");
                     // The handler may touch the job or look it up on this link,
                     // which reuses the receive buffer the body lies in: the body
                     // moves to the thread's own reused buffer first.
                     self.body.clear();
                     self.body.extend_from_slice(body);
+                    self.headers.clear();
+                    self.headers.extend_from_slice(headers);
                     self.too_big = too_big;
                     id
                 }
@@ -192,6 +201,7 @@ impl Turn<'_> {
             let mut job = Job {
                 id,
                 body: self.body,
+                headers: self.headers,
                 link,
                 server,
                 server_index: self.index,

@@ -50,6 +50,8 @@ pub(super) struct Early {
     pub(super) subject: Vec<u8>,
     pub(super) ack: Vec<u8>,
     pub(super) body: Vec<u8>,
+    /// Its header block, as sent (empty when it has none).
+    pub(super) headers: Vec<u8>,
     pub(super) delivered: u64,
     pub(super) seq: u64,
     pub(super) ready_at: Option<u64>,
@@ -67,6 +69,7 @@ impl Default for Early {
             subject: Vec::new(),
             ack: Vec::new(),
             body: Vec::new(),
+            headers: Vec::new(),
             delivered: 0,
             seq: 0,
             ready_at: None,
@@ -193,6 +196,9 @@ pub(super) fn keep_early(
                 subject: bufs.names.copy(subject),
                 ack: bufs.names.copy(reply),
                 body: bufs.bodies.copy(kept),
+                headers: bufs
+                    .names
+                    .copy(headers.as_ref().map_or(&[], |h| h.as_bytes())),
                 too_big,
                 delivered: info.delivered,
                 seq: info.stream_seq,
