@@ -65,6 +65,18 @@ pub enum Reply<'a> {
         /// Job body.
         body: &'a [u8],
     },
+    /// `RESERVED <id> <bytes>` whose body is larger than
+    /// [`Limits::max_job_size`], on a session told to skip such bodies
+    /// ([`Session::skip_large_jobs`](crate::Session::skip_large_jobs)): the
+    /// job is reserved by this connection, and its body is dropped as it
+    /// arrives, never held. [`parse_reply`] never gives it (it answers
+    /// [`ReplyError::BodyTooLarge`]).
+    ReservedTooBig {
+        /// Job id.
+        id: u64,
+        /// The body's size in bytes, as the server announced it.
+        len: u64,
+    },
     /// `DEADLINE_SOON` (reserve): a job this connection holds is within a second of its TTR.
     DeadlineSoon,
     /// `TIMED_OUT` (reserve-with-timeout): no job in time.
@@ -127,7 +139,7 @@ impl Reply<'_> {
             Reply::JobTooBig => "JOB_TOO_BIG",
             Reply::Draining => "DRAINING",
             Reply::Using { .. } => "USING",
-            Reply::Reserved { .. } => "RESERVED",
+            Reply::Reserved { .. } | Reply::ReservedTooBig { .. } => "RESERVED",
             Reply::DeadlineSoon => "DEADLINE_SOON",
             Reply::TimedOut => "TIMED_OUT",
             Reply::Deleted => "DELETED",
@@ -373,6 +385,16 @@ pub(crate) fn parse_frame(
         }
         _ => Err(ReplyError::UnknownReply),
     }
+}
+
+/// The id, byte count and line length of the `RESERVED <id> <bytes>` line
+/// at the start of `input`, for a reply [`parse_frame`] refused as
+/// [`ReplyError::BodyTooLarge`] (so the line is whole and well formed).
+pub(crate) fn reserved_line(input: &[u8]) -> Option<(u64, u64, usize)> {
+    let nl = memchr::memchr(b'\n', &input[..input.len().min(MAX_LINE)])?;
+    let args = input[..nl.checked_sub(1)?].strip_prefix(b"RESERVED ")?;
+    let (id, len) = two_numbers(Some(args), "RESERVED").ok()?;
+    Some((id, len, nl + 1))
 }
 
 fn expect(kind: CommandKind, want: CommandKind, word: &'static str) -> Result<(), ReplyError> {

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use crate::failure::{self, Failure};
 use crate::handler::{Handler, Outcome};
 use crate::job::Job;
-use crate::worker::settle::attempt;
 
 /// Exit status meaning "try again later" (`EX_TEMPFAIL` from sysexits.h).
 pub const EX_TEMPFAIL: i32 = 75;
@@ -55,36 +54,18 @@ impl CommandHandler {
         cmd.args(&self.args)
             .env("TASKQ_JOB_ID", job.id().to_string())
             .env("TASKQ_ADDR", job.server());
-        match job_context(job) {
-            Some((tube, attempt)) => {
-                cmd.env("TASKQ_TUBE", tube)
-                    .env("TASKQ_ATTEMPT", attempt.to_string());
-            }
-            None => {
+        // 0: the lookup failed (and was logged), which the settle that
+        // follows will meet too.
+        match job.attempt() {
+            0 => {
                 cmd.env_remove("TASKQ_TUBE").env_remove("TASKQ_ATTEMPT");
+            }
+            attempt => {
+                cmd.env("TASKQ_TUBE", job.tube())
+                    .env("TASKQ_ATTEMPT", attempt.to_string());
             }
         }
         cmd.stdin(Stdio::piped()).process_group(0).spawn()
-    }
-}
-
-/// The job's tube and attempt number, from one `stats-job`; `None` (and a
-/// warning) when the lookup fails, which the settle that follows will meet too.
-fn job_context(job: &mut Job<'_>) -> Option<(String, u64)> {
-    let id = job.id().get();
-    let server = job
-        .shared
-        .cfg
-        .servers
-        .iter()
-        .position(|s| s == job.server)
-        .unwrap_or(0);
-    match job.stats_and_tube() {
-        Ok((info, tube)) => Some((tube, attempt(job.shared, server, id, info.releases))),
-        Err(error) => {
-            tracing::warn!(job = id, %error, "no TASKQ_TUBE and TASKQ_ATTEMPT: stats-job failed");
-            None
-        }
     }
 }
 

@@ -56,7 +56,14 @@ pub struct Config {
     /// Stop once this many jobs were deleted; never more are reserved at once
     /// than can still be deleted within it.
     pub max_jobs: Option<u64>,
-    /// Size limits of replies.
+    /// Size limits of replies. `limits.max_job_size` is the largest job body
+    /// the worker runs (default 65,535 bytes, as beanstalkd's own default,
+    /// `beanstalkd -z 65535`; NATS's `max_payload` defaults to 1 MiB). A job
+    /// larger than it is never held in memory or run: it is set aside once,
+    /// buried on beanstalkd and terminated (`+TERM`) on JetStream, with a
+    /// warning naming its id, its size and this limit, and counted
+    /// `too_big`. Raise it to the server's limit (`-z`, up to 1 GiB;
+    /// `max_payload`, up to 64 MiB) when such jobs are meant to run.
     pub limits: Limits,
     /// Jobs each connection holds at once, the running one included: 1 takes
     /// one job at a time; more reserves the rest ahead of the handler (a

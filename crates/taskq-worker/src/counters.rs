@@ -48,8 +48,18 @@ counters! {
     deleted,
     /// Jobs released back to the queue (`RELEASED`).
     released,
-    /// Jobs buried (`BURIED`), after too many failed attempts or on request.
+    /// Jobs buried (`BURIED`), after too many failed attempts or on request,
+    /// and jobs larger than the limit set aside (see `too_big`; on JetStream
+    /// those are terminated, not copied).
     buried,
+    /// Jobs larger than the worker's limit (`max_job_size`), never run and
+    /// settled once: buried on beanstalkd, terminated (`+TERM`) on
+    /// JetStream. Each is also counted in `buried`.
+    too_big,
+    /// Handler calls that panicked. Each is a failed attempt, settled as
+    /// `Outcome::Fail` is: released with the retry backoff, or buried after
+    /// the last attempt; the thread goes on working.
+    panicked,
     /// Touches the server confirmed (`TOUCHED`).
     touched,
     /// Deletes answered `NOT_FOUND`: the lease had run out and the job went

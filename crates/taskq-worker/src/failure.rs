@@ -1,5 +1,6 @@
-//! How the last failed command of a thread ended: the command handler notes
-//! it, and the settle that buries the job after its last attempt logs it.
+//! How the last failed attempt of a thread ended: the command handler notes
+//! it (and the worker, for a handler that panicked), and the settle that
+//! buries the job after its last attempt logs it.
 
 use std::cell::Cell;
 
@@ -15,6 +16,8 @@ pub(crate) enum Failure {
     TimedOut,
     /// Could not be run or waited for.
     Lost,
+    /// The handler panicked.
+    Panicked,
 }
 
 impl std::fmt::Display for Failure {
@@ -24,6 +27,7 @@ impl std::fmt::Display for Failure {
             Failure::Signal(s) => write!(f, "signal {s}"),
             Failure::TimedOut => f.write_str("killed after --job-timeout"),
             Failure::Lost => f.write_str("could not be run or waited for"),
+            Failure::Panicked => f.write_str("the handler panicked"),
         }
     }
 }
@@ -32,7 +36,7 @@ thread_local! {
     static LAST_FAILURE: Cell<Option<Failure>> = const { Cell::new(None) };
 }
 
-/// Forgets this thread's last failure (a new command starts).
+/// Forgets this thread's last failure (a new attempt starts).
 pub(crate) fn clear() {
     LAST_FAILURE.with(|c| c.set(None));
 }

@@ -4,12 +4,14 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+use taskq_proto::nats::HeaderBlock;
 use taskq_proto::JobId;
 
 use crate::counters::Counters;
 use crate::engine::{Fault, JobLink};
 use crate::job_info::JobInfo;
 use crate::shared::Shared;
+use crate::worker::settle::attempt;
 
 /// A reserved job, lent to the handler for as long as it runs.
 ///
@@ -19,9 +21,15 @@ use crate::shared::Shared;
 pub struct Job<'a> {
     pub(crate) id: u64,
     pub(crate) body: &'a [u8],
+    /// The header block as sent (JetStream); empty where there is none.
+    pub(crate) headers: &'a [u8],
     pub(crate) link: &'a mut dyn JobLink,
     pub(crate) server: &'a str,
+    /// The server's index in the configuration.
+    pub(crate) server_index: usize,
     pub(crate) shared: &'a Shared,
+    /// The job's tube and attempt number, once looked up.
+    pub(crate) context: Option<(String, u32)>,
 }
 
 impl fmt::Debug for Job<'_> {
@@ -73,6 +81,17 @@ impl<'a> Job<'a> {
         self.body
     }
 
+    /// The headers the job was put with, on JetStream (the message's
+    /// header block, as stored; taskq's own, such as `Nats-Msg-Id`,
+    /// included). `None` for a job without headers, and always on
+    /// beanstalkd, which has none. Read from the delivery: no request.
+    pub fn headers(&self) -> Option<HeaderBlock<'a>> {
+        if self.headers.is_empty() {
+            return None;
+        }
+        HeaderBlock::parse(self.headers).ok()
+    }
+
     /// The server the job came from, as configured (`HOST:PORT`).
     pub fn server(&self) -> &str {
         self.server
@@ -112,17 +131,63 @@ impl<'a> Job<'a> {
         job_info(self.link, self.shared, self.id, self.server, None)
     }
 
-    /// [`stats`](Self::stats), and the name of the job's tube.
-    pub(crate) fn stats_and_tube(&mut self) -> Result<(JobInfo, String), JobError> {
-        let mut tube = String::new();
-        let info = job_info(
-            self.link,
-            self.shared,
-            self.id,
-            self.server,
-            Some(&mut tube),
-        )?;
-        Ok((info, tube))
+    /// The name of the tube the job was put in.
+    ///
+    /// Known without asking the server on JetStream (the delivery's subject)
+    /// and when the worker watches one tube; on beanstalkd with several
+    /// tubes the first call of this or [`attempt`](Self::attempt) asks once
+    /// (`stats-job`) for both. Empty when that lookup failed (the
+    /// connection broke, or the lease was lost; see [`attempt`](Self::attempt)).
+    pub fn tube(&mut self) -> &str {
+        let tubes = &self.shared.cfg.tubes;
+        if tubes.len() == 1 {
+            return &tubes[0];
+        }
+        self.context().map_or("", |(tube, _)| tube)
+    }
+
+    /// This run's attempt number: 1 on the first delivery, counted as
+    /// [`Config::max_attempts`](crate::Config::max_attempts) counts (a
+    /// release for [`Outcome::TempFail`](crate::Outcome::TempFail) or
+    /// [`Outcome::Retry`](crate::Outcome::Retry) made by this worker is not
+    /// an attempt), so the job is buried on a failure when it equals
+    /// `max_attempts`.
+    ///
+    /// On JetStream from the delivery count the server sent with the job,
+    /// without a request. On beanstalkd from the job's `releases` in one
+    /// `stats-job`, asked on the first call and kept. 0 when that lookup
+    /// failed: the link broke (the settle meets the same failure) or the
+    /// lease was lost; the failure is logged.
+    pub fn attempt(&mut self) -> u32 {
+        self.context().map_or(0, |&(_, attempt)| attempt)
+    }
+
+    /// The body decoded from JSON as a `T` (feature `serde`). A body that
+    /// does not decode is a [`DecodeError`](crate::DecodeError), never a
+    /// panic; returned from the handler as its outcome
+    /// (`return e.into()`), it buries the job and logs why.
+    #[cfg(feature = "serde")]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::DecodeError> {
+        crate::json::decode(self.id, self.body)
+    }
+
+    /// The job's tube and attempt number, looked up once.
+    fn context(&mut self) -> Option<&(String, u32)> {
+        if self.context.is_none() {
+            let mut tube = String::new();
+            let (link, sh, id) = (&mut *self.link, self.shared, self.id);
+            match job_info(link, sh, id, self.server, Some(&mut tube)) {
+                Ok(info) => {
+                    let n = attempt(sh, self.server_index, id, info.releases);
+                    self.context = Some((tube, u32::try_from(n).unwrap_or(u32::MAX)));
+                }
+                Err(error) => {
+                    tracing::warn!(job = id, server = self.server, %error, "cannot tell the job's tube and attempt");
+                    return None;
+                }
+            }
+        }
+        self.context.as_ref()
     }
 }
 

@@ -67,6 +67,8 @@ mod fair;
 mod handler;
 mod job;
 mod job_info;
+#[cfg(feature = "serde")]
+mod json;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(feature = "cli")]
@@ -80,6 +82,8 @@ pub use counters::{Counters, Snapshot, COUNTER_HELP};
 pub use handler::{Handler, Outcome};
 pub use job::{Job, JobError};
 pub use job_info::JobInfo;
+#[cfg(feature = "serde")]
+pub use json::{DecodeError, DecodeErrorKind};
 pub use taskq_proto::{Backoff, Jitter, JobId};
 pub use worker::{Control, Running, Worker};
 

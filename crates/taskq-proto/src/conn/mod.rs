@@ -126,6 +126,13 @@ impl Connection {
         self.session.mark_broken();
     }
 
+    /// Takes a reserved job larger than `max_job_size` as
+    /// [`Reply::ReservedTooBig`], its body read and dropped, instead of
+    /// breaking the connection (see [`Session::skip_large_jobs`]).
+    pub fn skip_large_jobs(&mut self) {
+        self.session.skip_large_jobs();
+    }
+
     /// Replies owed: requests sent or queued whose replies were not yet read.
     pub fn owed(&self) -> usize {
         self.session.owed()

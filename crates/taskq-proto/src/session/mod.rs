@@ -33,7 +33,9 @@ use std::time::Duration;
 
 use crate::command::{Command, CommandKind};
 use crate::error::{ConnectionError, ReplyError};
-use crate::reply::{attach, inserted_exact, parse_frame, Limits, Reply, Span, Status};
+use crate::reply::{
+    attach, inserted_exact, parse_frame, reserved_line, Limits, Reply, Span, Status,
+};
 use crate::MAX_LINE;
 
 mod recv_buf;
@@ -118,6 +120,11 @@ pub struct Session {
     unsent: usize,
     rx: RecvBuf,
     flags: u8,
+    /// Take a reserved job larger than the limit as
+    /// [`Reply::ReservedTooBig`] ([`skip_large_jobs`](Self::skip_large_jobs)).
+    skip_large: bool,
+    /// Bytes of such a job's body, and its CRLF, still to drop as they come.
+    skip: u64,
 }
 
 /// The enqueue hot path's owed reply: a put sent alone while nothing else was
@@ -157,12 +164,40 @@ impl Session {
             unsent: 0,
             rx: RecvBuf::new(INITIAL_RECV, recv_capacity(&limits)),
             flags: 0,
+            skip_large: false,
+            skip: 0,
         }
     }
 
     /// The limits this session enforces.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// From now on a `RESERVED` reply whose body is larger than
+    /// `max_job_size` is taken as [`Reply::ReservedTooBig`] (the job's id
+    /// and size), and its body is dropped as it arrives, never buffered:
+    /// the connection holds the job and stays in step, so the caller can
+    /// bury it. Without this such a reply is [`ReplyError::BodyTooLarge`]
+    /// and breaks the session.
+    pub fn skip_large_jobs(&mut self) {
+        self.skip_large = true;
+    }
+
+    /// Drops what arrived of a skipped body; its last two bytes must be CRLF.
+    fn drop_skipped(&mut self) -> Result<(), ReplyError> {
+        let k = self.skip.min(self.rx.len() as u64);
+        let data = self.rx.data();
+        // Where the CRLF lies from the front, when it has come.
+        let at = |back: u64| self.skip.checked_sub(back).filter(|&i| i < k);
+        let cr = at(2).is_none_or(|i| data[i as usize] == b'\r');
+        let lf = at(1).is_none_or(|i| data[i as usize] == b'\n');
+        if !(cr && lf) {
+            return Err(ReplyError::MissingBodyCrlf);
+        }
+        self.rx.consume(k as usize);
+        self.skip -= k;
+        Ok(())
     }
 
     /// True once the stream is out of step; the connection must be replaced.
@@ -441,13 +476,30 @@ impl Session {
         let Some(kind) = self.next_owed() else {
             return Err(ConnectionError::NothingOwed);
         };
-        if self.rx.is_empty() {
+        if self.skip > 0 {
+            if let Err(e) = self.drop_skipped() {
+                self.mark_broken();
+                return Err(ConnectionError::Protocol(e));
+            }
+        }
+        if self.rx.is_empty() || self.skip > 0 {
             return Ok(None);
         }
         match parse_frame(kind, self.rx.data(), &self.limits) {
             Ok(Status::Complete((reply, span), used)) => Ok(Some(Framed { reply, span, used })),
             Ok(Status::Partial) => Ok(None),
             Err(e) => {
+                if let (ReplyError::BodyTooLarge { .. }, true) = (&e, self.skip_large) {
+                    // A `RESERVED` line (the parser checked that it answers
+                    // a reserve): the job is ours, its body is dropped.
+                    if let Some((id, len, used)) = reserved_line(self.rx.data()) {
+                        return Ok(Some(Framed {
+                            reply: Reply::ReservedTooBig { id, len },
+                            span: Span::default(),
+                            used,
+                        }));
+                    }
+                }
                 self.mark_broken();
                 Err(ConnectionError::Protocol(e))
             }
@@ -460,6 +512,10 @@ impl Session {
     pub fn take_reply(&mut self, f: Framed) -> Reply<'_> {
         let base = self.rx.start();
         self.rx.consume(f.used);
+        if let Reply::ReservedTooBig { len, .. } = f.reply {
+            // Dropped as it comes, by the next `frame_reply`.
+            self.skip = len.saturating_add(2);
+        }
         if self.lone_put() {
             self.flags &= !LONE_PUT;
         } else {
@@ -476,7 +532,7 @@ impl Session {
     pub fn awaits_lone_put(&self) -> bool {
         // the lone put is set only while nothing else is owed, and cleared by
         // anything that adds to `owed`.
-        self.flags == LONE_PUT && self.rx.is_empty()
+        self.flags == LONE_PUT && self.rx.is_empty() && self.skip == 0
     }
 
     /// The whole receive buffer, when [`awaits_lone_put`](Self::awaits_lone_put).
@@ -597,6 +653,65 @@ mod tests {
         assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 2 }));
         assert_eq!(s.poll_reply().unwrap(), Some(Reply::Deleted));
         assert_eq!(s.owed(), 0);
+    }
+
+    #[test]
+    fn a_job_over_the_limit_is_taken_by_id_and_its_body_dropped_as_it_comes() {
+        let limits = Limits {
+            max_job_size: 4,
+            ..Limits::default()
+        };
+        let body = b"0123456789\r\n0123456789";
+        let reply = [&b"RESERVED 7 22\r\n"[..], body, b"\r\n", b"BURIED\r\n"].concat();
+        // Whole, and cut at every byte: the same replies, nothing held.
+        for cut in 0..reply.len() {
+            let mut s = Session::new(limits);
+            s.skip_large_jobs();
+            s.queue(&Command::Reserve).unwrap();
+            s.queue(&Command::Bury { id: 7, pri: 1 }).unwrap();
+            s.queue_sent();
+            let mut got = Vec::new();
+            for piece in [&reply[..cut], &reply[cut..]] {
+                feed(&mut s, piece);
+                while s.owed() > 0 {
+                    match s.poll_reply().unwrap() {
+                        Some(r) => got.push(format!("{r:?}")),
+                        None => break,
+                    }
+                }
+            }
+            assert_eq!(s.buffered(), 0);
+            assert_eq!(
+                got,
+                ["ReservedTooBig { id: 7, len: 22 }", "Buried"],
+                "cut {cut}"
+            );
+        }
+        // Without the opt-in, as before: refused, and the session broken.
+        let mut s = Session::new(limits);
+        s.queue(&Command::Reserve).unwrap();
+        s.queue_sent();
+        feed(&mut s, &reply);
+        assert!(matches!(
+            s.poll_reply(),
+            Err(ConnectionError::Protocol(ReplyError::BodyTooLarge {
+                len: 22,
+                max: 4
+            }))
+        ));
+        // A skipped body not followed by CRLF puts the stream out of step.
+        let mut s = Session::new(limits);
+        s.skip_large_jobs();
+        s.queue(&Command::Reserve).unwrap();
+        s.queue(&Command::Bury { id: 7, pri: 1 }).unwrap();
+        s.queue_sent();
+        feed(&mut s, b"RESERVED 7 5\r\n01234XYBURIED\r\n");
+        assert!(s.poll_reply().unwrap().is_some());
+        assert!(matches!(
+            s.poll_reply(),
+            Err(ConnectionError::Protocol(ReplyError::MissingBodyCrlf))
+        ));
+        assert!(s.is_broken());
     }
 
     #[test]

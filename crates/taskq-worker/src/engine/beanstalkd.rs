@@ -75,6 +75,9 @@ impl Link for Beanstalkd {
             ..taskq_proto::ConnectionConfig::default()
         };
         let mut conn = Connection::connect(server, pcfg)?;
+        // A job over the limit is held by id and buried, its body unread:
+        // otherwise it would break every connection that reserves it.
+        conn.skip_large_jobs();
         restore_watch(&mut conn, &cfg.tubes)?;
         Ok(Beanstalkd { conn })
     }
@@ -129,7 +132,12 @@ impl Link for Beanstalkd {
             }
         };
         match self.conn.recv() {
-            Ok(Reply::Reserved { id, body }) => Ok(Took::Job { id, body }),
+            Ok(Reply::Reserved { id, body }) => Ok(Took::Job {
+                id,
+                body,
+                headers: &[],
+            }),
+            Ok(Reply::ReservedTooBig { id, len }) => Ok(Took::TooBig { id, len }),
             Ok(Reply::TimedOut) if timeout == 0 => Ok(Took::TurnEmpty),
             Ok(Reply::TimedOut) => Ok(Took::TimedOut),
             Ok(Reply::DeadlineSoon) => Ok(Took::DeadlineSoon),

@@ -20,5 +20,5 @@ pub(crate) use beanstalkd::settle_reply;
 pub(crate) use beanstalkd::Beanstalkd;
 pub(crate) use nats::Nats;
 pub(crate) use seam::{
-    Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Took, BODY_ROOM,
+    Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Taken, Took, BODY_ROOM,
 };

@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use taskq_proto::nats::{
-    AckKind, ConsumerSpec, Delivery, NatsConfig, NatsConnection, NatsError, StreamSpec,
+    AckKind, ConsumerSpec, Delivery, NatsConfig, NatsConnection, NatsError, NatsLimits, StreamSpec,
 };
 use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout};
 
@@ -54,6 +54,10 @@ mod reading;
 /// Deliveries one consumer may have unacked at once, across its workers:
 /// room for many prefetching workers (the server's default is 1000).
 const MAX_ACK_PENDING: i64 = 20_000;
+
+/// The largest `max_payload` a nats-server accepts in its configuration
+/// (64 MiB).
+const MAX_SERVER_PAYLOAD: usize = 64 << 20;
 
 /// A worker thread's connection to a JetStream cluster.
 #[derive(Debug)]
@@ -185,6 +189,13 @@ impl Link for Nats {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
             access: cfg.jetstream.access.for_address(&addr),
+            // Lowered to the server's `max_payload` at connect: whatever
+            // the server stores, the link reads whole (and terminates what
+            // is over the worker's own limit) rather than breaking on it.
+            limits: NatsLimits {
+                max_payload: MAX_SERVER_PAYLOAD,
+                ..NatsLimits::default()
+            },
             ..NatsConfig::default()
         };
         let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(conn_error)?;
@@ -239,16 +250,17 @@ impl Link for Nats {
         let k = cfg.prefetch.max(1);
         // An ack subject: `$JS.ACK.` (an optional domain and account hash),
         // the stream, the consumer, five numbers; a subject is shorter. Out
-        // at once: two for each delivery read ahead (up to a window's),
-        // the window's jobs held, and the settles the loop has not read yet
-        // (it reads them once more than twice the window's requests are
-        // owed).
+        // at once: three for each delivery read ahead (its subject, ack
+        // subject and header block; up to a window's), the window's jobs
+        // held, and the settles the loop has not read yet (it reads them
+        // once more than twice the window's requests are owed).
         let longest = tubes.iter().map(|t| t.consumer.len()).max().unwrap_or(0);
         let bufs = Buffers {
-            names: Pool::made(5 * k + 8, 160 + layout.stream().len() + longest),
+            names: Pool::made(6 * k + 8, 160 + layout.stream().len() + longest),
             // As many as can be read ahead at once, made now: a later peak
             // of deliveries read ahead makes none.
             bodies: Pool::made(2 * k + 2, BODY_ROOM),
+            max_body: cfg.limits.max_job_size,
         };
         Ok(Nats {
             conn,
@@ -296,13 +308,18 @@ impl Link for Nats {
                     self.settles.push_back(Owed::NotHeld);
                     return Ok(());
                 };
-                if let Settle::Bury { .. } = s {
+                // A job too big to run is terminated: copying it would
+                // read it whole (and its copy could exceed the server's
+                // limit on a message).
+                let term = matches!(s, Settle::Bury { .. }) && self.held[i].too_big;
+                if let (Settle::Bury { .. }, false) = (s, term) {
                     self.bury_copy(id, self.held[i].tube)?;
                 }
                 let i = self.held_index(id).expect("still held");
+                let kind = if term { AckKind::Term } else { ack_kind(s) };
                 let token = self
                     .conn
-                    .queue_ack(&self.held[i].ack, ack_kind(s), true)
+                    .queue_ack(&self.held[i].ack, kind, true)
                     .map_err(conn_error)?
                     .expect("a confirmed ack has a token");
                 let h = self.held.swap_remove(i);
@@ -427,12 +444,20 @@ impl Link for Nats {
                 self.bufs.names.give(old.subject);
                 self.bufs.names.give(old.ack);
                 self.bufs.bodies.give(old.body);
+                self.bufs.names.give(old.headers);
                 if !taken? {
                     return self.empty(no_wait, End::Empty);
+                }
+                if let Some(len) = self.current.too_big {
+                    return Ok(Took::TooBig {
+                        id: self.current.seq,
+                        len,
+                    });
                 }
                 return Ok(Took::Job {
                     id: self.current.seq,
                     body: &self.current.body,
+                    headers: &self.current.headers,
                 });
             }
             self.send_pull()?;

@@ -92,6 +92,19 @@ pub(crate) enum Took<'a> {
         id: u64,
         /// Its body.
         body: &'a [u8],
+        /// Its header block as sent (JetStream; empty where there is none).
+        headers: &'a [u8],
+    },
+    /// A job larger than the worker's limit (`Config::limits`'s
+    /// `max_job_size`), now held by this link, whose body was never kept
+    /// (beanstalkd: dropped as it arrived). The loop settles it without
+    /// running it, as [`Outcome::Bury`](crate::Outcome::Bury): buried on
+    /// beanstalkd, terminated (`+TERM`) on JetStream.
+    TooBig {
+        /// The job's id on its server.
+        id: u64,
+        /// The body's size, as the server gave it.
+        len: u64,
     },
     /// A reserve that does not wait (the weighted schedule's turn) found its
     /// tube empty.
@@ -110,6 +123,33 @@ pub(crate) enum Took<'a> {
     /// no leader for the stream or the consumer, during an election): not an
     /// empty queue. The loop pauses briefly and asks again.
     Unavailable,
+}
+
+/// The job a reserve brought, as the loop keeps it.
+pub(crate) struct Taken<'a> {
+    pub(crate) id: u64,
+    /// Empty for a job too big to keep.
+    pub(crate) body: &'a [u8],
+    pub(crate) headers: &'a [u8],
+    /// The size of a job too big to keep.
+    pub(crate) too_big: Option<u64>,
+}
+
+impl<'a> Took<'a> {
+    /// The job a reserve brought, if it brought one.
+    pub(crate) fn job(&self) -> Option<Taken<'a>> {
+        let (id, body, headers, too_big) = match *self {
+            Took::Job { id, body, headers } => (id, body, headers, None),
+            Took::TooBig { id, len } => (id, &[][..], &[][..], Some(len)),
+            _ => return None,
+        };
+        Some(Taken {
+            id,
+            body,
+            headers,
+            too_big,
+        })
+    }
 }
 
 /// How a job is settled.

@@ -53,6 +53,7 @@ pub(super) struct Lanes<L> {
     thread: usize,
     lanes: Vec<Lane<L>>,
     body: Vec<u8>,
+    headers: Vec<u8>,
 }
 
 impl<L: Link + Send + 'static> Lanes<L> {
@@ -80,6 +81,7 @@ impl<L: Link + Send + 'static> Lanes<L> {
             thread,
             lanes,
             body: Vec::new(),
+            headers: Vec::new(),
         }
     }
 
@@ -275,6 +277,8 @@ impl<L: Link + Send + 'static> Lanes<L> {
             tubes: &sh.cfg.tubes,
             handler: &*self.handler,
             body: &mut self.body,
+            headers: &mut self.headers,
+            too_big: None,
         };
         if sh.cfg.prefetch > 1 {
             return serve_window(&mut turn, slot, pipe, lane);

@@ -39,7 +39,7 @@ use taskq_proto::ConnectionError;
 use super::account::{count_settled, failed, unexpected, After, UNAVAILABLE_PAUSE};
 use super::settle::Settled;
 use crate::counters::Counters;
-use crate::engine::{Fault, Link, Pool, Req, Settle, Took, BODY_ROOM};
+use crate::engine::{Fault, Link, Pool, Req, Settle, Taken, Took, BODY_ROOM};
 use crate::job::{job_info, JobError};
 use crate::job_info::JobInfo;
 use crate::shared::{Keep, Shared};
@@ -92,11 +92,15 @@ pub(crate) fn lease(waited: Duration, since: Duration, soon: bool) -> Lease {
 struct Held {
     id: u64,
     body: Vec<u8>,
+    /// Its header block (JetStream).
+    headers: Vec<u8>,
     /// When the reserve that brought it was sent.
     asked: Instant,
     /// When its lease last started, at the latest: the reserve or the last
     /// touch confirmed, taken when the request was sent.
     leased: Instant,
+    /// Larger than the limit (its size): settled without running.
+    too_big: Option<u64>,
 }
 
 /// A reply owed on the link, in the order sent.
@@ -117,6 +121,9 @@ pub(super) struct Pipe<L> {
     held: VecDeque<Held>,
     /// Body buffers of jobs gone, reused by the next ones.
     bodies: Pool,
+    /// Header-block buffers, likewise (made as headers come: beanstalkd's
+    /// jobs have none, and an empty copy allocates nothing).
+    headers: Pool,
     owed: VecDeque<Owed>,
     /// Of `owed`, the newest requests queued and not written yet (settles a
     /// gathering window holds back): no reply can come for them.
@@ -150,6 +157,7 @@ impl<L: Link> Pipe<L> {
             lane,
             held: VecDeque::with_capacity(k),
             bodies: Pool::made(k + 1, BODY_ROOM),
+            headers: Pool::default(),
             // Per job at most a settle, a touch per waiting job and a
             // refill; read once more than 2k are owed.
             owed: VecDeque::with_capacity(5 * k + 8),
@@ -235,7 +243,13 @@ impl<L: Link> Pipe<L> {
                 Owed::Ask { sent } => {
                     self.asks -= 1;
                     match link.reserved() {
-                        Ok(Took::Job { id, body }) => {
+                        Ok(ref took) if took.job().is_some() => {
+                            let Taken {
+                                id,
+                                body,
+                                headers,
+                                too_big,
+                            } = took.job().expect("a job");
                             Counters::add(&sh.counters.reserved);
                             sh.took_job(&sh.lanes[self.lane]);
                             self.progress = true;
@@ -247,14 +261,18 @@ impl<L: Link> Pipe<L> {
                                 Counters::add(&sh.counters.lost_lease_on_release);
                                 sh.give_ticket();
                                 self.bodies.copy_into(&mut h.body, body);
-                                (h.asked, h.leased) = (sent, sent);
+                                self.headers.copy_into(&mut h.headers, headers);
+                                (h.asked, h.leased, h.too_big) = (sent, sent, too_big);
                             } else {
                                 let b = self.bodies.copy(body);
+                                let headers = self.headers.copy(headers);
                                 self.held.push_back(Held {
                                     id,
                                     body: b,
+                                    headers,
                                     asked: sent,
                                     leased: sent,
+                                    too_big,
                                 });
                             }
                             continue;
@@ -343,6 +361,7 @@ impl<L: Link> Pipe<L> {
     fn drop_held(&mut self, k: usize) {
         if let Some(h) = self.held.remove(k) {
             self.bodies.give(h.body);
+            self.headers.give(h.headers);
         }
     }
 

@@ -12,9 +12,9 @@ use taskq_proto::{ConnectionError, IoCounts, Reconnect};
 use super::account::{account_io, count_settled, failed, unexpected, After, UNAVAILABLE_PAUSE};
 use super::settle::decide;
 use crate::counters::Counters;
-use crate::engine::{Ask, Fault, JobLink, Link, Settle, Took};
+use crate::engine::{Ask, Fault, JobLink, Link, Settle, Taken, Took};
 use crate::fair::Schedule;
-use crate::handler::{Handler, Outcome};
+use crate::handler::{handle_guarded, Handler, Outcome};
 use crate::job::{Job, JobError};
 use crate::shared::{LaneShared, Shared, HOLDING, IDLE, RESERVING};
 
@@ -36,6 +36,11 @@ pub(super) struct Turn<'a> {
     pub(super) tubes: &'a [String],
     pub(super) handler: &'a dyn Handler,
     pub(super) body: &'a mut Vec<u8>,
+    /// The header block of the job held (JetStream), in a reused buffer.
+    pub(super) headers: &'a mut Vec<u8>,
+    /// The job held is larger than the limit (its size): it is settled
+    /// without running.
+    pub(super) too_big: Option<u64>,
 }
 
 impl Turn<'_> {
@@ -70,12 +75,21 @@ impl Turn<'_> {
                 return ControlFlow::Break(After::Stop);
             }
             let id = match link.reserved() {
-                Ok(Took::Job { id, body }) => {
+                Ok(took @ (Took::Job { .. } | Took::TooBig { .. })) => {
+                    let Taken {
+                        id,
+                        body,
+                        headers,
+                        too_big,
+                    } = took.job().expect("a job");
                     // The handler may touch the job or look it up on this link,
                     // which reuses the receive buffer the body lies in: the body
                     // moves to the thread's own reused buffer first.
                     self.body.clear();
                     self.body.extend_from_slice(body);
+                    self.headers.clear();
+                    self.headers.extend_from_slice(headers);
+                    self.too_big = too_big;
                     id
                 }
                 Ok(Took::TurnEmpty) => {
@@ -166,20 +180,35 @@ impl Turn<'_> {
         id: u64,
     ) -> ControlFlow<After, Outcome> {
         let (sh, server) = (self.sh, self.server);
+        let too_big = self.too_big.take();
         let outcome = if sh.stop.load(Ordering::SeqCst) {
             // Reserved after the stop: give it back untouched.
             Outcome::Retry {
                 delay: Duration::ZERO,
             }
+        } else if let Some(size) = too_big {
+            // Never run, never taken again: set aside for good.
+            Counters::add(&sh.counters.too_big);
+            tracing::warn!(
+                job = id,
+                server,
+                size,
+                limit = sh.cfg.limits.max_job_size,
+                "job larger than max_job_size: set aside without running"
+            );
+            Outcome::Bury
         } else {
             let mut job = Job {
                 id,
                 body: self.body,
+                headers: self.headers,
                 link,
                 server,
+                server_index: self.index,
                 shared: sh,
+                context: None,
             };
-            self.handler.handle(&mut job)
+            handle_guarded(self.handler, &mut job)
         };
         if link.is_broken() {
             // A touch or a lookup broke the link: the server puts the job

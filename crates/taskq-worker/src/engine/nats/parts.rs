@@ -40,6 +40,8 @@ pub(super) struct Held {
     /// sent, or the last touch (`+WPI`) was. The server's ack wait runs
     /// from a moment no earlier.
     pub(super) leased: Instant,
+    /// Larger than the worker's limit: set aside with `+TERM`, not copied.
+    pub(super) too_big: bool,
 }
 
 /// A delivery read before its ask was.
@@ -48,6 +50,8 @@ pub(super) struct Early {
     pub(super) subject: Vec<u8>,
     pub(super) ack: Vec<u8>,
     pub(super) body: Vec<u8>,
+    /// Its header block, as sent (empty when it has none).
+    pub(super) headers: Vec<u8>,
     pub(super) delivered: u64,
     pub(super) seq: u64,
     pub(super) ready_at: Option<u64>,
@@ -55,6 +59,8 @@ pub(super) struct Early {
     pub(super) scheduled: bool,
     /// When the pull that brought it was sent.
     pub(super) pulled: Instant,
+    /// Larger than the worker's limit (its size): its body was not kept.
+    pub(super) too_big: Option<u64>,
 }
 
 impl Default for Early {
@@ -63,11 +69,13 @@ impl Default for Early {
             subject: Vec::new(),
             ack: Vec::new(),
             body: Vec::new(),
+            headers: Vec::new(),
             delivered: 0,
             seq: 0,
             ready_at: None,
             scheduled: false,
             pulled: Instant::now(),
+            too_big: None,
         }
     }
 }
@@ -85,6 +93,9 @@ pub(super) struct Buffers {
     /// For the bodies of deliveries read ahead; each grows to the largest
     /// body seen.
     pub(super) bodies: Pool,
+    /// The worker's limit on a job's body (`max_job_size`): a larger one is
+    /// not copied (nor grows the buffers): its job is terminated unrun.
+    pub(super) max_body: usize,
 }
 
 /// A settle queued or sent, owed its answer.
@@ -136,7 +147,9 @@ impl Pull {
 /// The ack that carries out `settle`.
 pub(super) fn ack_kind(settle: Settle) -> AckKind {
     match settle {
-        // A buried job's copy is stored: the original goes.
+        // A buried job's copy is stored: the original goes. (A job too big
+        // to copy is terminated instead; sent again on a later connection,
+        // it goes as `+ACK`, which removes it from the work queue too.)
         Settle::Delete | Settle::Bury { .. } => AckKind::Ack,
         Settle::Release { delay, .. } => AckKind::Nak {
             delay: (delay > 0).then(|| Duration::from_secs(u64::from(delay))),
@@ -177,10 +190,16 @@ pub(super) fn keep_early(
             body,
             info,
         } => {
+            let too_big = (body.len() > bufs.max_body).then_some(body.len() as u64);
+            let kept = if too_big.is_some() { &[][..] } else { body };
             early.push_back(Early {
                 subject: bufs.names.copy(subject),
                 ack: bufs.names.copy(reply),
-                body: bufs.bodies.copy(body),
+                body: bufs.bodies.copy(kept),
+                headers: bufs
+                    .names
+                    .copy(headers.as_ref().map_or(&[], |h| h.as_bytes())),
+                too_big,
                 delivered: info.delivered,
                 seq: info.stream_seq,
                 ready_at: ready_at(headers.as_ref()),

@@ -97,6 +97,7 @@ impl Nats {
             self.bufs.names.give(old);
             self.held[i].delivered = delivered;
             self.held[i].leased = e.pulled;
+            self.held[i].too_big = e.too_big.is_some();
         } else {
             let early = self.early_deliveries(e);
             self.held.push(Held {
@@ -106,6 +107,7 @@ impl Nats {
                 delivered,
                 early,
                 leased: e.pulled,
+                too_big: e.too_big.is_some(),
             });
         }
         Ok(true)

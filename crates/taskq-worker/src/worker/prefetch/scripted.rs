@@ -120,7 +120,11 @@ impl<const G: bool> Link for Scripted<G> {
     }
     fn reserved(&mut self) -> Result<Took<'_>, Fault> {
         match self.next()? {
-            Say::Job(id) => Ok(Took::Job { id, body: b"body" }),
+            Say::Job(id) => Ok(Took::Job {
+                id,
+                body: b"body",
+                headers: &[],
+            }),
             Say::Empty => Ok(Took::TurnEmpty),
             Say::Soon => Ok(Took::DeadlineSoon),
             Say::Auto if self.handed < self.jobs => {
@@ -128,6 +132,7 @@ impl<const G: bool> Link for Scripted<G> {
                 Ok(Took::Job {
                     id: self.handed,
                     body: b"body",
+                    headers: &[],
                 })
             }
             Say::Auto => Ok(Took::TurnEmpty),

@@ -236,6 +236,9 @@ impl Turn<'_> {
                 };
                 let old = std::mem::replace(self.body, h.body);
                 p.bodies.give(old);
+                let old = std::mem::replace(self.headers, h.headers);
+                p.headers.give(old);
+                self.too_big = h.too_big;
                 ls.state.store(HOLDING, Ordering::SeqCst);
                 return ControlFlow::Continue(h.id);
             }
@@ -405,6 +408,7 @@ mod tests {
         let handler = |_: &mut crate::Job<'_>| crate::Outcome::Done;
         let (mut reconnect, mut sched) = (taskq_proto::Reconnect::new(), None);
         let (mut io_seen, mut body) = (IoCounts::default(), Vec::new());
+        let mut headers = Vec::new();
         let tubes = ["default".to_owned()];
         let mut turn = Turn {
             sh: &sh,
@@ -418,6 +422,8 @@ mod tests {
             tubes: &tubes,
             handler: &handler,
             body: &mut body,
+            headers: &mut headers,
+            too_big: None,
         };
         assert!(matches!(turn.window(&pipe), After::Stop));
         let c = sh.counters.snapshot();
