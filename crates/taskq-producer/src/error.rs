@@ -114,6 +114,9 @@ pub enum Invalid {
     /// A JetStream publish that cannot be encoded (a payload over the
     /// server's `max_payload`, a bad header).
     Nats(taskq_proto::nats::NatsEncodeError),
+    /// `put_json`: the value does not serialize to JSON (a map whose keys
+    /// are not strings, a `Serialize` implementation that failed).
+    Unserializable,
     /// What this build cannot do yet.
     Unsupported {
         /// What was asked for.
@@ -255,6 +258,9 @@ impl fmt::Display for Invalid {
             ),
             Invalid::NoServers => f.write_str("no server address given"),
             Invalid::Nats(e) => e.fmt(f),
+            Invalid::Unserializable => f.write_str(
+                "the value does not serialize to JSON (a map whose keys are not strings, or a failing Serialize)",
+            ),
             Invalid::Unsupported { what } => write!(f, "not supported: {what}"),
         }
     }

@@ -63,6 +63,8 @@ mod classify;
 mod delays;
 mod engine;
 mod error;
+#[cfg(feature = "serde")]
+mod json;
 mod multi;
 mod nats;
 mod outcome;

@@ -58,6 +58,8 @@ impl Builder {
             conn: None,
             nats,
             resolve_for: self.resolve_for.unwrap_or(DEFAULT_RESOLVE_FOR),
+            #[cfg(feature = "serde")]
+            json: Vec::new(),
         })
     }
 }
@@ -80,6 +82,9 @@ pub struct Producer {
     /// JetStream's layout and message ids; `None` on beanstalkd.
     nats: Option<NatsSetup>,
     resolve_for: Duration,
+    /// `put_json`'s buffer, kept.
+    #[cfg(feature = "serde")]
+    json: Vec<u8>,
 }
 
 impl Producer {
@@ -138,6 +143,34 @@ impl Producer {
     /// The tube puts go to.
     pub fn tube(&self) -> &str {
         self.tube.as_deref().unwrap_or("default")
+    }
+
+    /// Puts `value` as its JSON (feature `serde`), serialized into a buffer
+    /// the producer keeps: a value whose serialization allocates nothing is
+    /// put without allocating. A value that does not serialize is
+    /// [`Invalid::Unserializable`](crate::Invalid::Unserializable), and
+    /// nothing is sent.
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), taskq_producer::Error> {
+    /// #[derive(serde::Serialize)]
+    /// struct Welcome<'a> { user: u64, name: &'a str }
+    ///
+    /// let mut p = taskq_producer::Producer::connect("127.0.0.1:11300")?;
+    /// p.put_json(&Welcome { user: 42, name: "Ada" }, Default::default())?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "serde")]
+    pub fn put_json<T: serde::Serialize + ?Sized>(
+        &mut self,
+        value: &T,
+        opts: PutOptions,
+    ) -> Result<JobId, Error> {
+        let mut buf = std::mem::take(&mut self.json);
+        let r = crate::json::encode(&mut buf, value).and_then(|()| self.put(&buf, opts));
+        self.json = buf;
+        r
     }
 
     /// Puts one job: one write, one read.

@@ -30,7 +30,11 @@ impl Builder {
             Ok(a) if a.is_nats() => Engine::JetStream(AsyncJetStream::connect(self, a).await?),
             _ => Engine::Beanstalkd(AsyncBeanstalkd::connect(self, addr).await?),
         };
-        Ok(AsyncProducer { engine })
+        Ok(AsyncProducer {
+            engine,
+            #[cfg(feature = "serde")]
+            json: Vec::new(),
+        })
     }
 }
 
@@ -60,6 +64,9 @@ impl Builder {
 #[derive(Debug)]
 pub struct AsyncProducer {
     engine: Engine,
+    /// `put_json`'s buffer, kept.
+    #[cfg(feature = "serde")]
+    json: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -101,6 +108,30 @@ impl AsyncProducer {
             Engine::Beanstalkd(b) => b.max_job_size(),
             Engine::JetStream(j) => j.max_job_size(),
         }
+    }
+
+    /// Puts `value` as its JSON (feature `serde`), serialized into a buffer
+    /// the producer keeps (see [`Producer::put_json`](crate::Producer::put_json)).
+    ///
+    /// ```no_run
+    /// # async fn run(p: &mut taskq_producer::AsyncProducer) -> Result<(), taskq_producer::Error> {
+    /// p.put_json(&serde_json::json!({"user": 42}), Default::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "serde")]
+    pub async fn put_json<T: serde::Serialize + ?Sized>(
+        &mut self,
+        value: &T,
+        opts: PutOptions,
+    ) -> Result<JobId, Error> {
+        let mut buf = std::mem::take(&mut self.json);
+        let r = match crate::json::encode(&mut buf, value) {
+            Ok(()) => self.put(&buf, opts).await,
+            Err(e) => Err(e),
+        };
+        self.json = buf;
+        r
     }
 
     /// Puts one job: one write, one read. On JetStream the id is the

@@ -316,6 +316,37 @@ impl SharedProducer {
         Ok(())
     }
 
+    /// Puts `value` into `tube` as its JSON (feature `serde`), serialized
+    /// straight into the put's own reused buffer (its size counted first,
+    /// for the byte bound), so a value whose serialization allocates
+    /// nothing is put without allocating. A value that does not serialize
+    /// is [`Invalid::Unserializable`](crate::Invalid::Unserializable), and
+    /// nothing is sent.
+    ///
+    /// ```no_run
+    /// # async fn run(p: taskq_producer::SharedProducer) -> Result<(), taskq_producer::Error> {
+    /// p.put_json("emails", &serde_json::json!({"user": 42}), Default::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "serde")]
+    pub async fn put_json<T: serde::Serialize + ?Sized>(
+        &self,
+        tube: &str,
+        value: &T,
+        opts: PutOptions,
+    ) -> Result<JobId, Error> {
+        check_tube(tube, self.inner.jetstream)?;
+        let len = crate::json::encoded_len(value)?;
+        if len > self.inner.max_job_size {
+            return Err(too_big(len, self.inner.max_job_size));
+        }
+        let ticket = self
+            .hand_in_with(tube, len, opts, |b| crate::json::encode(b, value))
+            .await?;
+        ticket.outcome().await
+    }
+
     /// Hands a put to the driver once there is room (waiting for it
     /// otherwise), and wakes the driver.
     async fn hand_in(
@@ -324,8 +355,24 @@ impl SharedProducer {
         body: &[u8],
         opts: PutOptions,
     ) -> Result<Handed<'_>, Error> {
+        self.hand_in_with(tube, body.len(), opts, |b| {
+            b.extend_from_slice(body);
+            Ok(())
+        })
+        .await
+    }
+
+    /// [`hand_in`](Self::hand_in) of a body of `len` bytes that `fill`
+    /// writes into the put's buffer.
+    async fn hand_in_with(
+        &self,
+        tube: &str,
+        len: usize,
+        opts: PutOptions,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+    ) -> Result<Handed<'_>, Error> {
         let inner = &*self.inner;
-        let weight = (body.len() + tube.len() + PUT_OVERHEAD).min(inner.max_bytes);
+        let weight = (len + tube.len() + PUT_OVERHEAD).min(inner.max_bytes);
         let gone = |_| Error::NotSent(NotSent::Broken);
         let slot = inner.slots.acquire().await.map_err(gone)?;
         let bytes = inner
@@ -335,10 +382,15 @@ impl SharedProducer {
             .map_err(gone)?;
         let (ticket, driver) = {
             let mut p = inner.lock();
-            let t = p.hand_in(tube, body, opts, weight as u32);
-            (t, p.driver.take())
+            let t = p.hand_in_with(tube, opts, weight as u32, fill);
+            let driver = if matches!(t, Some(Ok(_))) {
+                p.driver.take()
+            } else {
+                None
+            };
+            (t, driver)
         };
-        let ticket = ticket.ok_or(Error::NotSent(NotSent::Broken))?;
+        let ticket = ticket.ok_or(Error::NotSent(NotSent::Broken))??;
         slot.forget();
         bytes.forget();
         if let Some(w) = driver {

@@ -154,6 +154,7 @@ impl Pipeline {
 
     /// Hands a put in (the caller holds a permit, so a slot is free);
     /// `None` when the driver is gone.
+    #[cfg(test)]
     pub(crate) fn hand_in(
         &mut self,
         tube: &str,
@@ -161,17 +162,36 @@ impl Pipeline {
         opts: PutOptions,
         weight: u32,
     ) -> Option<Ticket> {
+        self.hand_in_with(tube, opts, weight, |b| {
+            b.extend_from_slice(body);
+            Ok(())
+        })
+        .map(|r| r.expect("a copy cannot fail"))
+    }
+
+    /// [`hand_in`](Self::hand_in) with the body written into the slot's
+    /// buffer by `fill` (a failure hands nothing in).
+    pub(crate) fn hand_in_with(
+        &mut self,
+        tube: &str,
+        opts: PutOptions,
+        weight: u32,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+    ) -> Option<Result<Ticket, Error>> {
         if self.dead {
             return None;
         }
-        let i = self.free.pop().expect("a permit stands for a free slot");
+        let &i = self.free.last().expect("a permit stands for a free slot");
         let s = &mut self.slots[i as usize];
+        s.body.clear();
+        if let Err(e) = fill(&mut s.body) {
+            return Some(Err(e));
+        }
+        self.free.pop();
         s.gen = s.gen.wrapping_add(1);
         s.phase = Phase::Queued;
         s.tube.clear();
         s.tube.push_str(tube);
-        s.body.clear();
-        s.body.extend_from_slice(body);
         s.opts = opts;
         s.weight = weight;
         s.msg = 0;
@@ -184,10 +204,10 @@ impl Pipeline {
         s.outcome = None;
         s.waker = None;
         self.queued.push_back(i);
-        Some(Ticket {
+        Some(Ok(Ticket {
             slot: i,
             gen: s.gen,
-        })
+        }))
     }
 
     fn slot(&mut self, t: Ticket) -> Option<&mut Slot> {
