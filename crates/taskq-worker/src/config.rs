@@ -3,10 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use taskq_proto::nats::NatsAccess;
+use taskq_proto::nats::{ConsumerSpec, NatsAccess};
 use taskq_proto::{
-    redact_address, validate_subject_tube, validate_tube, Address, AddressError, Engine, Limits,
-    TubeNameError, DEFAULT_STREAM,
+    redact_address, validate_subject_tube, validate_tube, Address, AddressError, Engine, Layout,
+    Limits, TubeNameError, DEFAULT_STREAM,
 };
 
 use taskq_proto::{Backoff, Jitter};
@@ -132,6 +132,27 @@ pub struct JetStreamConfig {
     /// Credentials and TLS. User info in a `nats://` address takes the place
     /// of the user, password or token given here.
     pub access: NatsAccess,
+}
+
+/// Deliveries one consumer may have unacked at once, across its workers:
+/// room for many prefetching workers (the server's default is 1000).
+const MAX_ACK_PENDING: i64 = 20_000;
+
+impl JetStreamConfig {
+    /// The durable consumer of `tube` (in `layout`, this config's stream) as
+    /// a worker creates it when the tube has none: filtered on the tube's
+    /// subject, explicit acks, this config's ack wait, no delivery limit
+    /// (the worker counts attempts and buries; the server's limit would
+    /// strand a job instead). `taskq pause` creates the same one.
+    pub fn consumer_spec(&self, layout: &Layout, tube: &str) -> ConsumerSpec {
+        ConsumerSpec {
+            filter_subject: layout.subject(tube),
+            ack_wait: self.ack_wait,
+            max_deliver: -1,
+            max_ack_pending: MAX_ACK_PENDING,
+            max_waiting: 512,
+        }
+    }
 }
 
 impl Default for JetStreamConfig {

@@ -34,9 +34,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use taskq_proto::nats::{
-    AckKind, ConsumerSpec, Delivery, NatsConfig, NatsConnection, NatsError, StreamSpec,
-};
+use taskq_proto::nats::{AckKind, Delivery, NatsConfig, NatsConnection, NatsError, StreamSpec};
 use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout};
 
 use super::seam::{
@@ -50,10 +48,6 @@ use parts::{
 
 mod parts;
 mod reading;
-
-/// Deliveries one consumer may have unacked at once, across its workers:
-/// room for many prefetching workers (the server's default is 1000).
-const MAX_ACK_PENDING: i64 = 20_000;
 
 /// A worker thread's connection to a JetStream cluster.
 #[derive(Debug)]
@@ -209,25 +203,15 @@ impl Link for Nats {
         .map_err(setup)?;
         let mut tubes = Vec::with_capacity(cfg.tubes.len());
         for name in &cfg.tubes {
-            let subject = layout.subject(name);
+            let spec = cfg.jetstream.consumer_spec(&layout, name);
             let consumer = Layout::consumer(name);
             let info = conn
-                .ensure_consumer(
-                    layout.stream(),
-                    &consumer,
-                    &ConsumerSpec {
-                        filter_subject: subject.clone(),
-                        ack_wait: cfg.jetstream.ack_wait,
-                        max_deliver: -1,
-                        max_ack_pending: MAX_ACK_PENDING,
-                        max_waiting: 512,
-                    },
-                )
+                .ensure_consumer(layout.stream(), &consumer, &spec)
                 .map_err(setup)?;
             tubes.push(Tube {
                 name: name.clone(),
                 buried: layout.buried_subject(name),
-                subject,
+                subject: spec.filter_subject,
                 consumer,
                 ack_wait: info.ack_wait,
             });
