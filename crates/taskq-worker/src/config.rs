@@ -289,6 +289,14 @@ impl std::error::Error for ConfigError {}
 
 impl Config {
     /// Checks the settings.
+    ///
+    /// ```
+    /// use taskq_worker::Config;
+    ///
+    /// let cfg = Config { concurrency: 0, ..Config::default() };
+    /// assert!(cfg.validate().is_err());
+    /// assert!(Config::default().validate().is_ok());
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.servers.is_empty() {
             return Err(ConfigError::NoServers);
@@ -357,6 +365,16 @@ impl Config {
     /// Sets the tubes from `NAME` or `NAME:WEIGHT` specs (as `--tube` takes
     /// them). Plain names only: strict mode. Any weight: weighted mode, where a
     /// plain name has weight 1.
+    ///
+    /// ```
+    /// use taskq_worker::Config;
+    ///
+    /// let mut cfg = Config::default();
+    /// cfg.set_tubes(&["vip:4", "standard:1"])?;
+    /// assert_eq!(cfg.tubes, ["vip", "standard"]);
+    /// assert_eq!(cfg.weights, [4, 1]);
+    /// # Ok::<(), taskq_worker::ConfigError>(())
+    /// ```
     pub fn set_tubes<S: AsRef<str>>(&mut self, specs: &[S]) -> Result<(), ConfigError> {
         let mut tubes = Vec::with_capacity(specs.len());
         let mut weights = Vec::with_capacity(specs.len());
