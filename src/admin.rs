@@ -269,13 +269,20 @@ pub struct PauseArgs {
     /// Seconds during which no job of the tube is handed out (0 ends a pause).
     #[arg(value_name = "SECS")]
     secs: u32,
+    /// JetStream: the ack wait (every job's lease) of the tube's consumer
+    /// if this command creates it, as taskq-worker's --ack-wait (default:
+    /// the worker's, 60 s); an existing consumer keeps its own.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    ack_wait: Option<u64>,
 }
 
-/// Runs `taskq pause`: on JetStream, through the tube's consumer (nats-server 2.11+).
+/// Runs `taskq pause`: on JetStream, through the tube's consumer (nats-server
+/// 2.11+), created paused when no worker has made it yet.
 pub fn pause(args: PauseArgs) -> CliResult {
     args.server.check_tube(&args.tube)?;
     let mut conn = args.server.open()?;
-    jobs::pause(&mut conn, &args.tube, args.secs)?;
+    let ack_wait = args.ack_wait.map(std::time::Duration::from_secs);
+    jobs::pause(&mut conn, &args.tube, args.secs, ack_wait)?;
     let text = if args.secs == 0 {
         format!("resumed {}\n", args.tube)
     } else {

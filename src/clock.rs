@@ -16,9 +16,7 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 
 /// `2026-05-01T12:00:00Z` (whole seconds, rounded up so a time never comes early).
 pub fn format_rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    let text = taskq_proto::nats::schedule::rfc3339_utc(secs);
+    let text = taskq_proto::nats::schedule::rfc3339_utc_at(t);
     String::from_utf8_lossy(&text).into_owned()
 }
 

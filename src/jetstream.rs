@@ -371,12 +371,17 @@ impl Js {
     }
 
     /// Pauses tube `tube`'s consumer until `until` (`None`: resumes it), so
-    /// no worker is handed its jobs meanwhile. Needs nats-server 2.11 or
-    /// later; refused, naming the server's version, before that.
+    /// no worker is handed its jobs meanwhile. A tube no worker has asked for
+    /// yet gets its consumer now, as a worker would create it (with
+    /// `ack_wait`, or the worker's default), paused from its first moment;
+    /// a worker started later finds it paused and leaves it so. Needs
+    /// nats-server 2.11 or later; refused, naming the server's version,
+    /// before that.
     pub fn pause(
         &mut self,
         tube: &str,
         until: Option<std::time::SystemTime>,
+        ack_wait: Option<Duration>,
     ) -> Result<(), String> {
         if self.api_level()? < 1 {
             let version = self
@@ -387,21 +392,37 @@ impl Js {
                 self.addr
             ));
         }
-        let subject = format!(
-            "$JS.API.CONSUMER.PAUSE.{}.{}",
-            self.layout.stream(),
-            Layout::consumer(tube)
-        );
-        let body = match until {
-            Some(t) => json!({ "pause_until": crate::clock::format_rfc3339(t) }),
-            None => json!({}),
+        let stream = self.layout.stream().to_owned();
+        let consumer = Layout::consumer(tube);
+        match self.conn.pause_consumer(&stream, &consumer, until) {
+            Ok(_) => return Ok(()),
+            Err(e) if absent(&e) && until.is_none() => {
+                return Err(format!(
+                    "tube {tube} has no consumer {consumer} yet (no worker has asked for its jobs), so it is not paused"
+                ))
+            }
+            Err(e) if absent(&e) => {}
+            Err(e) => return Err(self.failed("consumer pause", e)),
+        }
+        let mut worker = taskq_worker::JetStreamConfig {
+            stream: stream.clone(),
+            ..taskq_worker::JetStreamConfig::default()
         };
-        match self.api(&subject, &body) {
+        if let Some(w) = ack_wait {
+            worker.ack_wait = w;
+        }
+        let spec = worker.consumer_spec(&self.layout, tube);
+        let made = self
+            .conn
+            .ensure_consumer_paused(&stream, &consumer, &spec, until)
+            .map_err(|e| self.failed("consumer create", e))?;
+        if made.paused {
+            return Ok(());
+        }
+        // A worker created it between the two requests: the create left it
+        // as the worker made it (not paused), so pause that one.
+        match self.conn.pause_consumer(&stream, &consumer, until) {
             Ok(_) => Ok(()),
-            Err(e) if absent(&e) => Err(format!(
-                "tube {tube} has no consumer {} yet (no worker has asked for its jobs), so there is nothing to pause",
-                Layout::consumer(tube)
-            )),
             Err(e) => Err(self.failed("consumer pause", e)),
         }
     }

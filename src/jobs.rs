@@ -293,8 +293,14 @@ fn settle(
 
 /// Hands out no job of `tube` for `secs` seconds (0 ends a pause). On
 /// JetStream the tube's consumer is paused (nats-server 2.11+; refused,
-/// naming the server's version, on older servers).
-pub fn pause(conn: &mut Conn, tube: &str, secs: u32) -> Result<(), String> {
+/// naming the server's version, on older servers), and created first, with
+/// `ack_wait` as a worker's, when no worker has made it yet.
+pub fn pause(
+    conn: &mut Conn,
+    tube: &str,
+    secs: u32,
+    ack_wait: Option<Duration>,
+) -> Result<(), String> {
     match conn {
         Conn::Beanstalkd(c) => {
             let cmd = Command::PauseTube { tube, delay: secs };
@@ -306,7 +312,7 @@ pub fn pause(conn: &mut Conn, tube: &str, secs: u32) -> Result<(), String> {
         }
         Conn::Nats(js) => {
             let until = (secs > 0).then(|| SystemTime::now() + Duration::from_secs(secs.into()));
-            js.pause(tube, until)
+            js.pause(tube, until, ack_wait)
         }
     }
 }

@@ -873,8 +873,9 @@ fn cut_at_stream_lookup(c: &NatsCluster) -> taskq_testkit::ChaosProxy {
 
 /// A connection cut while `taskq put` looks its stream up is a broken
 /// connection like any other: reconnected with the backoff, not the end of
-/// the run. Then, with one connection in three reset at a random moment,
-/// every line is acknowledged and stored once.
+/// the run. Then the connection that carries the jobs is reset partway
+/// through them, and after that one connection in three is reset at a
+/// random moment; every line is acknowledged and stored once.
 #[test]
 fn put_rides_out_a_cut_stream_lookup_and_resets_and_stores_each_line_once() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -886,11 +887,28 @@ fn put_rides_out_a_cut_stream_lookup_and_resets_and_stores_each_line_once() {
     let stop = AtomicBool::new(false);
     let (out, took) = std::thread::scope(|s| {
         s.spawn(|| {
-            // At least two lookups cut, then resets at random moments: every
-            // 40 ms the toxics are drawn anew.
+            // At least two lookups cut.
             eventually("two stream lookups cut", Duration::from_secs(20), || {
                 proxy.closed() >= 2
             });
+            // Then a reset 4 KiB into what the put sends on a connection (its
+            // jobs are about 150 KiB): a point in its stream, not a moment,
+            // so the connection carrying the jobs is reset however fast the
+            // server takes them (a reset drawn at random moments missed it
+            // when the put was done within a few draws), and the put needs a
+            // connection more. A connection open now draws it too, 4 KiB on
+            // from where it is.
+            proxy.clear();
+            proxy.add(
+                taskq_testkit::Toxic::ResetAfterData { bytes: 4096 },
+                taskq_testkit::Direction::Upstream,
+                1.0,
+            );
+            while proxy.opened() < 4 && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Then resets at random moments: every 40 ms the toxics are
+            // drawn anew.
             let mut k = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 k += 1;
@@ -926,7 +944,7 @@ fn put_rides_out_a_cut_stream_lookup_and_resets_and_stores_each_line_once() {
     assert_eq!(acked.len(), n);
     assert!(
         proxy.opened() >= 4,
-        "the cuts and resets hit: {}",
+        "the cuts and the reset hit: {}",
         proxy.opened()
     );
 

@@ -228,11 +228,11 @@ async fn act(
                 Ok(()) => (true, format!("Deleted job {id}")),
                 Err(why) => (false, format!("Job {id} not deleted: {why}")),
             },
-            ("pause", _, _, Some(secs)) if secs > 0 => match jobs::pause(conn, &name, secs) {
+            ("pause", _, _, Some(secs)) if secs > 0 => match jobs::pause(conn, &name, secs, None) {
                 Ok(()) => (true, format!("Paused tube {name} for {secs} s")),
                 Err(e) => (false, format!("Tube {name} not paused: {e}")),
             },
-            ("resume", ..) => match jobs::pause(conn, &name, 0) {
+            ("resume", ..) => match jobs::pause(conn, &name, 0, None) {
                 Ok(()) => (true, format!("Resumed tube {name}")),
                 Err(e) => (false, format!("Tube {name} not resumed: {e}")),
             },

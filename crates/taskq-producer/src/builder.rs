@@ -35,12 +35,28 @@ pub struct Builder {
 
 impl Builder {
     /// Limit on each connect attempt (default 2 s).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().connect_timeout(Duration::from_secs(1)).connect("127.0.0.1:11300")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.cfg.connect_timeout = d;
         self
     }
 
     /// Limit on each whole reply and each write (default 1 s).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().io_timeout(Duration::from_millis(500)).connect("127.0.0.1:11300")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn io_timeout(mut self, d: Duration) -> Self {
         self.cfg.io_timeout = d;
         self
@@ -48,18 +64,42 @@ impl Builder {
 
     /// Largest body accepted; larger ones are refused before sending
     /// (default 65535, beanstalkd's default `-z`).
+    ///
+    /// ```no_run
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().max_job_size(1 << 20).connect("127.0.0.1:11300")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn max_job_size(mut self, bytes: usize) -> Self {
         self.cfg.limits.max_job_size = bytes;
         self
     }
 
     /// Waits between reconnect attempts.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_producer::{Backoff, Jitter};
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().backoff(Backoff { initial: Duration::from_millis(50), max: Duration::from_secs(2), jitter: Jitter::Full }).connect("127.0.0.1:11300")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn backoff(mut self, b: Backoff) -> Self {
         self.backoff = b;
         self
     }
 
     /// TCP keepalive idle time; `None` turns keepalive off (default 30 s).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().keepalive(Some(Duration::from_secs(10))).connect("127.0.0.1:11300")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn keepalive(mut self, idle: Option<Duration>) -> Self {
         self.cfg.keepalive = idle;
         self
@@ -68,12 +108,26 @@ impl Builder {
     /// At-least-once mode: a put whose outcome is unknown (or that was not sent)
     /// is sent again on a fresh connection, up to `retries` more times. A job
     /// may then be queued twice; the default, 0, never re-sends.
+    ///
+    /// ```no_run
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().at_least_once(2).connect("127.0.0.1:11300")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn at_least_once(mut self, retries: u32) -> Self {
         self.retries = retries;
         self
     }
 
     /// The tube puts go to from the start (default `default`).
+    ///
+    /// ```no_run
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().tube("emails").connect("127.0.0.1:11300")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn tube(mut self, tube: &str) -> Self {
         self.tube = Some(tube.to_owned());
         self
@@ -81,6 +135,14 @@ impl Builder {
 
     /// JetStream: the stream (default `TASKQ`, capturing `taskq.>`; another
     /// name captures its lower-case self followed by `.>`).
+    ///
+    /// ```no_run
+    /// use taskq_producer::Producer;
+    ///
+    /// // Puts on subjects `orders.<tube>` of stream ORDERS.
+    /// let p = Producer::builder().stream("ORDERS").connect("nats://127.0.0.1:4222")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn stream(mut self, name: &str) -> Self {
         self.stream = Some(name.to_owned());
         self
@@ -90,6 +152,13 @@ impl Builder {
     /// (default: 3 on a cluster of 3 or more nodes, else 1). An existing
     /// stream keeps its replicas (and all of its configuration but message
     /// schedules: see [`keep_stream_config`](Self::keep_stream_config)).
+    ///
+    /// ```no_run
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().replicas(3).connect("nats://127.0.0.1:4222")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn replicas(mut self, n: usize) -> Self {
         self.replicas = Some(n);
         self
@@ -98,6 +167,14 @@ impl Builder {
     /// JetStream: how long a put whose PubAck did not come is re-sent, with
     /// the same message id, on fresh connections (default 30 s). The stream
     /// stores it once; past this time the put fails as unknown.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().resolve_for(Duration::from_secs(10)).connect("nats://127.0.0.1:4222")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn resolve_for(mut self, d: Duration) -> Self {
         self.resolve_for = Some(d);
         self
@@ -111,6 +188,13 @@ impl Builder {
     /// cannot undo. With `true` such a stream is left as it is, and delayed
     /// jobs stay with the client (carried to the tube at once, given back
     /// by a worker handed them early), as on older servers.
+    ///
+    /// ```no_run
+    /// use taskq_producer::Producer;
+    ///
+    /// let p = Producer::builder().keep_stream_config(true).connect("nats://127.0.0.1:4222")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn keep_stream_config(mut self, keep: bool) -> Self {
         self.keep_stream_config = keep;
         self
@@ -119,6 +203,15 @@ impl Builder {
     /// JetStream: credentials and TLS (the address's own user info, and
     /// `tls://`, take precedence). Not read from the environment: the
     /// commands do that.
+    ///
+    /// ```no_run
+    /// use taskq_producer::Producer;
+    /// use taskq_proto::nats::NatsAccess;
+    ///
+    /// let access = NatsAccess { creds_file: Some("/etc/taskq/user.creds".into()), ..NatsAccess::default() };
+    /// let p = Producer::builder().nats_access(access).connect("tls://nats.internal:4222")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn nats_access(mut self, access: NatsAccess) -> Self {
         self.access = access;
         self

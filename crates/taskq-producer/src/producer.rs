@@ -32,6 +32,16 @@ impl Builder {
     /// connecting or looking up the stream, is tried again with the reconnect
     /// backoff until [`resolve_for`](Self::resolve_for) runs out. No server
     /// listening, a server's refusal, or a stream that does not fit fails at once.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_producer::Producer;
+    ///
+    /// let mut p = Producer::builder()
+    ///     .io_timeout(Duration::from_millis(500))
+    ///     .connect("nats://127.0.0.1:4222")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn connect(self, addr: impl IntoTarget) -> Result<Producer, Error> {
         let mut p = self.build(addr)?;
         p.open_first()?;
@@ -39,6 +49,15 @@ impl Builder {
     }
 
     /// Resolves the address but connects on the first call.
+    ///
+    /// ```no_run
+    /// use taskq_producer::{Producer, PutOptions};
+    ///
+    /// // Nothing is sent yet: the first put connects.
+    /// let mut p = Producer::builder().tube("emails").build("127.0.0.1:11300")?;
+    /// let id = p.put(b"welcome 42", PutOptions::default())?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn build(self, addr: impl IntoTarget) -> Result<Producer, Error> {
         let target = addr
             .into_target()
@@ -90,11 +109,30 @@ pub struct Producer {
 impl Producer {
     /// Connects with the default settings (see [`Builder::connect`] for the
     /// addresses taken).
+    ///
+    /// ```no_run
+    /// use taskq_producer::Producer;
+    ///
+    /// let beanstalkd = Producer::connect("127.0.0.1:11300")?;
+    /// let jetstream = Producer::connect("nats://127.0.0.1:4222,127.0.0.1:4223")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn connect(addr: impl IntoTarget) -> Result<Producer, Error> {
         Builder::default().connect(addr)
     }
 
     /// Starts a [`Builder`] for non-default settings.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_producer::Producer;
+    ///
+    /// let mut p = Producer::builder()
+    ///     .tube("emails")
+    ///     .connect_timeout(Duration::from_secs(1))
+    ///     .connect("127.0.0.1:11300")?;
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     pub fn builder() -> Builder {
         Builder::default()
     }
@@ -174,6 +212,19 @@ impl Producer {
     }
 
     /// Puts one job: one write, one read.
+    ///
+    /// ```no_run
+    /// use taskq_producer::{Producer, PutOptions};
+    ///
+    /// let mut p = Producer::connect("127.0.0.1:11300")?;
+    /// let opts = PutOptions { pri: 0, ttr: 30, ..PutOptions::default() };
+    /// match p.put(b"resize a.png", opts) {
+    ///     Ok(id) => println!("queued as {}", id.get()),
+    ///     Err(e) if e.outcome_unknown() => println!("may be queued: {e}"),
+    ///     Err(e) => println!("not queued: {e}"),
+    /// }
+    /// # Ok::<(), taskq_producer::Error>(())
+    /// ```
     #[inline]
     pub fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
         // Steady state: a live connection and nothing to recover from. (A body
@@ -304,6 +355,21 @@ impl Producer {
     /// the batch broke off. Nothing is sent when a body is too big or `out` is
     /// too short. In at-least-once mode the jobs from the break on are sent again
     /// on a fresh connection.
+    ///
+    /// ```no_run
+    /// use taskq_producer::{Producer, PutOptions, PutOutcome};
+    ///
+    /// let mut p = Producer::connect("127.0.0.1:11300")?;
+    /// let bodies = ["a.png", "b.png", "c.png"];
+    /// let mut out = [PutOutcome::NotSent; 3];
+    /// if let Err(e) = p.put_batch(&bodies, PutOptions::default(), &mut out) {
+    ///     println!("{e}"); // the jobs after e.replied are Unknown or NotSent in `out`
+    /// }
+    /// for (body, outcome) in bodies.iter().zip(&out) {
+    ///     println!("{body}: {outcome:?}");
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn put_batch<B: AsRef<[u8]>>(
         &mut self,
         bodies: &[B],

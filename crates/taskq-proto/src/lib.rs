@@ -68,3 +68,9 @@ pub const MAX_TUBE_NAME: usize = 200;
 pub const DEFAULT_MAX_JOB_SIZE: usize = 65535;
 /// Default limit on a YAML document from `stats*` or `list-tubes*`.
 pub const DEFAULT_MAX_YAML_SIZE: usize = 1 << 20;
+
+/// The README's example, compiled and run as a doctest (the README is the
+/// crate's page on crates.io).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -40,3 +40,9 @@ pub use server::{
     TestServer,
 };
 pub use tempdir::TempDir;
+
+/// The README's example, compiled and run as a doctest (the README is the
+/// crate's page on crates.io).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -66,6 +66,13 @@ pub enum Toxic {
         /// Bytes let through before the close.
         bytes: u64,
     },
+    /// Forward `bytes` bytes in this direction, then reset both sides (RST):
+    /// a reset at a point in the stream, not in time, so that it hits a
+    /// client that sends more than `bytes` however fast it goes.
+    ResetAfterData {
+        /// Bytes let through before the reset.
+        bytes: u64,
+    },
     /// Forward in segments of at most `max_segment` bytes, `delay` apart.
     Slicer {
         /// Largest segment, at least 1.
@@ -361,7 +368,9 @@ struct Active {
     latency: Option<(Duration, Duration)>,
     reset_at: Option<Instant>,
     silence: bool,
-    limit: Option<u64>,
+    /// Where the data stops (bytes sent in this direction), and whether the
+    /// connection is then reset rather than closed.
+    limit: Option<(u64, bool)>,
     slicer: Option<(usize, Duration)>,
 }
 
@@ -376,7 +385,8 @@ fn draw(shared: &Shared, dir: Direction, rng: &mut fastrand::Rng, sent: u64) -> 
             Toxic::Latency { delay, jitter } => a.latency = Some((delay, jitter)),
             Toxic::Reset { after } => a.reset_at = Some(now + after),
             Toxic::Silence => a.silence = true,
-            Toxic::LimitData { bytes } => a.limit = Some(sent + bytes),
+            Toxic::LimitData { bytes } => a.limit = Some((sent + bytes, false)),
+            Toxic::ResetAfterData { bytes } => a.limit = Some((sent + bytes, true)),
             Toxic::Slicer { max_segment, delay } => a.slicer = Some((max_segment.max(1), delay)),
         }
     }
@@ -448,12 +458,12 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
             continue;
         }
         let mut chunk = &buf[..n];
-        let mut over = false;
-        if let Some(limit) = active.limit {
+        let mut over = None;
+        if let Some((limit, reset)) = active.limit {
             let room = limit.saturating_sub(sent);
             if (chunk.len() as u64) >= room {
                 chunk = &chunk[..room as usize];
-                over = true;
+                over = Some(reset);
             }
         }
         if let Some((delay, jitter)) = active.latency {
@@ -474,8 +484,8 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
             None => to.write_all(chunk).is_ok(),
         };
         sent += chunk.len() as u64;
-        if over || !ok {
-            link.kill(false);
+        if over.is_some() || !ok {
+            link.kill(ok && over == Some(true));
             break;
         }
         let _ = &mut to;

@@ -196,6 +196,38 @@ fn limit_data_cuts_a_reply() {
 }
 
 #[test]
+fn reset_after_data_resets_at_that_byte_however_fast_the_client_goes() {
+    let b = Beanstalkd::start().unwrap();
+    let proxy = ChaosProxy::start(b.addr()).unwrap();
+    // A put is 20 bytes (`put 0 0 60 3\r\njob\r\n`): two go through whole,
+    // the third is cut 10 bytes in, with a reset.
+    proxy.add(
+        Toxic::ResetAfterData { bytes: 50 },
+        Direction::Upstream,
+        1.0,
+    );
+    let mut c = connect(&proxy, Duration::from_secs(1));
+    ok_put(&mut c);
+    ok_put(&mut c);
+    let e = c.request(&PUT).unwrap_err();
+    match &e {
+        ConnectionError::NotSent(io) | ConnectionError::Io(io) => {
+            assert_eq!(io.kind(), std::io::ErrorKind::ConnectionReset, "{e:?}")
+        }
+        other => panic!("expected a reset, got {other:?}"),
+    }
+    wait_for("the reset", || proxy.closed() == 1);
+    proxy.clear();
+    let mut c = connect(&proxy, Duration::from_secs(1));
+    match c.request(&Command::Stats).unwrap() {
+        Reply::Ok { yaml } => {
+            assert_eq!(taskq_proto::ServerStats::parse(yaml).unwrap().cmd_put, 2)
+        }
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
 fn slicer_delivers_tiny_segments_that_still_parse() {
     let b = Beanstalkd::start().unwrap();
     let proxy = ChaosProxy::start(b.addr()).unwrap();

@@ -3,10 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use taskq_proto::nats::NatsAccess;
+use taskq_proto::nats::{ConsumerSpec, NatsAccess};
 use taskq_proto::{
-    redact_address, validate_subject_tube, validate_tube, Address, AddressError, Engine, Limits,
-    TubeNameError, DEFAULT_STREAM,
+    redact_address, validate_subject_tube, validate_tube, Address, AddressError, Engine, Layout,
+    Limits, TubeNameError, DEFAULT_STREAM,
 };
 
 use taskq_proto::{Backoff, Jitter};
@@ -139,6 +139,27 @@ pub struct JetStreamConfig {
     /// Credentials and TLS. User info in a `nats://` address takes the place
     /// of the user, password or token given here.
     pub access: NatsAccess,
+}
+
+/// Deliveries one consumer may have unacked at once, across its workers:
+/// room for many prefetching workers (the server's default is 1000).
+const MAX_ACK_PENDING: i64 = 20_000;
+
+impl JetStreamConfig {
+    /// The durable consumer of `tube` (in `layout`, this config's stream) as
+    /// a worker creates it when the tube has none: filtered on the tube's
+    /// subject, explicit acks, this config's ack wait, no delivery limit
+    /// (the worker counts attempts and buries; the server's limit would
+    /// strand a job instead). `taskq pause` creates the same one.
+    pub fn consumer_spec(&self, layout: &Layout, tube: &str) -> ConsumerSpec {
+        ConsumerSpec {
+            filter_subject: layout.subject(tube),
+            ack_wait: self.ack_wait,
+            max_deliver: -1,
+            max_ack_pending: MAX_ACK_PENDING,
+            max_waiting: 512,
+        }
+    }
 }
 
 impl Default for JetStreamConfig {
@@ -275,6 +296,14 @@ impl std::error::Error for ConfigError {}
 
 impl Config {
     /// Checks the settings.
+    ///
+    /// ```
+    /// use taskq_worker::Config;
+    ///
+    /// let cfg = Config { concurrency: 0, ..Config::default() };
+    /// assert!(cfg.validate().is_err());
+    /// assert!(Config::default().validate().is_ok());
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.servers.is_empty() {
             return Err(ConfigError::NoServers);
@@ -343,6 +372,16 @@ impl Config {
     /// Sets the tubes from `NAME` or `NAME:WEIGHT` specs (as `--tube` takes
     /// them). Plain names only: strict mode. Any weight: weighted mode, where a
     /// plain name has weight 1.
+    ///
+    /// ```
+    /// use taskq_worker::Config;
+    ///
+    /// let mut cfg = Config::default();
+    /// cfg.set_tubes(&["vip:4", "standard:1"])?;
+    /// assert_eq!(cfg.tubes, ["vip", "standard"]);
+    /// assert_eq!(cfg.weights, [4, 1]);
+    /// # Ok::<(), taskq_worker::ConfigError>(())
+    /// ```
     pub fn set_tubes<S: AsRef<str>>(&mut self, specs: &[S]) -> Result<(), ConfigError> {
         let mut tubes = Vec::with_capacity(specs.len());
         let mut weights = Vec::with_capacity(specs.len());

@@ -89,6 +89,23 @@ pub struct Running {
 
 impl Worker {
     /// Checks the settings and prepares a worker running `handler` on each job.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_worker::{Config, Job, Outcome, Worker};
+    ///
+    /// let cfg = Config {
+    ///     servers: vec!["nats://127.0.0.1:4222".into()],
+    ///     tubes: vec!["emails".into()],
+    ///     concurrency: 8,
+    ///     exit_when_idle: Some(Duration::from_secs(5)),
+    ///     ..Config::default()
+    /// };
+    /// let worker = Worker::new(cfg, |job: &mut Job<'_>| {
+    ///     if job.body().is_empty() { Outcome::Bury } else { Outcome::Done }
+    /// })?;
+    /// # Ok::<(), taskq_worker::ConfigError>(())
+    /// ```
     pub fn new<H: Handler>(mut cfg: Config, handler: H) -> Result<Worker, ConfigError> {
         cfg.validate()?;
         cfg.lift_credentials();
@@ -129,6 +146,18 @@ impl Worker {
     }
 
     /// Starts the threads.
+    ///
+    /// ```no_run
+    /// use taskq_worker::{Config, Job, Outcome, Worker};
+    ///
+    /// let worker = Worker::new(Config::default(), |_: &mut Job<'_>| Outcome::Done)?;
+    /// let running = worker.start();
+    /// let control = running.control();
+    /// // ... later, from any thread (a signal handler, a shutdown hook):
+    /// control.shutdown();
+    /// println!("{}", running.join());
+    /// # Ok::<(), taskq_worker::ConfigError>(())
+    /// ```
     pub fn start(self) -> Running {
         let threads = (0..self.shared.cfg.concurrency)
             .map(|t| {
@@ -157,6 +186,15 @@ impl Worker {
 
     /// Runs until stopped (by a [`Control`], `max_jobs` or `exit_when_idle`) and
     /// returns the final counters.
+    ///
+    /// ```no_run
+    /// use taskq_worker::{Config, Job, Outcome, Worker};
+    ///
+    /// let cfg = Config { max_jobs: Some(100), ..Config::default() };
+    /// let counts = Worker::new(cfg, |_: &mut Job<'_>| Outcome::Done)?.run();
+    /// println!("done {}", counts.deleted);
+    /// # Ok::<(), taskq_worker::ConfigError>(())
+    /// ```
     pub fn run(self) -> Snapshot {
         self.start().join()
     }

@@ -25,6 +25,19 @@ impl Builder {
     /// server cannot be reached. `nats://HOST:PORT[,HOST:PORT...]` (or
     /// `tls://`) selects JetStream, with the credentials and TLS settings of
     /// [`nats_access`](Builder::nats_access); `HOST:PORT` beanstalkd.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use taskq_producer::Producer;
+    ///
+    /// # async fn run() -> Result<(), taskq_producer::Error> {
+    /// let mut p = Producer::builder()
+    ///     .io_timeout(Duration::from_millis(500))
+    ///     .connect_async("127.0.0.1:11300")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect_async(self, addr: &str) -> Result<AsyncProducer, Error> {
         let engine = match taskq_proto::Address::parse(addr) {
             Ok(a) if a.is_nats() => Engine::JetStream(AsyncJetStream::connect(self, a).await?),
@@ -81,6 +94,15 @@ enum Engine {
 impl AsyncProducer {
     /// Connects with the default settings (see [`Builder::connect_async`]
     /// for the addresses taken).
+    ///
+    /// ```no_run
+    /// use taskq_producer::AsyncProducer;
+    ///
+    /// # async fn run() -> Result<(), taskq_producer::Error> {
+    /// let mut p = AsyncProducer::connect("nats://127.0.0.1:4222").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(addr: &str) -> Result<AsyncProducer, Error> {
         Builder::default().connect_async(addr).await
     }
@@ -136,6 +158,18 @@ impl AsyncProducer {
 
     /// Puts one job: one write, one read. On JetStream the id is the
     /// job's stream sequence.
+    ///
+    /// ```no_run
+    /// use taskq_producer::{AsyncProducer, PutOptions};
+    ///
+    /// # async fn run() -> Result<(), taskq_producer::Error> {
+    /// let mut p = AsyncProducer::connect("127.0.0.1:11300").await?;
+    /// p.use_tube("emails").await?;
+    /// let id = p.put(b"welcome 42", PutOptions::default()).await?;
+    /// println!("queued as {}", id.get());
+    /// # Ok(())
+    /// # }
+    /// ```
     #[inline]
     pub async fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
         match &mut self.engine {
@@ -148,6 +182,18 @@ impl AsyncProducer {
     /// jobs or [`MAX_PIPELINE_BYTES`](crate::MAX_PIPELINE_BYTES) bytes) and reads the
     /// replies in order, exactly as [`Producer::put_batch`](crate::Producer::put_batch):
     /// `out[i]` receives the outcome of `bodies[i]`; `Err` says where the batch broke off.
+    ///
+    /// ```no_run
+    /// use taskq_producer::{AsyncProducer, PutOptions, PutOutcome};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut p = AsyncProducer::connect("127.0.0.1:11300").await?;
+    /// let mut out = [PutOutcome::NotSent; 2];
+    /// let report = p.put_batch(&["a", "b"], PutOptions::default(), &mut out).await?;
+    /// println!("{} inserted", report.inserted);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn put_batch<B: AsRef<[u8]>>(
         &mut self,
         bodies: &[B],

@@ -70,6 +70,13 @@ pub fn rfc3339_utc(secs: u64) -> [u8; 20] {
     out
 }
 
+/// [`rfc3339_utc`] of time `t`, in whole seconds rounded up: a time handed
+/// to the server (a schedule, a consumer's `pause_until`) never comes early.
+pub fn rfc3339_utc_at(t: std::time::SystemTime) -> [u8; 20] {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    rfc3339_utc(d.as_secs() + u64::from(d.subsec_nanos() > 0))
+}
+
 /// The date (year, month, day) of a count of days since 1970-01-01, in the
 /// proleptic Gregorian calendar.
 fn civil_from_days(days: u64) -> (u64, u64, u64) {

@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use taskq_proto::nats::{
-    AckKind, ConsumerSpec, Delivery, NatsConfig, NatsConnection, NatsError, NatsLimits, StreamSpec,
+    AckKind, Delivery, NatsConfig, NatsConnection, NatsError, NatsLimits, StreamSpec,
 };
 use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout};
 
@@ -50,10 +50,6 @@ use parts::{
 
 mod parts;
 mod reading;
-
-/// Deliveries one consumer may have unacked at once, across its workers:
-/// room for many prefetching workers (the server's default is 1000).
-const MAX_ACK_PENDING: i64 = 20_000;
 
 /// The largest `max_payload` a nats-server accepts in its configuration
 /// (64 MiB).
@@ -220,25 +216,15 @@ impl Link for Nats {
         .map_err(setup)?;
         let mut tubes = Vec::with_capacity(cfg.tubes.len());
         for name in &cfg.tubes {
-            let subject = layout.subject(name);
+            let spec = cfg.jetstream.consumer_spec(&layout, name);
             let consumer = Layout::consumer(name);
             let info = conn
-                .ensure_consumer(
-                    layout.stream(),
-                    &consumer,
-                    &ConsumerSpec {
-                        filter_subject: subject.clone(),
-                        ack_wait: cfg.jetstream.ack_wait,
-                        max_deliver: -1,
-                        max_ack_pending: MAX_ACK_PENDING,
-                        max_waiting: 512,
-                    },
-                )
+                .ensure_consumer(layout.stream(), &consumer, &spec)
                 .map_err(setup)?;
             tubes.push(Tube {
                 name: name.clone(),
                 buried: layout.buried_subject(name),
-                subject,
+                subject: spec.filter_subject,
                 consumer,
                 ack_wait: info.ack_wait,
             });

@@ -3,12 +3,13 @@
 //! before anything is created, and an existing one is never changed, but for
 //! one explicit call: [`NatsConnection::allow_msg_schedules`].
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{ApiError, NatsConnection, NatsError};
+use crate::nats::schedule::rfc3339_utc_at;
 use crate::nats::subject_covers;
 
 /// The work-queue stream taskq needs.
@@ -91,6 +92,11 @@ pub struct ConsumerInfo {
     pub filter_subject: String,
     /// The cluster leader's name, in a cluster.
     pub leader: Option<String>,
+    /// It is paused: it hands out nothing until its pause ends (nats-server
+    /// 2.11+; always false before).
+    pub paused: bool,
+    /// What is left of its pause (zero when not paused).
+    pub pause_remaining: Duration,
 }
 
 /// Which stored message [`NatsConnection::msg_get`] reads.
@@ -179,6 +185,10 @@ struct RawConsumer {
     num_waiting: u64,
     #[serde(default)]
     cluster: Option<RawCluster>,
+    #[serde(default)]
+    paused: bool,
+    #[serde(default)]
+    pause_remaining: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -248,6 +258,8 @@ impl From<RawConsumer> for ConsumerInfo {
             max_ack_pending: r.config.max_ack_pending,
             filter_subject: r.config.filter_subject,
             leader: r.cluster.and_then(|c| c.leader),
+            paused: r.paused,
+            pause_remaining: Duration::from_nanos(r.pause_remaining),
         }
     }
 }
@@ -281,6 +293,11 @@ fn base64(s: &str) -> Result<Vec<u8>, NatsError> {
         }
     }
     Ok(out)
+}
+
+/// Time `t` as the API takes it (`pause_until`): RFC 3339, rounded up.
+fn rfc3339(t: SystemTime) -> Value {
+    json!(String::from_utf8_lossy(&rfc3339_utc_at(t)))
 }
 
 fn is_not_found(e: &NatsError) -> bool {
@@ -463,28 +480,90 @@ impl NatsConnection {
         durable: &str,
         spec: &ConsumerSpec,
     ) -> Result<ConsumerInfo, NatsError> {
+        self.ensure_consumer_paused(stream, durable, spec, None)
+    }
+
+    /// [`ensure_consumer`](Self::ensure_consumer), and a consumer this call
+    /// creates is created paused until `pause_until` (`None`: not paused), in
+    /// the same request, so it never hands out a job before its pause.
+    /// Consumer pause needs nats-server 2.11 or later (JetStream API level 1).
+    /// An existing consumer is left as it is, its pause too: see
+    /// [`pause_consumer`](Self::pause_consumer).
+    pub fn ensure_consumer_paused(
+        &mut self,
+        stream: &str,
+        durable: &str,
+        spec: &ConsumerSpec,
+        pause_until: Option<SystemTime>,
+    ) -> Result<ConsumerInfo, NatsError> {
         self.patiently(|c| match c.consumer_info(stream, durable) {
-            Err(e) if is_not_found(&e) => {
-                let mut cfg = json!({
-                    "durable_name": durable,
-                    "ack_policy": "explicit",
-                    "deliver_policy": "all",
-                    "ack_wait": spec.ack_wait.as_nanos() as u64,
-                    "max_deliver": spec.max_deliver,
-                    "max_ack_pending": spec.max_ack_pending,
-                    "max_waiting": spec.max_waiting,
-                });
-                if !spec.filter_subject.is_empty() {
-                    cfg["filter_subject"] = json!(spec.filter_subject);
-                }
-                let body = json!({ "stream_name": stream, "config": cfg });
-                let raw: RawConsumer = c.api(
-                    &format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}"),
-                    &body,
-                )?;
-                Ok(raw.into())
-            }
+            Err(e) if is_not_found(&e) => c.create_consumer(stream, durable, spec, pause_until),
             r => r,
+        })
+    }
+
+    /// Sends the create request of the durable pull consumer of `spec`
+    /// without looking first: what [`ensure_consumer_paused`] sends once it
+    /// found none. On an existing consumer the server takes it for an update:
+    /// it changes the ack wait and the limits to the request's, silently, but
+    /// not the pause (nats-server 2.15.1: a consumer paused stays paused, and
+    /// `pause_until` given to one not paused does not pause it). Use
+    /// [`ensure_consumer`](Self::ensure_consumer) unless the update is meant.
+    ///
+    /// [`ensure_consumer_paused`]: Self::ensure_consumer_paused
+    pub fn create_consumer(
+        &mut self,
+        stream: &str,
+        durable: &str,
+        spec: &ConsumerSpec,
+        pause_until: Option<SystemTime>,
+    ) -> Result<ConsumerInfo, NatsError> {
+        let mut cfg = json!({
+            "durable_name": durable,
+            "ack_policy": "explicit",
+            "deliver_policy": "all",
+            "ack_wait": spec.ack_wait.as_nanos() as u64,
+            "max_deliver": spec.max_deliver,
+            "max_ack_pending": spec.max_ack_pending,
+            "max_waiting": spec.max_waiting,
+        });
+        if !spec.filter_subject.is_empty() {
+            cfg["filter_subject"] = json!(spec.filter_subject);
+        }
+        if let Some(t) = pause_until {
+            cfg["pause_until"] = rfc3339(t);
+        }
+        let body = json!({ "stream_name": stream, "config": cfg });
+        let raw: RawConsumer = self.api(
+            &format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}"),
+            &body,
+        )?;
+        Ok(raw.into())
+    }
+
+    /// Pauses the existing consumer `durable` of `stream` until `until`
+    /// (whole seconds, rounded up), or resumes it (`None`); a later pause
+    /// replaces an earlier one. Answers whether it is paused now. Needs
+    /// nats-server 2.11 or later (JetStream API level 1); a missing consumer
+    /// is the API's 404.
+    pub fn pause_consumer(
+        &mut self,
+        stream: &str,
+        durable: &str,
+        until: Option<SystemTime>,
+    ) -> Result<bool, NatsError> {
+        #[derive(Deserialize)]
+        struct Paused {
+            #[serde(default)]
+            paused: bool,
+        }
+        let body = match until {
+            Some(t) => json!({ "pause_until": rfc3339(t) }),
+            None => json!({}),
+        };
+        self.patiently(|c| {
+            let p: Paused = c.api(&format!("$JS.API.CONSUMER.PAUSE.{stream}.{durable}"), &body)?;
+            Ok(p.paused)
         })
     }
 
