@@ -337,46 +337,23 @@ fn per_task(iters: u64) -> u64 {
     iters.div_ceil(TASKS as u64).max(1)
 }
 
-fn beanstalkd(c: &mut Criterion, rt: &Runtime, n_rounds: usize) {
-    let server = Beanstalkd::start().expect("beanstalkd must be installed");
-    let addr = server.addr();
-    let shared = rt
-        .block_on(SharedProducer::connect(&addr.to_string()))
-        .unwrap();
-    let mut single = rt
-        .block_on(AsyncProducer::connect(&addr.to_string()))
-        .unwrap();
-    rt.block_on(single.use_tube("bench")).unwrap();
-    let mut raw = rt.block_on(RawBeanstalkd::connect(addr));
+/// The shared producer's sides: 256 tasks, and 1.
+fn shared_sides<'a>(rt: &'a Runtime, shared: &'a SharedProducer) -> [Side<'a>; 2] {
     let body = [b'x'; SIZE];
-    let mut sides: Vec<Side<'_>> = vec![
+    [
         (
             "shared_256",
-            Box::new(|iters| {
+            Box::new(move |iters| {
                 let k = per_task(iters);
                 (
-                    rt.block_on(shared_burst(&shared, TASKS, k, None)),
+                    rt.block_on(shared_burst(shared, TASKS, k, None)),
                     k * TASKS as u64,
                 )
             }),
         ),
         (
-            "raw_256_per_write",
-            Box::new(|iters| {
-                let k = per_task(iters);
-                let t = rt.block_on(async {
-                    let t = Instant::now();
-                    for _ in 0..k {
-                        raw.batch().await;
-                    }
-                    t.elapsed()
-                });
-                (t, k * TASKS as u64)
-            }),
-        ),
-        (
             "shared_1",
-            Box::new(|iters| {
+            Box::new(move |iters| {
                 let t = rt.block_on(async {
                     let t = Instant::now();
                     for _ in 0..iters {
@@ -390,19 +367,78 @@ fn beanstalkd(c: &mut Criterion, rt: &Runtime, n_rounds: usize) {
                 (t, iters)
             }),
         ),
-        (
-            "async_producer_1",
-            Box::new(|iters| {
-                let t = rt.block_on(async {
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        single.put(&body, PutOptions::default()).await.unwrap();
-                    }
-                    t.elapsed()
-                });
-                (t, iters)
-            }),
-        ),
+    ]
+}
+
+/// The async producer, one put at a time.
+fn async_producer_side<'a>(rt: &'a Runtime, single: &'a mut AsyncProducer) -> Side<'a> {
+    let body = [b'x'; SIZE];
+    (
+        "async_producer_1",
+        Box::new(move |iters| {
+            let t = rt.block_on(async {
+                let t = Instant::now();
+                for _ in 0..iters {
+                    single.put(&body, PutOptions::default()).await.unwrap();
+                }
+                t.elapsed()
+            });
+            (t, iters)
+        }),
+    )
+}
+
+/// A raw loop of 256 puts a write, on either engine.
+trait RawBatch {
+    async fn batch(&mut self);
+}
+
+impl RawBatch for RawBeanstalkd {
+    async fn batch(&mut self) {
+        RawBeanstalkd::batch(self).await
+    }
+}
+
+impl RawBatch for RawNats {
+    async fn batch(&mut self) {
+        RawNats::batch(self).await
+    }
+}
+
+fn raw_side<'a, R: RawBatch>(rt: &'a Runtime, raw: &'a mut R) -> Side<'a> {
+    (
+        "raw_256_per_write",
+        Box::new(move |iters| {
+            let k = per_task(iters);
+            let t = rt.block_on(async {
+                let t = Instant::now();
+                for _ in 0..k {
+                    raw.batch().await;
+                }
+                t.elapsed()
+            });
+            (t, k * TASKS as u64)
+        }),
+    )
+}
+
+fn beanstalkd(c: &mut Criterion, rt: &Runtime, n_rounds: usize) {
+    let server = Beanstalkd::start().expect("beanstalkd must be installed");
+    let addr = server.addr();
+    let shared = rt
+        .block_on(SharedProducer::connect(&addr.to_string()))
+        .unwrap();
+    let mut single = rt
+        .block_on(AsyncProducer::connect(&addr.to_string()))
+        .unwrap();
+    rt.block_on(single.use_tube("bench")).unwrap();
+    let mut raw = rt.block_on(RawBeanstalkd::connect(addr));
+    let [shared_256, shared_1] = shared_sides(rt, &shared);
+    let mut sides: Vec<Side<'_>> = vec![
+        shared_256,
+        raw_side(rt, &mut raw),
+        shared_1,
+        async_producer_side(rt, &mut single),
     ];
     let rates = rounds(c, "shared_put_beanstalkd", n_rounds, &mut sides, &mut || {});
     drop(sides);
@@ -496,18 +532,9 @@ fn jetstream(c: &mut Criterion, rt: &Runtime, n_rounds: usize) {
     });
     let tag = format!("an{}", std::process::id());
     let burst = std::cell::Cell::new(0u64);
-    let body = [b'x'; SIZE];
+    let [shared_256, shared_1] = shared_sides(rt, &shared);
     let mut sides: Vec<Side<'_>> = vec![
-        (
-            "shared_256",
-            Box::new(|iters| {
-                let k = per_task(iters);
-                (
-                    rt.block_on(shared_burst(&shared, TASKS, k, None)),
-                    k * TASKS as u64,
-                )
-            }),
-        ),
+        shared_256,
         (
             "async_nats_256",
             Box::new(|iters| {
@@ -523,49 +550,9 @@ fn jetstream(c: &mut Criterion, rt: &Runtime, n_rounds: usize) {
                 (t, k * TASKS as u64)
             }),
         ),
-        (
-            "raw_256_per_write",
-            Box::new(|iters| {
-                let k = per_task(iters);
-                let t = rt.block_on(async {
-                    let t = Instant::now();
-                    for _ in 0..k {
-                        raw.batch().await;
-                    }
-                    t.elapsed()
-                });
-                (t, k * TASKS as u64)
-            }),
-        ),
-        (
-            "shared_1",
-            Box::new(|iters| {
-                let t = rt.block_on(async {
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        shared
-                            .put("bench", &body, PutOptions::default())
-                            .await
-                            .unwrap();
-                    }
-                    t.elapsed()
-                });
-                (t, iters)
-            }),
-        ),
-        (
-            "async_producer_1",
-            Box::new(|iters| {
-                let t = rt.block_on(async {
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        single.put(&body, PutOptions::default()).await.unwrap();
-                    }
-                    t.elapsed()
-                });
-                (t, iters)
-            }),
-        ),
+        raw_side(rt, &mut raw),
+        shared_1,
+        async_producer_side(rt, &mut single),
         (
             "async_nats_1",
             Box::new(|iters| {

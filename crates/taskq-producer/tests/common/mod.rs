@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
 
+#[cfg(feature = "tokio")]
+pub mod shared;
+
 /// Reserves every ready job of `tube` (polling) and returns (id, body) in order.
 pub fn drain(addr: SocketAddr, tube: &str) -> Vec<(u64, Vec<u8>)> {
     let cfg = ConnectionConfig {
