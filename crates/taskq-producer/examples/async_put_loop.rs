@@ -1,21 +1,22 @@
 //! N puts in a loop on a current-thread tokio runtime, for measuring the async
 //! producer against a raw tokio loop (`scripts/put-ratio --async`):
-//! `async_put_loop ADDR N raw|producer [SIZE]`.
+//! `async_put_loop ADDR N raw|producer|shared [SIZE]`.
 //!
 //! `raw` is what any async client has to pay: pre-built request bytes, one
 //! `write_all` and reads until the reply's CRLF on a plain tokio `TcpStream`.
-//! `producer` is `AsyncProducer::put` with the same body.
+//! `producer` is `AsyncProducer::put` with the same body, `shared` is
+//! `SharedProducer::put` from one task.
 
 use std::process::ExitCode;
 
-use taskq_producer::{AsyncProducer, PutOptions};
+use taskq_producer::{AsyncProducer, PutOptions, SharedProducer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: async_put_loop ADDR N raw|producer [SIZE]");
+        eprintln!("usage: async_put_loop ADDR N raw|producer|shared [SIZE]");
         return ExitCode::from(2);
     }
     let (addr, mode) = (args[1].clone(), args[3].clone());
@@ -55,6 +56,14 @@ fn main() -> ExitCode {
                 let mut p = AsyncProducer::connect(&addr).await.expect("connect");
                 for _ in 0..n {
                     p.put(&body, PutOptions::default()).await.expect("put");
+                }
+            }
+            "shared" => {
+                let p = SharedProducer::connect(&addr).await.expect("connect");
+                for _ in 0..n {
+                    p.put("default", &body, PutOptions::default())
+                        .await
+                        .expect("put");
                 }
             }
             other => {

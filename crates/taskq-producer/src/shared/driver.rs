@@ -345,10 +345,10 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
             if p.finished() {
                 return Poll::Ready(Next::Stop);
             }
-            if p.has_queued(Instant::now()) || p.owes() {
+            if p.has_queued(Instant::now) || p.owes() {
                 return Poll::Ready(Next::Go);
             }
-            if let Some(until) = p.paused(Instant::now()) {
+            if let Some(until) = p.paused(Instant::now) {
                 return Poll::Ready(Next::Pause(until));
             }
             if link_is_idle_reader(&link) && p.handles > 0 {
@@ -370,7 +370,7 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
         }
         let wants_link = {
             let p = inner.lock();
-            p.has_queued(Instant::now()) || p.owes()
+            p.has_queued(Instant::now) || p.owes()
         };
         if !link.is_up() {
             if !wants_link {
@@ -414,7 +414,7 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
                     return Poll::Ready(Some(r));
                 }
                 let mut p = inner.lock();
-                if p.has_queued(Instant::now()) || p.finished() {
+                if p.has_queued(Instant::now) || p.finished() {
                     return Poll::Ready(None);
                 }
                 keep_waker(&mut p.driver, cx.waker());
@@ -463,7 +463,7 @@ fn link_is_idle_reader(link: &Link) -> bool {
 async fn wait_for_work(inner: &Inner) {
     poll_fn(|cx| {
         let mut p = inner.lock();
-        if p.has_queued(Instant::now()) || p.finished() || p.owes() {
+        if p.has_queued(Instant::now) || p.finished() || p.owes() {
             return Poll::Ready(());
         }
         keep_waker(&mut p.driver, cx.waker());
@@ -482,7 +482,7 @@ fn keep_waker(slot: &mut Option<Waker>, w: &Waker) {
 /// Hands a reply to the put it answers; `Some` when the reply shows the
 /// connection out of step (it must be replaced).
 fn place(p: &mut Pipeline, heard: Heard, wake: &mut Vec<Waker>) -> Option<Error> {
-    let now = Instant::now();
+    let now = Instant::now;
     match heard {
         Heard::Token(token, r) => {
             // A token nothing owes is a stale reply: read and dropped.

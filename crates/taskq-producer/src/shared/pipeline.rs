@@ -290,14 +290,15 @@ impl Pipeline {
     }
 
     /// True when a put waits to be written (and sends are not paused at `now`).
-    pub(crate) fn has_queued(&self, now: Instant) -> bool {
-        !self.queued.is_empty() && self.pause_until.is_none_or(|p| now >= p)
+    /// (The clock is read only while sends are paused.)
+    pub(crate) fn has_queued(&self, now: impl FnOnce() -> Instant) -> bool {
+        !self.queued.is_empty() && self.pause_until.is_none_or(|p| now() >= p)
     }
 
     /// While puts wait and sends are paused past `now`: until when.
-    pub(crate) fn paused(&self, now: Instant) -> Option<Instant> {
-        self.pause_until
-            .filter(|&until| until > now && !self.queued.is_empty())
+    pub(crate) fn paused(&self, now: impl FnOnce() -> Instant) -> Option<Instant> {
+        let until = self.pause_until.filter(|_| !self.queued.is_empty())?;
+        (until > now()).then_some(until)
     }
 
     /// Puts back an owed reply taken by mistake (the reply did not fit it),
@@ -384,10 +385,11 @@ impl Pipeline {
         &mut self,
         t: Ticket,
         r: Result<JobId, Error>,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
         wake: &mut Vec<Waker>,
     ) {
-        if matches!(r, Err(Error::NotSent(_) | Error::Unknown(_))) && self.again(t, &r, now) {
+        // The clock is read only for a put that may go again.
+        if matches!(r, Err(Error::NotSent(_) | Error::Unknown(_))) && self.again(t, &r, now()) {
             return;
         }
         self.settle(t, r, wake);
@@ -627,7 +629,7 @@ mod tests {
             let Some(Owed::Put { ticket, .. }) = p.pop_owed() else {
                 panic!("a put is owed")
             };
-            p.answered(ticket, Ok(JobId::new(n)), Instant::now(), &mut wake);
+            p.answered(ticket, Ok(JobId::new(n)), Instant::now, &mut wake);
         }
         assert_eq!(wake.len(), 2);
         wake.drain(..).for_each(Waker::wake);
@@ -650,7 +652,7 @@ mod tests {
         let mut wake = Vec::new();
         for (tok, seq) in [(103, 30), (101, 10), (102, 20)] {
             let ticket = p.take_token(tok).expect("owed");
-            p.answered(ticket, Ok(JobId::new(seq)), Instant::now(), &mut wake);
+            p.answered(ticket, Ok(JobId::new(seq)), Instant::now, &mut wake);
         }
         assert!(p.take_token(101).is_none(), "a token is answered once");
         assert_eq!(id(p.poll_outcome(t[0], &w)), 10);
@@ -685,7 +687,7 @@ mod tests {
         let Some(Owed::Put { ticket, .. }) = p.pop_owed() else {
             panic!("owed")
         };
-        p.answered(ticket, Ok(JobId::new(5)), Instant::now(), &mut wake);
+        p.answered(ticket, Ok(JobId::new(5)), Instant::now, &mut wake);
         assert!(wake.is_empty());
         // The one slot is free again, and the next put never sees id 5.
         let b = put(&mut p, "t", b"b");
@@ -781,10 +783,15 @@ mod tests {
         let mut wake = Vec::new();
         write_all(&mut p, &mut token);
         let t = p.take_token(1).expect("owed");
-        p.answered(t, Err(Error::NotSent(NotSent::Unavailable)), now, &mut wake);
+        p.answered(
+            t,
+            Err(Error::NotSent(NotSent::Unavailable)),
+            || now,
+            &mut wake,
+        );
         assert!(p.poll_outcome(a, &w).is_none());
-        assert!(!p.has_queued(now), "paused");
-        assert!(p.has_queued(now + Duration::from_millis(100)));
+        assert!(!p.has_queued(|| now), "paused");
+        assert!(p.has_queued(|| now + Duration::from_millis(100)));
     }
 
     #[test]
