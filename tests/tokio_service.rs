@@ -1,0 +1,149 @@
+//! The README's tokio service (`examples/tokio_service.rs`), run as a user
+//! would run it against a real beanstalkd: 200 requests enqueue through its
+//! one shared producer, its worker does every job, and SIGTERM stops it
+//! cleanly with nothing left in the tube.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use taskq_proto::{Command as Bq, Connection, ConnectionConfig, Reply, ServerStats};
+use taskq_testkit::Beanstalkd;
+
+/// The example's binary, built beside this test by `cargo test --all-targets`.
+fn example() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let bin = dir.join("tokio_service");
+    assert!(
+        bin.exists(),
+        "{} is built by `cargo test --all-targets`",
+        bin.display()
+    );
+    bin
+}
+
+/// One HTTP/1.1 request on its own connection; the status and the body.
+fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let status = reply[9..12].parse().unwrap();
+    let body = reply.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
+/// The server's (ready, reserved, total jobs, deletes), as it counts them
+/// (server-wide: a tube nobody uses or watches any more is gone).
+fn server_stats(server: &Beanstalkd) -> (u64, u64, u64, u64) {
+    let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
+    match c.request(&Bq::Stats).unwrap() {
+        Reply::Ok { yaml } => {
+            let s = ServerStats::parse(yaml).unwrap();
+            (
+                s.current_jobs_ready,
+                s.current_jobs_reserved,
+                s.total_jobs,
+                s.cmd_delete,
+            )
+        }
+        r => panic!("stats: {r:?}"),
+    }
+}
+
+#[test]
+fn the_service_enqueues_from_its_handlers_works_every_job_and_stops_on_sigterm() {
+    let server = Beanstalkd::start().unwrap();
+    let mut child = Command::new(example())
+        .env("TASKQ_ADDR", server.addr().to_string())
+        .env("LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect(&line)
+        .to_owned();
+
+    // 200 requests from 8 threads at once: every one answered with its own id.
+    let mut ids: Vec<u64> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..8)
+            .map(|t| {
+                let addr = &addr;
+                s.spawn(move || {
+                    (0..25)
+                        .map(|i| {
+                            let (status, body) = post(addr, "/signup", &format!("user {t}-{i}"));
+                            assert_eq!(status, 200, "{body}");
+                            body.trim().parse::<u64>().unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 200, "200 distinct ids");
+
+    // The worker does them all; the server's record says so.
+    let t = Instant::now();
+    while server_stats(&server).3 < 200 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            server_stats(&server)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // SIGTERM: it stops cleanly, and says what its worker did.
+    assert_eq!(sigterm(child.id()), 0);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "stopped within 20 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(
+        rest.contains("stopped: welcomed 200, deleted 200, buried 0"),
+        "{rest}"
+    );
+    assert_eq!(
+        server_stats(&server),
+        (0, 0, 200, 200),
+        "(ready, reserved, total, deleted)"
+    );
+}
+
+/// SIGTERM through kill(1), as an operator sends it.
+fn sigterm(pid: u32) -> i32 {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .code()
+        .unwrap_or(-1)
+}
