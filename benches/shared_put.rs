@@ -339,7 +339,6 @@ fn per_task(iters: u64) -> u64 {
 
 /// The shared producer's sides: 256 tasks, and 1.
 fn shared_sides<'a>(rt: &'a Runtime, shared: &'a SharedProducer) -> [Side<'a>; 2] {
-    let body = [b'x'; SIZE];
     [
         (
             "shared_256",
@@ -354,15 +353,20 @@ fn shared_sides<'a>(rt: &'a Runtime, shared: &'a SharedProducer) -> [Side<'a>; 2
         (
             "shared_1",
             Box::new(move |iters| {
-                let t = rt.block_on(async {
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        shared
-                            .put("bench", &body, PutOptions::default())
-                            .await
-                            .unwrap();
-                    }
-                    t.elapsed()
+                // From a spawned task, as a service's handlers call it (and
+                // as the async producer's side below runs).
+                let p = shared.clone();
+                let t = rt.block_on(async move {
+                    tokio::spawn(async move {
+                        let body = [b'x'; SIZE];
+                        let t = Instant::now();
+                        for _ in 0..iters {
+                            p.put("bench", &body, PutOptions::default()).await.unwrap();
+                        }
+                        t.elapsed()
+                    })
+                    .await
+                    .unwrap()
                 });
                 (t, iters)
             }),
@@ -370,19 +374,26 @@ fn shared_sides<'a>(rt: &'a Runtime, shared: &'a SharedProducer) -> [Side<'a>; 2
     ]
 }
 
-/// The async producer, one put at a time.
-fn async_producer_side<'a>(rt: &'a Runtime, single: &'a mut AsyncProducer) -> Side<'a> {
-    let body = [b'x'; SIZE];
+/// The async producer, one put at a time, from a spawned task (it is lent
+/// to the task and handed back).
+fn async_producer_side<'a>(rt: &'a Runtime, single: &'a mut Option<AsyncProducer>) -> Side<'a> {
     (
         "async_producer_1",
         Box::new(move |iters| {
-            let t = rt.block_on(async {
-                let t = Instant::now();
-                for _ in 0..iters {
-                    single.put(&body, PutOptions::default()).await.unwrap();
-                }
-                t.elapsed()
+            let mut p = single.take().expect("the producer is back");
+            let (t, p) = rt.block_on(async move {
+                tokio::spawn(async move {
+                    let body = [b'x'; SIZE];
+                    let t = Instant::now();
+                    for _ in 0..iters {
+                        p.put(&body, PutOptions::default()).await.unwrap();
+                    }
+                    (t.elapsed(), p)
+                })
+                .await
+                .unwrap()
             });
+            *single = Some(p);
             (t, iters)
         }),
     )
@@ -432,6 +443,7 @@ fn beanstalkd(c: &mut Criterion, rt: &Runtime, n_rounds: usize) {
         .block_on(AsyncProducer::connect(&addr.to_string()))
         .unwrap();
     rt.block_on(single.use_tube("bench")).unwrap();
+    let mut single = Some(single);
     let mut raw = rt.block_on(RawBeanstalkd::connect(addr));
     let [shared_256, shared_1] = shared_sides(rt, &shared);
     let mut sides: Vec<Side<'_>> = vec![
@@ -518,13 +530,14 @@ fn jetstream(c: &mut Criterion, rt: &Runtime, n_rounds: usize) {
     let shared = rt
         .block_on(SharedProducer::connect(&cluster.url()))
         .unwrap();
-    let mut single = rt
+    let single = rt
         .block_on(
             taskq_producer::Producer::builder()
                 .tube("bench")
                 .connect_async(&cluster.url()),
         )
         .unwrap();
+    let mut single = Some(single);
     let mut raw = rt.block_on(RawNats::connect(addr));
     let js = rt.block_on(async {
         let client = async_nats::connect(addr.to_string()).await.unwrap();

@@ -1,11 +1,11 @@
 //! N puts in a loop on a current-thread tokio runtime, for measuring the async
 //! producer against a raw tokio loop (`scripts/put-ratio --async`):
-//! `async_put_loop ADDR N raw|producer|shared [SIZE]`.
+//! `async_put_loop ADDR N raw|producer|shared|shared_task [SIZE]`.
 //!
 //! `raw` is what any async client has to pay: pre-built request bytes, one
 //! `write_all` and reads until the reply's CRLF on a plain tokio `TcpStream`.
 //! `producer` is `AsyncProducer::put` with the same body, `shared` is
-//! `SharedProducer::put` from one task.
+//! `SharedProducer::put` from one caller (`shared_task`: from a spawned task).
 
 use std::process::ExitCode;
 
@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: async_put_loop ADDR N raw|producer|shared [SIZE]");
+        eprintln!("usage: async_put_loop ADDR N raw|producer|shared|shared_task [SIZE]");
         return ExitCode::from(2);
     }
     let (addr, mode) = (args[1].clone(), args[3].clone());
@@ -65,6 +65,19 @@ fn main() -> ExitCode {
                         .await
                         .expect("put");
                 }
+            }
+            "shared_task" => {
+                // The same from a spawned task, as a service's handlers are.
+                let p = SharedProducer::connect(&addr).await.expect("connect");
+                tokio::spawn(async move {
+                    for _ in 0..n {
+                        p.put("default", &body, PutOptions::default())
+                            .await
+                            .expect("put");
+                    }
+                })
+                .await
+                .expect("the task");
             }
             other => {
                 eprintln!("unknown mode {other}");
