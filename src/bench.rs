@@ -15,7 +15,7 @@ pub struct BenchArgs {
     #[arg(long, env = "TASKQ_ADDR")]
     pub addr: Option<String>,
     /// Limit on connecting and on each reply, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    #[arg(long, value_name = "MS", default_value_t = crate::server::IO_TIMEOUT_MS)]
     pub io_timeout: u64,
     /// Jobs to put in all.
     #[arg(short = 'n', long = "jobs", default_value_t = 100_000)]

@@ -39,7 +39,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub addr: Option<String>,
     /// Limit on each reply, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = crate::server::IO_TIMEOUT_MS)]
     pub io_timeout: u64,
     /// Worker threads.
     #[arg(long, default_value_t = 4)]

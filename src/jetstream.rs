@@ -6,17 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use taskq_proto::nats::{
     ApiError, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, NatsError, StoredMsg, StreamInfo,
 };
 use taskq_proto::{Address, Engine, Layout};
-
-/// How long an API request is asked again while the cluster answers
-/// "no responders" (a leader election, a node still starting JetStream).
-const PATIENCE: Duration = Duration::from_secs(5);
 
 /// The header that dedups a publish; a kicked copy gets its own.
 const MSG_ID: &[u8] = b"Nats-Msg-Id";
@@ -223,21 +219,27 @@ impl Js {
     pub fn connect(addr: &Address, stream: &StreamArgs, io_timeout_ms: u64) -> Result<Js, String> {
         let layout = Layout::new(&stream.stream)
             .map_err(|e| format!("--stream {:?}: {e}", stream.stream))?;
-        let t = Duration::from_millis(io_timeout_ms.max(1));
-        let cfg = NatsConfig {
-            connect_timeout: t,
-            io_timeout: t,
-            name: "taskq admin".into(),
-            access: crate::access::for_address(addr),
-            ..NatsConfig::default()
-        };
-        let conn =
-            NatsConnection::connect(addr.hosts(), cfg).map_err(|e| format!("{addr}: {e}"))?;
+        let conn = NatsConnection::connect(addr.hosts(), Js::config(addr, io_timeout_ms))
+            .map_err(|e| format!("{addr}: {e}"))?;
         Ok(Js {
             conn,
             layout,
             addr: addr.to_string(),
         })
+    }
+
+    /// The settings of an admin connection to `addr`: `--io-timeout` bounds
+    /// connecting and each reply; the API patience and the rest are the
+    /// shared defaults.
+    pub fn config(addr: &Address, io_timeout_ms: u64) -> NatsConfig {
+        let t = Duration::from_millis(io_timeout_ms.max(1));
+        NatsConfig {
+            connect_timeout: t,
+            io_timeout: t,
+            name: "taskq admin".into(),
+            access: crate::access::for_address(addr),
+            ..NatsConfig::default()
+        }
     }
 
     /// The layout read.
@@ -258,39 +260,10 @@ impl Js {
     }
 
     /// A JetStream API request with a JSON body; the reply's `error` object
-    /// becomes [`NatsError::Api`]. Asked again while nobody responds.
+    /// becomes [`NatsError::Api`]. Asked again while the cluster has no
+    /// leader, for up to the API patience (the proto's one retry).
     fn api(&mut self, subject: &str, body: &Value) -> Result<Value, NatsError> {
-        let payload = if body.is_null() {
-            Vec::new()
-        } else {
-            body.to_string().into_bytes()
-        };
-        let until = Instant::now() + PATIENCE;
-        loop {
-            let wait = self.conn.config().io_timeout;
-            let reply = match self.conn.request(subject, &payload, wait) {
-                Err(NatsError::NoResponders) if Instant::now() < until => {
-                    std::thread::sleep(Duration::from_millis(100));
-                    continue;
-                }
-                r => r?,
-            };
-            let v: Value = serde_json::from_slice(&reply)
-                .map_err(|e| NatsError::Mismatch(format!("unreadable JetStream reply: {e}")))?;
-            let Some(e) = v.get("error") else {
-                return Ok(v);
-            };
-            let e = ApiError {
-                code: num(e, &["code"]),
-                err_code: num(e, &["err_code"]),
-                description: e["description"].as_str().unwrap_or_default().to_owned(),
-            };
-            if e.code == 503 && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-            return Err(NatsError::Api(e));
-        }
+        self.conn.api_request(subject, body)
     }
 
     /// The stream's info; a missing stream is `Ok(None)`.

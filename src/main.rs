@@ -11,6 +11,8 @@ mod admin;
 mod bench;
 mod cli;
 mod clock;
+#[cfg(test)]
+mod defaults_agree;
 mod demo;
 mod exporter;
 mod jetstream;

@@ -45,7 +45,7 @@ pub struct PutArgs {
     #[arg(long, env = "TASKQ_ADDR", default_value = "127.0.0.1:11300")]
     pub addr: String,
     /// Limit on connecting and on each reply, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    #[arg(long, value_name = "MS", default_value_t = crate::server::IO_TIMEOUT_MS)]
     pub io_timeout: u64,
     /// Tube to put the jobs into.
     #[arg(long, default_value = "default")]

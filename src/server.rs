@@ -10,6 +10,18 @@ use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
 use crate::cli::CliResult;
 use crate::jetstream::{self, Js, Route, StreamArgs};
 
+/// `--io-timeout`'s default, in milliseconds: the I/O timeout every part of
+/// taskq shares ([`taskq_proto::defaults::IO_TIMEOUT`]). The commands'
+/// one flag bounds connecting too, which keeps the shared connect timeout
+/// only while the two defaults agree: the assertion below says they do.
+pub const IO_TIMEOUT_MS: u64 = taskq_proto::defaults::IO_TIMEOUT.as_millis() as u64;
+
+const _: () = assert!(
+    taskq_proto::defaults::IO_TIMEOUT.as_millis()
+        == taskq_proto::defaults::CONNECT_TIMEOUT.as_millis(),
+    "--io-timeout bounds connecting too: give the commands a --connect-timeout first"
+);
+
 /// The server to talk to: `--addr`, then `$TASKQ_ADDR`, then the default.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServerArgs {
@@ -17,7 +29,7 @@ pub struct ServerArgs {
     #[arg(long, env = "TASKQ_ADDR", default_value = "127.0.0.1:11300")]
     pub addr: String,
     /// Limit on connecting and on each reply, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    #[arg(long, value_name = "MS", default_value_t = IO_TIMEOUT_MS)]
     pub io_timeout: u64,
     #[command(flatten)]
     pub js: StreamArgs,
@@ -37,7 +49,7 @@ pub struct ServersArgs {
     )]
     addr: Vec<String>,
     /// Limit on connecting to a server and on each reply, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    #[arg(long, value_name = "MS", default_value_t = IO_TIMEOUT_MS)]
     pub io_timeout: u64,
     #[command(flatten)]
     pub js: StreamArgs,

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use taskq_proto::nats::NatsAccess;
-use taskq_proto::{Backoff, ConnectionConfig};
+use taskq_proto::{defaults, Backoff, ConnectionConfig};
 
 use crate::classify::check_tube;
 use crate::error::{Error, NotSent};
@@ -29,12 +29,14 @@ pub struct Builder {
     pub(crate) resolve_for: Option<Duration>,
     pub(crate) access: NatsAccess,
     pub(crate) keep_stream_config: bool,
+    /// `None`: [`defaults::API_PATIENCE`].
+    pub(crate) api_patience: Option<Duration>,
     /// The shared producer's bounds; `None`: the defaults.
     pub(crate) max_queued: (Option<usize>, Option<usize>),
 }
 
 impl Builder {
-    /// Limit on each connect attempt (default 2 s).
+    /// Limit on each connect attempt (default [`defaults::CONNECT_TIMEOUT`], 2 s).
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -48,7 +50,8 @@ impl Builder {
         self
     }
 
-    /// Limit on each whole reply and each write (default 1 s).
+    /// Limit on each whole reply and each write (default
+    /// [`defaults::IO_TIMEOUT`], 2 s).
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -76,7 +79,8 @@ impl Builder {
         self
     }
 
-    /// Waits between reconnect attempts.
+    /// Waits between reconnect attempts (default
+    /// [`defaults::RECONNECT_BACKOFF`]: 50 ms doubling to 2 s).
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -91,7 +95,8 @@ impl Builder {
         self
     }
 
-    /// TCP keepalive idle time; `None` turns keepalive off (default 30 s).
+    /// TCP keepalive idle time; `None` turns keepalive off (default
+    /// [`defaults::KEEPALIVE`], 30 s).
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -202,7 +207,27 @@ impl Builder {
 
     /// JetStream: credentials and TLS (the address's own user info, and
     /// `tls://`, take precedence). Not read from the environment: the
-    /// commands do that.
+    /// commands do that. [`NatsAccess`](crate::NatsAccess) and
+    /// [`TlsSettings`](crate::TlsSettings) are re-exported here, so a
+    /// program reaches a secured cluster with this crate alone:
+    ///
+    /// ```
+    /// use taskq_producer::{NatsAccess, Producer, Secret, TlsSettings};
+    ///
+    /// let access = NatsAccess {
+    ///     user: Some(("alice".into(), Secret::new("s3cret"))),
+    ///     tls: TlsSettings {
+    ///         ca_file: Some("/etc/app/ca.pem".into()),
+    ///         ..TlsSettings::default()
+    ///     },
+    ///     ..NatsAccess::default()
+    /// };
+    /// assert!(access.tls.wanted());
+    /// assert_eq!(access.describe(), "user alice");
+    /// assert!(!format!("{access:?}").contains("s3cret"));
+    /// let builder = Producer::builder().nats_access(access);
+    /// # let _ = builder;
+    /// // let mut p = builder.connect("tls://nats1.example:4222")?;
     ///
     /// ```no_run
     /// use taskq_producer::Producer;
@@ -214,6 +239,14 @@ impl Builder {
     /// ```
     pub fn nats_access(mut self, access: NatsAccess) -> Self {
         self.access = access;
+        self
+    }
+
+    /// JetStream: how long the stream's lookup and creation, at each
+    /// connect, are asked again while the cluster has no leader (default
+    /// [`defaults::API_PATIENCE`], 10 s). Past it the connect fails, not sent.
+    pub fn api_patience(mut self, d: Duration) -> Self {
+        self.api_patience = Some(d);
         self
     }
 }
@@ -242,6 +275,7 @@ impl Builder {
             access,
             seeds,
             self.keep_stream_config,
+            self.api_patience.unwrap_or(defaults::API_PATIENCE),
         ))
     }
 
@@ -259,5 +293,42 @@ impl Builder {
             check_tube(t, jetstream)?;
         }
         Ok(self.tube.clone().filter(|t| t != "default"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_builder_starts_from_the_shared_defaults() {
+        let b = Builder::default();
+        assert_eq!(
+            (b.cfg.connect_timeout, b.cfg.io_timeout, b.cfg.keepalive),
+            (
+                defaults::CONNECT_TIMEOUT,
+                defaults::IO_TIMEOUT,
+                defaults::KEEPALIVE
+            )
+        );
+        assert_eq!(b.backoff, defaults::RECONNECT_BACKOFF);
+        assert_eq!(b.access, NatsAccess::default());
+        // What JetStream connections are opened with.
+        let n = crate::nats::nats_config(&b.cfg);
+        assert_eq!(
+            (n.connect_timeout, n.io_timeout, n.keepalive),
+            (
+                defaults::CONNECT_TIMEOUT,
+                defaults::IO_TIMEOUT,
+                defaults::KEEPALIVE
+            )
+        );
+        assert_eq!(
+            b.nats_setup(None).unwrap().api_patience,
+            defaults::API_PATIENCE
+        );
+        let short = Duration::from_millis(300);
+        let b = b.api_patience(short);
+        assert_eq!(b.nats_setup(None).unwrap().api_patience, short);
     }
 }

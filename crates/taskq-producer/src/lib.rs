@@ -87,7 +87,11 @@ pub use producer::Producer;
 pub use shared::{SharedProducer, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_PUTS};
 
 pub use target::{IntoTarget, Target};
-pub use taskq_proto::{Backoff, Engine, Jitter, JobId, READY_AT_HEADER};
+/// What a program needs to reach a secured NATS cluster (credentials, TLS)
+/// and the shared connection defaults, re-exported so that it depends on
+/// this crate alone.
+pub use taskq_proto::nats::{NatsAccess, TlsSettings};
+pub use taskq_proto::{defaults, Backoff, Engine, Jitter, JobId, Secret, READY_AT_HEADER};
 
 use taskq_proto::Command;
 

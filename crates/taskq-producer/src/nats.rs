@@ -15,6 +15,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use taskq_proto::nats::{NatsAccess, NatsConfig, NatsConnection, NatsError, StreamSpec};
 use taskq_proto::{ConnectionConfig, ConnectionError, Layout};
@@ -46,6 +47,9 @@ pub(crate) struct NatsSetup {
     /// Never change an existing stream (so never turn message schedules on
     /// for one): [`Builder::keep_stream_config`](crate::Builder::keep_stream_config).
     pub(crate) keep_stream_config: bool,
+    /// How long the stream's lookup and creation retry while the cluster
+    /// has no leader: [`Builder::api_patience`](crate::Builder::api_patience).
+    pub(crate) api_patience: Duration,
 }
 
 impl NatsSetup {
@@ -55,6 +59,7 @@ impl NatsSetup {
         access: NatsAccess,
         seeds: Vec<String>,
         keep_stream_config: bool,
+        api_patience: Duration,
     ) -> NatsSetup {
         NatsSetup {
             layout,
@@ -64,6 +69,7 @@ impl NatsSetup {
             access,
             seeds,
             keep_stream_config,
+            api_patience,
         }
     }
 }
@@ -261,6 +267,7 @@ pub(crate) fn connect_stream(
     };
     let cfg = NatsConfig {
         access: setup.access.clone(),
+        api_patience: setup.api_patience,
         ..cfg
     };
     for k in &setup.known {

@@ -30,12 +30,9 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// The policy for reconnects: 50 ms doubling to 2 s, upper-half jitter.
-    pub const RECONNECT: Backoff = Backoff {
-        initial: Duration::from_millis(50),
-        max: Duration::from_secs(2),
-        jitter: Jitter::Upper,
-    };
+    /// The policy for reconnects, [`defaults::RECONNECT_BACKOFF`](crate::defaults::RECONNECT_BACKOFF):
+    /// 50 ms doubling to 2 s, upper-half jitter.
+    pub const RECONNECT: Backoff = crate::defaults::RECONNECT_BACKOFF;
 
     /// The ceiling of the wait before retry `n` (0-based): `min(max, initial * 2^n)`.
     pub fn ceiling(&self, n: u32) -> Duration {

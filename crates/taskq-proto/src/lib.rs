@@ -11,7 +11,8 @@
 //! `NatsConnection` over it (feature `blocking`), with TLS and credentials
 //! (feature `secure`) and the JetStream management API (feature `jetstream`).
 //! What both engines share: [`Address`] (which engine an address selects),
-//! [`Layout`] (JetStream's names for a tube), [`Backoff`]. In steady state
+//! [`Layout`] (JetStream's names for a tube), [`Backoff`], and the one set of
+//! connection [`defaults`] every part of taskq reads. In steady state
 //! nothing allocates. Without the default features the crate is the codecs and
 //! sessions alone.
 //!
@@ -34,6 +35,7 @@ mod backoff;
 mod command;
 #[cfg(feature = "blocking")]
 mod conn;
+pub mod defaults;
 mod error;
 mod job_id;
 pub mod layout;

@@ -9,7 +9,7 @@ use taskq_proto::{
     Limits, TubeNameError, DEFAULT_STREAM,
 };
 
-use taskq_proto::{Backoff, Jitter};
+use taskq_proto::{defaults, Backoff, Jitter};
 
 /// Settings of a [`Worker`](crate::Worker).
 ///
@@ -35,16 +35,18 @@ pub struct Config {
     /// Server-side wait of each `reserve-with-timeout`, rounded up to whole
     /// seconds and at least one, so an empty queue costs one request per slice.
     pub reserve_timeout: Duration,
-    /// Limit on each reply beyond the server's wait, and on each write.
+    /// Limit on each reply beyond the server's wait, and on each write
+    /// (default [`defaults::IO_TIMEOUT`], 2 s).
     pub io_timeout: Duration,
-    /// Limit on each connect attempt.
+    /// Limit on each connect attempt (default [`defaults::CONNECT_TIMEOUT`], 2 s).
     pub connect_timeout: Duration,
     /// Failed attempts after which [`Outcome::Fail`](crate::Outcome::Fail) buries a job.
     pub max_attempts: u32,
     /// Delay of the release after a failed attempt: the ceiling for attempt n
     /// (the jitter is not used; whole seconds, rounded up).
     pub retry_backoff: Backoff,
-    /// Waits between failed connects to one server, with full jitter.
+    /// Waits between failed connects to one server, spread by its jitter
+    /// (default [`defaults::RECONNECT_BACKOFF`]: 50 ms doubling to 2 s).
     pub reconnect_backoff: Backoff,
     /// Stop once no job was reserved for this long on any thread, while
     /// no thread holds a job, connects, or waits on a server that does not
@@ -182,19 +184,15 @@ impl Default for Config {
             run_scale: 8,
             concurrency: 1,
             reserve_timeout: Duration::from_secs(1),
-            io_timeout: Duration::from_secs(1),
-            connect_timeout: Duration::from_secs(2),
+            io_timeout: defaults::IO_TIMEOUT,
+            connect_timeout: defaults::CONNECT_TIMEOUT,
             max_attempts: 5,
             retry_backoff: Backoff {
                 initial: Duration::from_secs(1),
                 max: Duration::from_secs(60),
                 jitter: Jitter::None,
             },
-            reconnect_backoff: Backoff {
-                initial: Duration::from_millis(100),
-                max: Duration::from_secs(5),
-                jitter: Jitter::Full,
-            },
+            reconnect_backoff: defaults::RECONNECT_BACKOFF,
             exit_when_idle: None,
             max_jobs: None,
             limits: Limits::default(),

@@ -84,7 +84,11 @@ pub use job::{Job, JobError};
 pub use job_info::JobInfo;
 #[cfg(feature = "serde")]
 pub use json::{DecodeError, DecodeErrorKind};
-pub use taskq_proto::{Backoff, Jitter, JobId};
+/// What a program needs to reach a secured NATS cluster (credentials, TLS,
+/// in [`JetStreamConfig::access`]) and the shared connection defaults,
+/// re-exported so that it depends on this crate alone.
+pub use taskq_proto::nats::{NatsAccess, TlsSettings};
+pub use taskq_proto::{defaults, Backoff, Jitter, JobId, Secret};
 pub use worker::{Control, Running, Worker};
 
 /// The README's Rust examples, compiled as doctests so they cannot drift.

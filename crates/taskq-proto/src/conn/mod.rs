@@ -11,6 +11,7 @@ use std::time::Duration;
 use socket2::Socket;
 
 use crate::command::Command;
+use crate::defaults;
 use crate::error::ConnectionError;
 use crate::reply::{Limits, Reply};
 use crate::session::Session;
@@ -22,7 +23,8 @@ pub(crate) mod sock;
 pub use self::sock::IoCounts;
 use self::sock::SockIo;
 
-/// Settings of a connection.
+/// Settings of a connection. The defaults are the shared ones of
+/// [`defaults`](crate::defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionConfig {
     /// Limit on each connect attempt, per resolved address.
@@ -39,10 +41,10 @@ pub struct ConnectionConfig {
 impl Default for ConnectionConfig {
     fn default() -> Self {
         ConnectionConfig {
-            connect_timeout: Duration::from_secs(2),
-            io_timeout: Duration::from_secs(1),
+            connect_timeout: defaults::CONNECT_TIMEOUT,
+            io_timeout: defaults::IO_TIMEOUT,
             limits: Limits::default(),
-            keepalive: Some(Duration::from_secs(30)),
+            keepalive: defaults::KEEPALIVE,
         }
     }
 }

@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     reserve_timeout: u32,
     /// Limit on each reply beyond the server's wait, milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = taskq_proto::defaults::IO_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
     io_timeout: u64,
     /// Failed attempts after which a job is buried.
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
@@ -224,4 +224,16 @@ fn summary(c: &Snapshot) -> String {
         "taskq-worker: done {} (reserved {}, released {}, buried {}, lost leases {}, unconfirmed deletes {}, reconnects {}, I/O timeouts {})",
         c.deleted, c.reserved, c.released, c.buried, c.lost_lease, c.ack_unknown, c.reconnects, c.io_timeouts
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[test]
+    fn the_flags_default_to_the_shared_settings() {
+        let a = super::Args::parse_from(["taskq-worker", "--", "true"]);
+        let io = std::time::Duration::from_millis(a.io_timeout);
+        assert_eq!(io, taskq_proto::defaults::IO_TIMEOUT);
+    }
 }

@@ -350,11 +350,19 @@ impl NatsConnection {
         loop {
             match f(self) {
                 Err(e) if is_transient(&e) && Instant::now() < until => {
-                    std::thread::sleep(Duration::from_millis(100));
+                    std::thread::sleep(crate::defaults::API_RETRY_PAUSE);
                 }
                 r => return r,
             }
         }
+    }
+
+    /// Any JetStream API request (`$JS.API.…`) with a JSON body (`null`:
+    /// none), asked again while the cluster has no leader, for up to the
+    /// [API patience](crate::nats::NatsConfig::api_patience). The reply's `error` object
+    /// becomes [`NatsError::Api`]; anything else is the reply as it came.
+    pub fn api_request(&mut self, subject: &str, body: &Value) -> Result<Value, NatsError> {
+        self.patiently(|c| c.api(subject, body))
     }
 
     /// The stream `name`.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn::sock::SockIo;
 use crate::conn::{Interrupter, IoCounts};
+use crate::defaults;
 use crate::nats::access::NatsAccess;
 use crate::nats::request_error::WAITING_FOR_INFO;
 use crate::nats::session::{NatsSession, Signed};
@@ -39,7 +40,8 @@ use crate::nats::request_error::{NatsError, TlsError, TlsFailure};
 #[cfg(feature = "jetstream")]
 pub use js::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
 
-/// Settings of a NATS connection.
+/// Settings of a NATS connection. The defaults are the shared ones of
+/// [`defaults`](crate::defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NatsConfig {
     /// Limit on each connect attempt, per address.
@@ -62,13 +64,13 @@ pub struct NatsConfig {
 impl Default for NatsConfig {
     fn default() -> Self {
         NatsConfig {
-            connect_timeout: Duration::from_secs(2),
-            io_timeout: Duration::from_secs(2),
-            keepalive: Some(Duration::from_secs(30)),
+            connect_timeout: defaults::CONNECT_TIMEOUT,
+            io_timeout: defaults::IO_TIMEOUT,
+            keepalive: defaults::KEEPALIVE,
             limits: NatsLimits::default(),
             name: "taskq".into(),
             access: NatsAccess::default(),
-            api_patience: Duration::from_secs(10),
+            api_patience: defaults::API_PATIENCE,
         }
     }
 }
