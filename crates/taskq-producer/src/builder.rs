@@ -228,10 +228,12 @@ impl Builder {
     /// let builder = Producer::builder().nats_access(access);
     /// # let _ = builder;
     /// // let mut p = builder.connect("tls://nats1.example:4222")?;
+    /// ```
+    ///
+    /// With a credentials file:
     ///
     /// ```no_run
-    /// use taskq_producer::Producer;
-    /// use taskq_proto::nats::NatsAccess;
+    /// use taskq_producer::{NatsAccess, Producer};
     ///
     /// let access = NatsAccess { creds_file: Some("/etc/taskq/user.creds".into()), ..NatsAccess::default() };
     /// let p = Producer::builder().nats_access(access).connect("tls://nats.internal:4222")?;
