@@ -12,17 +12,27 @@ use std::time::{Duration, Instant};
 use taskq_proto::{Command as Bq, Connection, ConnectionConfig, Reply, ServerStats};
 use taskq_testkit::Beanstalkd;
 
-/// The example's binary, built beside this test by `cargo test --all-targets`.
+/// The example's binary, built beside this test by `cargo test` (which
+/// builds every example, as `examples/tokio_service-HASH`; `cargo build
+/// --example` also links it as `examples/tokio_service`): the newest.
 fn example() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let bin = dir.join("tokio_service");
-    assert!(
-        bin.exists(),
-        "{} is built by `cargo test --all-targets`",
-        bin.display()
-    );
-    bin
+    let newest = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let built = name == "tokio_service" || name.starts_with("tokio_service-");
+            built && !name.contains('.') && e.metadata().is_ok_and(|m| m.is_file())
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+    newest.map(|e| e.path()).unwrap_or_else(|| {
+        panic!(
+            "no tokio_service example in {}: `cargo test` builds it",
+            dir.display()
+        )
+    })
 }
 
 /// One HTTP/1.1 request on its own connection; the status and the body.
