@@ -429,11 +429,16 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
             Some(Ok(heard)) => {
                 started = None;
                 link.progress();
-                let in_step = step(inner, &mut wake, |p, w| place(p, heard, w));
-                if let Some(e) = in_step {
-                    step(inner, &mut wake, |p, w| {
-                        p.broke(&as_conn_error(&e), Instant::now(), w)
-                    });
+                let out_of_step = step(inner, &mut wake, |p, w| place(p, heard, w));
+                // A reply out of step, or one that broke the session (a
+                // JetStream reply it could not read): the rest owed is lost
+                // with the connection.
+                let why = match out_of_step {
+                    Some(e) => Some(as_conn_error(&e)),
+                    None => (!link.is_up()).then_some(ConnectionError::Closed),
+                };
+                if let Some(why) = why {
+                    step(inner, &mut wake, |p, w| p.broke(&why, Instant::now(), w));
                     link.lost();
                 }
             }
@@ -443,13 +448,6 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
                 });
                 link.lost();
             }
-        }
-        if !link.is_up() {
-            // A reply that broke the session (JetStream): the rest owed is lost with it.
-            step(inner, &mut wake, |p, w| {
-                p.broke(&ConnectionError::Closed, Instant::now(), w)
-            });
-            link.lost();
         }
     }
 }
