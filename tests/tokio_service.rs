@@ -12,27 +12,49 @@ use std::time::{Duration, Instant};
 use taskq_proto::{Command as Bq, Connection, ConnectionConfig, Reply, ServerStats};
 use taskq_testkit::Beanstalkd;
 
-/// The example's binary, built beside this test by `cargo test` (which
-/// builds every example, as `examples/tokio_service-HASH`; `cargo build
-/// --example` also links it as `examples/tokio_service`): the newest.
+/// The example's binary. `cargo test` builds examples in test mode (with
+/// the test harness, not the service), so the test has cargo build it as
+/// the example it is, and takes the path cargo reports.
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let newest = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let built = name == "tokio_service" || name.starts_with("tokio_service-");
-            built && !name.contains('.') && e.metadata().is_ok_and(|m| m.is_file())
-        })
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
-    newest.map(|e| e.path()).unwrap_or_else(|| {
-        panic!(
-            "no tokio_service example in {}: `cargo test` builds it",
-            dir.display()
-        )
-    })
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let mut build = Command::new(cargo);
+    // What cargo sets for a test run (the package's name, version, paths)
+    // is not the example build's: left in, it makes that build differ from
+    // the one the workspace's own commands make, and each remakes the other.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if (k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR")
+            || k == "OUT_DIR"
+        {
+            build.env_remove(k);
+        }
+    }
+    let out = build
+        .args([
+            "build",
+            "--quiet",
+            "--example",
+            "tokio_service",
+            "--message-format=json",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo build --example tokio_service: {}",
+        out.status
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    let line = report
+        .lines()
+        .filter(|l| l.contains("\"compiler-artifact\"") && l.contains("\"tokio_service\""))
+        .find(|l| l.contains("\"executable\":\""))
+        .unwrap_or_else(|| panic!("no executable for tokio_service in cargo's report: {report}"));
+    let start = line.find("\"executable\":\"").unwrap() + "\"executable\":\"".len();
+    let end = start + line[start..].find('"').unwrap();
+    PathBuf::from(&line[start..end])
 }
 
 /// One HTTP/1.1 request on its own connection; the status and the body.
