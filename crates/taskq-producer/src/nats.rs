@@ -370,6 +370,10 @@ pub(crate) fn open_again(e: &Error) -> bool {
     }
 }
 
+/// JetStream's error number for a publish whose message id is a copy the
+/// stream is still storing (nats-server 2.11 and later).
+const DUPLICATE_IN_PROCESS: u64 = 10158;
+
 /// Sorts a NATS error into the producer's outcomes: not sent, rejected (a
 /// JetStream API error: nothing stored), or unknown.
 pub(crate) fn from_nats(e: NatsError) -> Error {
@@ -377,6 +381,15 @@ pub(crate) fn from_nats(e: NatsError) -> Error {
         NatsError::Invalid(e) => Error::Invalid(Invalid::Nats(e)),
         NatsError::NotSent(io) => Error::NotSent(NotSent::Io(io)),
         NatsError::NoResponders => Error::NotSent(NotSent::Unavailable),
+        // "Duplicate message id is in process": the stream is still deciding
+        // on an earlier copy of this very put (during a leader election), so
+        // it is no answer yet. Nothing of this copy is stored; it goes again
+        // after a pause, as for no responders. Only a re-send meets it, so
+        // the put's resolution already counts it as maybe stored: out of
+        // time it ends unknown, never not sent.
+        NatsError::Api(a) if a.err_code == DUPLICATE_IN_PROCESS => {
+            Error::NotSent(NotSent::Unavailable)
+        }
         NatsError::Api(a) => Error::Rejected(Rejection::JetStream {
             code: u16::try_from(a.code).unwrap_or(u16::MAX),
             err_code: u32::try_from(a.err_code).unwrap_or(u32::MAX),
@@ -524,6 +537,16 @@ mod tests {
                 code: 503,
                 err_code: 10077
             })
+        ));
+        // An earlier copy still being stored is no answer: sent again after a pause.
+        let in_process = taskq_proto::nats::ApiError {
+            code: 409,
+            err_code: 10158,
+            description: "duplicate message id is in process".into(),
+        };
+        assert!(matches!(
+            from_nats(NatsError::Api(in_process)),
+            Error::NotSent(NotSent::Unavailable)
         ));
     }
 }
