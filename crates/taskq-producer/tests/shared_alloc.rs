@@ -1,6 +1,6 @@
 //! The shared producer allocates nothing per put in steady state, on either
 //! engine: 64 tasks on a current-thread runtime put 10,048 jobs after a
-//! warm-up, counted by a counting global allocator (the runtime, the
+//! warm-up of the same shape, counted by a counting global allocator (the runtime, the
 //! callers and the driver all run on this thread).
 #![cfg(feature = "tokio")]
 
@@ -19,8 +19,17 @@ const TASKS: usize = 64;
 const PER_TASK: usize = 157;
 
 /// Allocations made while 64 tasks sharing a producer of `addr` put
-/// `TASKS * PER_TASK` jobs, after each put 200 to warm up.
+/// `TASKS * PER_TASK` jobs, after warming up the same way: every round
+/// starts with all 64 tasks let go at once (so the driver's first write of
+/// a round carries a put from each), and two rounds of 300 puts a task come
+/// before the counted one, so every buffer, queue and run queue has met its
+/// largest burst before counting starts.
 fn allocations_in_steady_state(addr: &str) -> u64 {
+    // One engine at a time: the counts are this thread's alone either way,
+    // but the two runs need not contend for the machine's two cores.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const WARM_ROUNDS: u32 = 2;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -34,19 +43,32 @@ fn allocations_in_steady_state(addr: &str) -> u64 {
             tokio::spawn(async move {
                 let body = [b'x'; 64];
                 let tube = if t % 2 == 0 { "even" } else { "odd" };
-                for _ in 0..200 {
-                    p.put(tube, &body, PutOptions::default()).await.unwrap();
+                for round in 0..=WARM_ROUNDS {
+                    gate.acquire().await.unwrap().forget();
+                    let n = if round < WARM_ROUNDS { 300 } else { PER_TASK };
+                    for _ in 0..n {
+                        p.put(tube, &body, PutOptions::default()).await.unwrap();
+                    }
+                    done.add_permits(1);
                 }
-                done.add_permits(1);
-                gate.acquire().await.unwrap().forget();
-                for _ in 0..PER_TASK {
-                    p.put(tube, &body, PutOptions::default()).await.unwrap();
-                }
-                done.add_permits(1);
             });
         }
-        let warmed = tokio::time::timeout(Duration::from_secs(60), done.acquire_many(TASKS as u32));
-        warmed.await.expect("warm-up within 60 s").unwrap().forget();
+        // The runtime's own run queue grows (once) the first time more
+        // tasks are ready at once than it has room for: 64 callers, the
+        // driver and an I/O or timer wake-up can all be ready together on a
+        // loaded machine. Have it meet more than that before counting.
+        let fill: Vec<_> = (0..4 * TASKS)
+            .map(|_| tokio::spawn(tokio::task::yield_now()))
+            .collect();
+        for h in fill {
+            h.await.unwrap();
+        }
+        for _ in 0..WARM_ROUNDS {
+            gate.add_permits(TASKS);
+            let warmed =
+                tokio::time::timeout(Duration::from_secs(60), done.acquire_many(TASKS as u32));
+            warmed.await.expect("warm-up within 60 s").unwrap().forget();
+        }
         p
     });
     let ((), n) = alloc::in_this_thread(|| {
