@@ -290,11 +290,6 @@ fn delayed_jobs_run_once_never_early(c: &NatsCluster) -> u64 {
     let worker = Worker::new(
         Config {
             exit_when_idle: Some(Duration::from_secs(4)),
-            // Deliveries are counted exactly: a reply late past the I/O
-            // deadline on a loaded machine would replace the connection and
-            // lose a delivery with it (seen in CI: 2 releases, io_timeouts 1),
-            // which is not what this test is about.
-            io_timeout: Duration::from_secs(10),
             ..cfg(c, "later")
         },
         move |job: &mut Job<'_>| {
