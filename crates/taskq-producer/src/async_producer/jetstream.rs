@@ -16,7 +16,7 @@ use crate::classify::{
 };
 use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
-use crate::nats::{connect_stream, from_nats, nats_config, IdBuf, NatsSetup};
+use crate::nats::{connect_stream_async, from_nats, nats_config, IdBuf, NatsSetup};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
@@ -291,36 +291,24 @@ impl AsyncJetStream {
         Box::pin(self.reconnect()).await
     }
 
-    /// Opens a connection: the blocking driver connects, authenticates,
-    /// starts TLS and sets the stream up on tokio's blocking pool (the cold
-    /// path, as name resolution is), then this driver takes the socket and
-    /// the sessions over.
+    /// Opens a connection: connects, authenticates, starts TLS and sets the
+    /// stream up, all on tokio, as the blocking producer does
+    /// ([`connect_stream_async`]).
     async fn reconnect(&mut self) -> Result<(), Error> {
         self.conn = None;
         if let Some(left) = self.reconnects.wait_left() {
             tokio::time::sleep(left).await;
         }
-        let addrs = self.addrs.clone();
         let cfg = nats_config(&self.cfg);
-        let mut setup = self.setup.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            let r = connect_stream(&addrs, cfg, &mut setup);
-            (r, setup.known)
-        })
-        .await;
-        let opened = match joined {
-            Ok((r, known)) => {
-                self.setup.known = known;
-                r.and_then(|(c, delays)| {
-                    if delays != self.delays {
-                        self.delays = delays;
-                        self.route = Route::new(&self.setup.layout, self.tube(), delays);
-                    }
-                    AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(from_nats)
-                })
-            }
-            Err(e) => Err(Error::NotSent(NotSent::Io(std::io::Error::other(e)))),
-        };
+        let opened = connect_stream_async(&self.addrs, cfg, &mut self.setup)
+            .await
+            .map(|(c, delays)| {
+                if delays != self.delays {
+                    self.delays = delays;
+                    self.route = Route::new(&self.setup.layout, self.tube(), delays);
+                }
+                c
+            });
         self.reconnects.opened(&mut self.conn, opened).map(|_| ())
     }
 
