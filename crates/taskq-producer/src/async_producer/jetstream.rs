@@ -12,7 +12,8 @@ use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::Builder;
 use crate::classify::{
-    check_tube, chunk_end, chunk_write_failed, record, start_batch, too_big, BatchRetry, Resolve,
+    check_tube, chunk_end, chunk_write_failed, record, start_batch, too_big, Attempts, BatchRetry,
+    Rule,
 };
 use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
@@ -152,9 +153,9 @@ impl AsyncJetStream {
         opts: PutOptions,
         failed: Error,
     ) -> Result<JobId, Error> {
-        let mut resolve = Resolve::new(Instant::now() + self.resolve_for);
+        let mut attempts = Attempts::new(Rule::Resolve(self.resolve_for));
         let mut r = Err(failed);
-        while let Some(again) = resolve.again(&r, Instant::now()) {
+        while let Some(again) = attempts.again(&r, Instant::now()) {
             if let Some(pause) = again.pause() {
                 tokio::time::sleep(pause).await;
             }
@@ -170,7 +171,7 @@ impl AsyncJetStream {
                 Err(_) => self.drop_if_broken(),
             }
         }
-        resolve.outcome(r)
+        attempts.outcome(r)
     }
 
     /// Puts many jobs with one write per chunk and reads the PubAcks in
