@@ -103,6 +103,69 @@ pub(crate) fn start_batch<'o, B: AsRef<[u8]>>(
     Ok(out)
 }
 
+/// One batch from its check to its report, for every producer (blocking
+/// and async, on both engines), with no I/O: which chunk goes next (one
+/// write's worth: [`chunk_end`]), and after a chunk broke off, where the
+/// batch goes on and after what pause ([`BatchRetry`]), or the error it ends
+/// with. A driver sends each chunk and reads its replies into `report`.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    /// The first job not yet answered.
+    from: usize,
+    len: usize,
+    retry: BatchRetry,
+    /// What the replies came to so far.
+    pub(crate) report: BatchReport,
+}
+
+impl Batch {
+    /// Checks the batch ([`start_batch`]) and starts it, to go on after a
+    /// break as `retry` says. Returns the part of `out` it fills.
+    pub(crate) fn start<'o, B: AsRef<[u8]>>(
+        bodies: &[B],
+        out: &'o mut [PutOutcome],
+        max: usize,
+        retry: BatchRetry,
+    ) -> Result<(Batch, &'o mut [PutOutcome]), BatchError> {
+        let out = start_batch(bodies, out, max)?;
+        let batch = Batch {
+            from: 0,
+            len: bodies.len(),
+            retry,
+            report: BatchReport::default(),
+        };
+        Ok((batch, out))
+    }
+
+    /// The chunk to send next, `(from, end)`; `None` once every job was answered.
+    pub(crate) fn next_chunk<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Option<(usize, usize)> {
+        (self.from < self.len).then(|| (self.from, chunk_end(bodies, self.from)))
+    }
+
+    /// After the chunk sent last came to `r` (where the next one starts, or
+    /// where it broke off): `Ok(None)` to go on at once, `Ok(Some(pause))`
+    /// to go on after `pause`, or the error the batch ends with (`out`
+    /// updated). The clock is read only after a break.
+    pub(crate) fn after(
+        &mut self,
+        r: Result<usize, BatchError>,
+        out: &mut [PutOutcome],
+        now: impl FnOnce() -> Instant,
+    ) -> Result<Option<Duration>, BatchError> {
+        match r {
+            Ok(next) => {
+                self.from = next;
+                Ok(None)
+            }
+            Err(e) => {
+                let (next, again) = self.retry.after(e, out, now())?;
+                self.from = next;
+                Ok(again.pause())
+            }
+        }
+    }
+}
+
 /// Where the write that starts at job `from` ends: at most
 /// [`MAX_PIPELINE_JOBS`] jobs and [`MAX_PIPELINE_BYTES`] bytes (but always at
 /// least one job).
@@ -229,6 +292,7 @@ impl SendAgain {
 /// on are sent again (`retries` times; an invalid batch never); on
 /// JetStream, until `resolve_until`, a chunk whose outcome is unknown or
 /// that was not sent goes again with its message ids, stored once.
+#[derive(Debug)]
 pub(crate) struct BatchRetry {
     retries: u32,
     resolve_until: Option<Instant>,
@@ -411,6 +475,48 @@ mod tests {
 
     fn broke(replied: usize, error: Error) -> BatchError {
         BatchError { replied, error }
+    }
+
+    #[test]
+    fn a_batch_goes_out_a_write_at_a_time_and_on_from_where_it_broke_off() {
+        let body = [b'x'; 10];
+        let bodies = vec![&body[..]; MAX_PIPELINE_JOBS + 10];
+        let mut out = vec![PutOutcome::Unknown; bodies.len()];
+        // Checked first: nothing sent for an outcome slice too short.
+        let short = Batch::start(&bodies, &mut out[..3], 100, BatchRetry::new(0, None));
+        assert!(matches!(
+            short.map(|_| ()).unwrap_err().error,
+            Error::Invalid(Invalid::OutcomesTooShort { .. })
+        ));
+        let (mut batch, out) =
+            Batch::start(&bodies, &mut out, 100, BatchRetry::new(1, None)).unwrap();
+        assert!(out.iter().all(|o| *o == PutOutcome::NotSent));
+        let first = batch.next_chunk(&bodies).unwrap();
+        assert_eq!(first, (0, MAX_PIPELINE_JOBS));
+        // The clock is not read while chunks come back whole.
+        let whole = batch.after(Ok(first.1), out, || unreachable!("no clock"));
+        assert_eq!(whole.unwrap(), None);
+        let second = batch.next_chunk(&bodies).unwrap();
+        assert_eq!(second, (MAX_PIPELINE_JOBS, bodies.len()));
+        // Broken off 3 jobs in: at-least-once mode goes on from there.
+        let broken = Err(broke(MAX_PIPELINE_JOBS + 3, unknown()));
+        assert_eq!(batch.after(broken, out, Instant::now).unwrap(), None);
+        assert_eq!(
+            batch.next_chunk(&bodies),
+            Some((MAX_PIPELINE_JOBS + 3, bodies.len()))
+        );
+        // No retry left: the batch ends with the error.
+        let broken = Err(broke(MAX_PIPELINE_JOBS + 5, unknown()));
+        assert_eq!(
+            batch.after(broken, out, Instant::now).unwrap_err().replied,
+            MAX_PIPELINE_JOBS + 5
+        );
+        // Done once every job was answered.
+        let (mut batch, out) =
+            Batch::start(&bodies[..2], out, 100, BatchRetry::new(0, None)).unwrap();
+        assert_eq!(batch.next_chunk(&bodies[..2]), Some((0, 2)));
+        batch.after(Ok(2), out, Instant::now).unwrap();
+        assert_eq!(batch.next_chunk(&bodies[..2]), None);
     }
 
     #[test]
