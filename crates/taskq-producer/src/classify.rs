@@ -8,7 +8,7 @@ use taskq_proto::{validate_tube, EncodeError, Reply, ReplyError};
 
 use crate::error::{Error, Invalid, NotSent, Rejection};
 use crate::outcome::{BatchError, BatchReport, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
-use crate::JobId;
+use crate::{JobId, PutOptions};
 
 /// Refuses a tube name the server would reject or misread, before sending:
 /// beanstalkd's rule, or on JetStream a single subject token.
@@ -103,6 +103,26 @@ pub(crate) fn start_batch<'o, B: AsRef<[u8]>>(
     Ok(out)
 }
 
+/// One write's worth of a batch: `bodies[from..end]`, put with `opts`; on
+/// JetStream job `i` carries the message id of counter `first + i`, so that
+/// a chunk sent again is stored once.
+#[derive(Debug)]
+pub(crate) struct Chunk<'b, B> {
+    pub(crate) bodies: &'b [B],
+    pub(crate) from: usize,
+    pub(crate) end: usize,
+    pub(crate) first: u64,
+    pub(crate) opts: PutOptions,
+}
+
+impl<B> Clone for Chunk<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Chunk<'_, B> {}
+
 /// One batch from its check to its report, for every producer (blocking
 /// and async, on both engines), with no I/O: which chunk goes next (one
 /// write's worth: [`chunk_end`]), and after a chunk broke off, where the
@@ -137,9 +157,22 @@ impl Batch {
         Ok((batch, out))
     }
 
-    /// The chunk to send next, `(from, end)`; `None` once every job was answered.
-    pub(crate) fn next_chunk<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Option<(usize, usize)> {
-        (self.from < self.len).then(|| (self.from, chunk_end(bodies, self.from)))
+    /// The chunk to send next, of `bodies` put with `opts` (on JetStream
+    /// job `i` with the message id of counter `first + i`); `None` once
+    /// every job was answered.
+    pub(crate) fn next_chunk<'b, B: AsRef<[u8]>>(
+        &self,
+        bodies: &'b [B],
+        first: u64,
+        opts: PutOptions,
+    ) -> Option<Chunk<'b, B>> {
+        (self.from < self.len).then(|| Chunk {
+            bodies,
+            from: self.from,
+            end: chunk_end(bodies, self.from),
+            first,
+            opts,
+        })
     }
 
     /// After the chunk sent last came to `r` (where the next one starts, or
@@ -491,18 +524,20 @@ mod tests {
         let (mut batch, out) =
             Batch::start(&bodies, &mut out, 100, BatchRetry::new(1, None)).unwrap();
         assert!(out.iter().all(|o| *o == PutOutcome::NotSent));
-        let first = batch.next_chunk(&bodies).unwrap();
+        let chunk = batch.next_chunk(&bodies, 9, PutOptions::default()).unwrap();
+        assert_eq!(chunk.first, 9, "the batch's first message id counter");
+        let first = span(Some(chunk)).unwrap();
         assert_eq!(first, (0, MAX_PIPELINE_JOBS));
         // The clock is not read while chunks come back whole.
         let whole = batch.after(Ok(first.1), out, || unreachable!("no clock"));
         assert_eq!(whole.unwrap(), None);
-        let second = batch.next_chunk(&bodies).unwrap();
+        let second = span(batch.next_chunk(&bodies, 9, PutOptions::default())).unwrap();
         assert_eq!(second, (MAX_PIPELINE_JOBS, bodies.len()));
         // Broken off 3 jobs in: at-least-once mode goes on from there.
         let broken = Err(broke(MAX_PIPELINE_JOBS + 3, unknown()));
         assert_eq!(batch.after(broken, out, Instant::now).unwrap(), None);
         assert_eq!(
-            batch.next_chunk(&bodies),
+            span(batch.next_chunk(&bodies, 9, PutOptions::default())),
             Some((MAX_PIPELINE_JOBS + 3, bodies.len()))
         );
         // No retry left: the batch ends with the error.
@@ -514,9 +549,20 @@ mod tests {
         // Done once every job was answered.
         let (mut batch, out) =
             Batch::start(&bodies[..2], out, 100, BatchRetry::new(0, None)).unwrap();
-        assert_eq!(batch.next_chunk(&bodies[..2]), Some((0, 2)));
+        assert_eq!(
+            span(batch.next_chunk(&bodies[..2], 9, PutOptions::default())),
+            Some((0, 2))
+        );
         batch.after(Ok(2), out, Instant::now).unwrap();
-        assert_eq!(batch.next_chunk(&bodies[..2]), None);
+        assert_eq!(
+            span(batch.next_chunk(&bodies[..2], 9, PutOptions::default())),
+            None
+        );
+    }
+
+    /// A chunk's jobs, `(from, end)`.
+    fn span<B>(c: Option<Chunk<'_, B>>) -> Option<(usize, usize)> {
+        c.map(|c| (c.from, c.end))
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::{Builder, DEFAULT_RESOLVE_FOR};
-use crate::classify::{check_tube, in_backoff, too_big, Attempts, Batch, BatchRetry, Rule};
+use crate::classify::{check_tube, in_backoff, too_big, Attempts, Batch, BatchRetry, Chunk, Rule};
 use crate::engine::Link;
 use crate::error::{Error, Invalid, NotSent};
 use crate::nats::{open_again, NatsSetup};
@@ -389,8 +389,8 @@ impl Producer {
             .nats
             .as_ref()
             .map_or(0, |n| n.ids.take(bodies.len() as u64));
-        while let Some(chunk) = batch.next_chunk(bodies) {
-            let r = self.batch_chunk(bodies, chunk, first, opts, out, &mut batch.report);
+        while let Some(chunk) = batch.next_chunk(bodies, first, opts) {
+            let r = self.batch_chunk(chunk, out, &mut batch.report);
             if let Some(pause) = batch.after(r, out, Instant::now)? {
                 std::thread::sleep(pause);
             }
@@ -398,27 +398,24 @@ impl Producer {
         Ok(batch.report)
     }
 
-    /// Sends the chunk `(from, end)` of the batch in one write and reads its
-    /// replies; returns where the next chunk starts.
+    /// Sends `chunk` in one write and reads its replies; returns where the
+    /// next chunk starts.
     fn batch_chunk<B: AsRef<[u8]>>(
         &mut self,
-        bodies: &[B],
-        (from, end): (usize, usize),
-        first: u64,
-        opts: PutOptions,
+        chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
         let link = self.connected(true).map_err(|error| BatchError {
-            replied: from,
+            replied: chunk.from,
             error,
         })?;
-        if let Err(e) = link.put_chunk(bodies, (from, end), first, opts, out, report) {
+        if let Err(e) = link.put_chunk(chunk, out, report) {
             self.drop_if_broken();
             return Err(e);
         }
         self.reconnects.progress();
-        Ok(end)
+        Ok(chunk.end)
     }
 
     /// Puts a job and asks for its tube's statistics in the same write, giving

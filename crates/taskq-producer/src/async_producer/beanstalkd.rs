@@ -8,6 +8,7 @@ use std::time::Instant;
 use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
 
 use crate::builder::Builder;
+use crate::classify::Chunk;
 use crate::classify::{
     check_tube, not_inserted, record, too_big, use_failed_on_reconnect, using, Attempts, Batch,
     BatchRetry, Rule,
@@ -176,10 +177,8 @@ impl AsyncBeanstalkd {
     ) -> Result<BatchReport, BatchError> {
         let retry = BatchRetry::new(self.retries, None);
         let (mut batch, out) = Batch::start(bodies, out, self.cfg.limits.max_job_size, retry)?;
-        while let Some(chunk) = batch.next_chunk(bodies) {
-            let r = self
-                .batch_chunk(bodies, chunk, opts, out, &mut batch.report)
-                .await;
+        while let Some(chunk) = batch.next_chunk(bodies, 0, opts) {
+            let r = self.batch_chunk(chunk, out, &mut batch.report).await;
             if let Some(pause) = batch.after(r, out, Instant::now)? {
                 tokio::time::sleep(pause).await;
             }
@@ -187,16 +186,21 @@ impl AsyncBeanstalkd {
         Ok(batch.report)
     }
 
-    /// Sends the chunk `(from, end)` of the batch in one write and reads its
-    /// replies; returns where the next chunk starts.
+    /// Sends `chunk` in one write and reads its replies; returns where the
+    /// next chunk starts.
     async fn batch_chunk<B: AsRef<[u8]>>(
         &mut self,
-        bodies: &[B],
-        (from, end): (usize, usize),
-        opts: PutOptions,
+        chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
+        let Chunk {
+            bodies,
+            from,
+            end,
+            opts,
+            ..
+        } = chunk;
         let broke = |replied: usize, error: Error| BatchError { replied, error };
         let conn = self.connected().await.map_err(|e| broke(from, e))?;
         for body in &bodies[from..end] {

@@ -11,6 +11,7 @@ use taskq_connect::Address;
 use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::Builder;
+use crate::classify::Chunk;
 use crate::classify::{
     check_tube, chunk_write_failed, record, too_big, Attempts, Batch, BatchRetry, Rule,
 };
@@ -187,10 +188,8 @@ impl AsyncJetStream {
         let retry = BatchRetry::new(self.retries, Some(Instant::now() + self.resolve_for));
         let (mut batch, out) = Batch::start(bodies, out, self.cfg.limits.max_job_size, retry)?;
         let first = self.setup.ids.take(bodies.len() as u64);
-        while let Some(chunk) = batch.next_chunk(bodies) {
-            let r = self
-                .batch_chunk(bodies, chunk, first, opts, out, &mut batch.report)
-                .await;
+        while let Some(chunk) = batch.next_chunk(bodies, first, opts) {
+            let r = self.batch_chunk(chunk, out, &mut batch.report).await;
             if let Some(pause) = batch.after(r, out, Instant::now)? {
                 tokio::time::sleep(pause).await;
             }
@@ -198,18 +197,21 @@ impl AsyncJetStream {
         Ok(batch.report)
     }
 
-    /// Sends the chunk `(from, end)` of the batch in one write (job `i`
-    /// with the id of counter `first + i`) and reads its PubAcks; returns
-    /// where the next chunk starts.
+    /// Sends `chunk` in one write (job `i` with the id of counter `first +
+    /// i`) and reads its PubAcks; returns where the next chunk starts.
     async fn batch_chunk<B: AsRef<[u8]>>(
         &mut self,
-        bodies: &[B],
-        (from, end): (usize, usize),
-        first: u64,
-        opts: PutOptions,
+        chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
+        let Chunk {
+            bodies,
+            from,
+            end,
+            first,
+            opts,
+        } = chunk;
         let broke = |replied: usize, error: Error| BatchError { replied, error };
         if let Err(e) = self.connected().await {
             return Err(broke(from, e));
