@@ -8,7 +8,7 @@ use taskq_proto::{validate_tube, EncodeError, Reply, ReplyError};
 
 use crate::error::{Error, Invalid, NotSent, Rejection};
 use crate::outcome::{BatchError, BatchReport, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
-use crate::JobId;
+use crate::{JobId, PutOptions};
 
 /// Refuses a tube name the server would reject or misread, before sending:
 /// beanstalkd's rule, or on JetStream a single subject token.
@@ -101,6 +101,102 @@ pub(crate) fn start_batch<'o, B: AsRef<[u8]>>(
         });
     }
     Ok(out)
+}
+
+/// One write's worth of a batch: `bodies[from..end]`, put with `opts`; on
+/// JetStream job `i` carries the message id of counter `first + i`, so that
+/// a chunk sent again is stored once.
+#[derive(Debug)]
+pub(crate) struct Chunk<'b, B> {
+    pub(crate) bodies: &'b [B],
+    pub(crate) from: usize,
+    pub(crate) end: usize,
+    pub(crate) first: u64,
+    pub(crate) opts: PutOptions,
+}
+
+impl<B> Clone for Chunk<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Chunk<'_, B> {}
+
+/// One batch from its check to its report, for every producer (blocking
+/// and async, on both engines), with no I/O: which chunk goes next (one
+/// write's worth: [`chunk_end`]), and after a chunk broke off, where the
+/// batch goes on and after what pause ([`BatchRetry`]), or the error it ends
+/// with. A driver sends each chunk and reads its replies into `report`.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    /// The first job not yet answered.
+    from: usize,
+    len: usize,
+    retry: BatchRetry,
+    /// What the replies came to so far.
+    pub(crate) report: BatchReport,
+}
+
+impl Batch {
+    /// Checks the batch ([`start_batch`]) and starts it, to go on after a
+    /// break as `retry` says. Returns the part of `out` it fills.
+    pub(crate) fn start<'o, B: AsRef<[u8]>>(
+        bodies: &[B],
+        out: &'o mut [PutOutcome],
+        max: usize,
+        retry: BatchRetry,
+    ) -> Result<(Batch, &'o mut [PutOutcome]), BatchError> {
+        let out = start_batch(bodies, out, max)?;
+        let batch = Batch {
+            from: 0,
+            len: bodies.len(),
+            retry,
+            report: BatchReport::default(),
+        };
+        Ok((batch, out))
+    }
+
+    /// The chunk to send next, of `bodies` put with `opts` (on JetStream
+    /// job `i` with the message id of counter `first + i`); `None` once
+    /// every job was answered.
+    pub(crate) fn next_chunk<'b, B: AsRef<[u8]>>(
+        &self,
+        bodies: &'b [B],
+        first: u64,
+        opts: PutOptions,
+    ) -> Option<Chunk<'b, B>> {
+        (self.from < self.len).then(|| Chunk {
+            bodies,
+            from: self.from,
+            end: chunk_end(bodies, self.from),
+            first,
+            opts,
+        })
+    }
+
+    /// After the chunk sent last came to `r` (where the next one starts, or
+    /// where it broke off): `Ok(None)` to go on at once, `Ok(Some(pause))`
+    /// to go on after `pause`, or the error the batch ends with (`out`
+    /// updated). The clock is read only after a break.
+    pub(crate) fn after(
+        &mut self,
+        r: Result<usize, BatchError>,
+        out: &mut [PutOutcome],
+        now: impl FnOnce() -> Instant,
+    ) -> Result<Option<Duration>, BatchError> {
+        match r {
+            Ok(next) => {
+                self.from = next;
+                Ok(None)
+            }
+            Err(e) => {
+                let (next, again) = self.retry.after(e, out, now())?;
+                self.from = next;
+                Ok(again.pause())
+            }
+        }
+    }
 }
 
 /// Where the write that starts at job `from` ends: at most
@@ -229,6 +325,7 @@ impl SendAgain {
 /// on are sent again (`retries` times; an invalid batch never); on
 /// JetStream, until `resolve_until`, a chunk whose outcome is unknown or
 /// that was not sent goes again with its message ids, stored once.
+#[derive(Debug)]
 pub(crate) struct BatchRetry {
     retries: u32,
     resolve_until: Option<Instant>,
@@ -411,6 +508,61 @@ mod tests {
 
     fn broke(replied: usize, error: Error) -> BatchError {
         BatchError { replied, error }
+    }
+
+    #[test]
+    fn a_batch_goes_out_a_write_at_a_time_and_on_from_where_it_broke_off() {
+        let body = [b'x'; 10];
+        let bodies = vec![&body[..]; MAX_PIPELINE_JOBS + 10];
+        let mut out = vec![PutOutcome::Unknown; bodies.len()];
+        // Checked first: nothing sent for an outcome slice too short.
+        let short = Batch::start(&bodies, &mut out[..3], 100, BatchRetry::new(0, None));
+        assert!(matches!(
+            short.map(|_| ()).unwrap_err().error,
+            Error::Invalid(Invalid::OutcomesTooShort { .. })
+        ));
+        let (mut batch, out) =
+            Batch::start(&bodies, &mut out, 100, BatchRetry::new(1, None)).unwrap();
+        assert!(out.iter().all(|o| *o == PutOutcome::NotSent));
+        let chunk = batch.next_chunk(&bodies, 9, PutOptions::default()).unwrap();
+        assert_eq!(chunk.first, 9, "the batch's first message id counter");
+        let first = span(Some(chunk)).unwrap();
+        assert_eq!(first, (0, MAX_PIPELINE_JOBS));
+        // The clock is not read while chunks come back whole.
+        let whole = batch.after(Ok(first.1), out, || unreachable!("no clock"));
+        assert_eq!(whole.unwrap(), None);
+        let second = span(batch.next_chunk(&bodies, 9, PutOptions::default())).unwrap();
+        assert_eq!(second, (MAX_PIPELINE_JOBS, bodies.len()));
+        // Broken off 3 jobs in: at-least-once mode goes on from there.
+        let broken = Err(broke(MAX_PIPELINE_JOBS + 3, unknown()));
+        assert_eq!(batch.after(broken, out, Instant::now).unwrap(), None);
+        assert_eq!(
+            span(batch.next_chunk(&bodies, 9, PutOptions::default())),
+            Some((MAX_PIPELINE_JOBS + 3, bodies.len()))
+        );
+        // No retry left: the batch ends with the error.
+        let broken = Err(broke(MAX_PIPELINE_JOBS + 5, unknown()));
+        assert_eq!(
+            batch.after(broken, out, Instant::now).unwrap_err().replied,
+            MAX_PIPELINE_JOBS + 5
+        );
+        // Done once every job was answered.
+        let (mut batch, out) =
+            Batch::start(&bodies[..2], out, 100, BatchRetry::new(0, None)).unwrap();
+        assert_eq!(
+            span(batch.next_chunk(&bodies[..2], 9, PutOptions::default())),
+            Some((0, 2))
+        );
+        batch.after(Ok(2), out, Instant::now).unwrap();
+        assert_eq!(
+            span(batch.next_chunk(&bodies[..2], 9, PutOptions::default())),
+            None
+        );
+    }
+
+    /// A chunk's jobs, `(from, end)`.
+    fn span<B>(c: Option<Chunk<'_, B>>) -> Option<(usize, usize)> {
+        c.map(|c| (c.from, c.end))
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 
 use taskq_proto::{Command, Connection, ConnectionConfig, IoCounts, Reply, TubeStats};
 
+use crate::classify::Chunk;
 use crate::classify::{
     chunk_write_failed, not_inserted, read_chunk, use_failed_on_reconnect, using,
 };
@@ -118,22 +119,24 @@ impl Link {
         }
     }
 
-    /// Sends `bodies[from..end]` in one write and reads their replies in order
-    /// into `out[from..end]`. On a break, every job from the break on is
+    /// Sends `chunk` in one write and reads its replies in order into
+    /// `out[from..end]`. On a break, every job from the break on is
     /// `Unknown` (or `NotSent` when the write sent nothing) in `out`.
-    /// On JetStream job `i` carries the message id of counter `first + i`, so
-    /// that a re-sent chunk is stored once.
     pub(crate) fn put_chunk<B: AsRef<[u8]>>(
         &mut self,
-        bodies: &[B],
-        (from, end): (usize, usize),
-        first: u64,
-        opts: PutOptions,
+        chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<(), BatchError> {
         match self {
             Link::Beanstalkd(c) => {
+                let Chunk {
+                    bodies,
+                    from,
+                    end,
+                    opts,
+                    ..
+                } = chunk;
                 for body in &bodies[from..end] {
                     if let Err(e) = c.queue(&opts.command(body.as_ref())) {
                         c.clear_queue();
@@ -148,7 +151,7 @@ impl Link {
                 }
                 read_chunk(out, report, (from, end), || put_reply(c))
             }
-            Link::Nats(n) => n.put_chunk(bodies, (from, end), first, opts, out, report),
+            Link::Nats(n) => n.put_chunk(chunk, out, report),
         }
     }
 

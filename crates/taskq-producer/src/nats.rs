@@ -26,6 +26,7 @@ use taskq_connect::Layout;
 use taskq_proto::nats::NatsError;
 use taskq_proto::{ConnectionConfig, ConnectionError};
 
+use crate::classify::Chunk;
 use crate::classify::{chunk_write_failed, read_chunk};
 use crate::delays::{stream_and_delays, Delays, Put, Route, Stamp};
 use crate::error::{Error, Invalid, NotSent, Rejection};
@@ -202,17 +203,21 @@ impl NatsLink {
         }
     }
 
-    /// Sends `bodies[from..end]` in one write, with the ids of counters
-    /// `first + from ..`, and reads their PubAcks in order into `out`.
+    /// Sends `chunk` in one write, with the ids of counters `first + from
+    /// ..`, and reads their PubAcks in order into `out`.
     pub(crate) fn put_chunk<B: AsRef<[u8]>>(
         &mut self,
-        bodies: &[B],
-        (from, end): (usize, usize),
-        first: u64,
-        opts: PutOptions,
+        chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<(), BatchError> {
+        let Chunk {
+            bodies,
+            from,
+            end,
+            first,
+            opts,
+        } = chunk;
         let mut buf = IdBuf::new();
         let stamp = Stamp::now(opts.delay);
         let queued = bodies

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::{Builder, DEFAULT_RESOLVE_FOR};
-use crate::classify::{
-    check_tube, chunk_end, in_backoff, start_batch, too_big, Attempts, BatchRetry, Rule,
-};
+use crate::classify::{check_tube, in_backoff, too_big, Attempts, Batch, BatchRetry, Chunk, Rule};
 use crate::engine::Link;
 use crate::error::{Error, Invalid, NotSent};
 use crate::nats::{open_again, NatsSetup};
@@ -377,58 +375,47 @@ impl Producer {
         opts: PutOptions,
         out: &mut [PutOutcome],
     ) -> Result<BatchReport, BatchError> {
-        let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
-        let mut report = BatchReport::default();
-        let mut from = 0;
-        // JetStream: the batch's message ids, fixed before the first send so
-        // that a chunk sent again is stored once; and the re-sends are the
-        // engine's own (within `resolve_for`), not only at-least-once mode's.
-        let first = self
-            .nats
-            .as_ref()
-            .map_or(0, |n| n.ids.take(bodies.len() as u64));
+        // JetStream: the re-sends are the engine's own (within
+        // `resolve_for`), not only at-least-once mode's.
         let until = self
             .nats
             .is_some()
             .then(|| Instant::now() + self.resolve_for);
-        let mut retry = BatchRetry::new(self.retries, until);
-        while from < bodies.len() {
-            match self.batch_chunk(bodies, from, first, opts, out, &mut report) {
-                Ok(next) => from = next,
-                Err(e) => {
-                    let (next, again) = retry.after(e, out, Instant::now())?;
-                    if let Some(pause) = again.pause() {
-                        std::thread::sleep(pause);
-                    }
-                    from = next;
-                }
+        let retry = BatchRetry::new(self.retries, until);
+        let (mut batch, out) = Batch::start(bodies, out, self.cfg.limits.max_job_size, retry)?;
+        // JetStream: the batch's message ids, fixed before the first send so
+        // that a chunk sent again is stored once.
+        let first = self
+            .nats
+            .as_ref()
+            .map_or(0, |n| n.ids.take(bodies.len() as u64));
+        while let Some(chunk) = batch.next_chunk(bodies, first, opts) {
+            let r = self.batch_chunk(chunk, out, &mut batch.report);
+            if let Some(pause) = batch.after(r, out, Instant::now)? {
+                std::thread::sleep(pause);
             }
         }
-        Ok(report)
+        Ok(batch.report)
     }
 
-    /// Sends one write's worth of the batch starting at `from` and reads its
-    /// replies; returns where the next chunk starts.
+    /// Sends `chunk` in one write and reads its replies; returns where the
+    /// next chunk starts.
     fn batch_chunk<B: AsRef<[u8]>>(
         &mut self,
-        bodies: &[B],
-        from: usize,
-        first: u64,
-        opts: PutOptions,
+        chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
         let link = self.connected(true).map_err(|error| BatchError {
-            replied: from,
+            replied: chunk.from,
             error,
         })?;
-        let end = chunk_end(bodies, from);
-        if let Err(e) = link.put_chunk(bodies, (from, end), first, opts, out, report) {
+        if let Err(e) = link.put_chunk(chunk, out, report) {
             self.drop_if_broken();
             return Err(e);
         }
         self.reconnects.progress();
-        Ok(end)
+        Ok(chunk.end)
     }
 
     /// Puts a job and asks for its tube's statistics in the same write, giving

@@ -8,9 +8,10 @@ use std::time::Instant;
 use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
 
 use crate::builder::Builder;
+use crate::classify::Chunk;
 use crate::classify::{
-    check_tube, chunk_end, not_inserted, record, start_batch, too_big, use_failed_on_reconnect,
-    using, Attempts, BatchRetry, Rule,
+    check_tube, not_inserted, record, too_big, use_failed_on_reconnect, using, Attempts, Batch,
+    BatchRetry, Rule,
 };
 use crate::error::{Error, NotSent};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
@@ -174,32 +175,34 @@ impl AsyncBeanstalkd {
         opts: PutOptions,
         out: &mut [PutOutcome],
     ) -> Result<BatchReport, BatchError> {
-        let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
-        let mut report = BatchReport::default();
-        let mut from = 0;
-        let mut retry = BatchRetry::new(self.retries, None);
-        while from < bodies.len() {
-            match self.batch_chunk(bodies, from, opts, out, &mut report).await {
-                Ok(next) => from = next,
-                Err(e) => from = retry.after(e, out, Instant::now())?.0,
+        let retry = BatchRetry::new(self.retries, None);
+        let (mut batch, out) = Batch::start(bodies, out, self.cfg.limits.max_job_size, retry)?;
+        while let Some(chunk) = batch.next_chunk(bodies, 0, opts) {
+            let r = self.batch_chunk(chunk, out, &mut batch.report).await;
+            if let Some(pause) = batch.after(r, out, Instant::now)? {
+                tokio::time::sleep(pause).await;
             }
         }
-        Ok(report)
+        Ok(batch.report)
     }
 
-    /// Sends one write's worth of the batch starting at `from` and reads its
-    /// replies; returns where the next chunk starts.
+    /// Sends `chunk` in one write and reads its replies; returns where the
+    /// next chunk starts.
     async fn batch_chunk<B: AsRef<[u8]>>(
         &mut self,
-        bodies: &[B],
-        from: usize,
-        opts: PutOptions,
+        chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
+        let Chunk {
+            bodies,
+            from,
+            end,
+            opts,
+            ..
+        } = chunk;
         let broke = |replied: usize, error: Error| BatchError { replied, error };
         let conn = self.connected().await.map_err(|e| broke(from, e))?;
-        let end = chunk_end(bodies, from);
         for body in &bodies[from..end] {
             if let Err(e) = conn.queue(&opts.command(body.as_ref())) {
                 conn.clear_queue();

@@ -11,9 +11,9 @@ use taskq_connect::Address;
 use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::Builder;
+use crate::classify::Chunk;
 use crate::classify::{
-    check_tube, chunk_end, chunk_write_failed, record, start_batch, too_big, Attempts, BatchRetry,
-    Rule,
+    check_tube, chunk_write_failed, record, too_big, Attempts, Batch, BatchRetry, Rule,
 };
 use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
@@ -185,47 +185,38 @@ impl AsyncJetStream {
         opts: PutOptions,
         out: &mut [PutOutcome],
     ) -> Result<BatchReport, BatchError> {
-        let out = start_batch(bodies, out, self.cfg.limits.max_job_size)?;
-        let mut report = BatchReport::default();
-        let mut from = 0;
+        let retry = BatchRetry::new(self.retries, Some(Instant::now() + self.resolve_for));
+        let (mut batch, out) = Batch::start(bodies, out, self.cfg.limits.max_job_size, retry)?;
         let first = self.setup.ids.take(bodies.len() as u64);
-        let mut retry = BatchRetry::new(self.retries, Some(Instant::now() + self.resolve_for));
-        while from < bodies.len() {
-            match self
-                .batch_chunk(bodies, from, first, opts, out, &mut report)
-                .await
-            {
-                Ok(next) => from = next,
-                Err(e) => {
-                    let (next, again) = retry.after(e, out, Instant::now())?;
-                    if let Some(pause) = again.pause() {
-                        tokio::time::sleep(pause).await;
-                    }
-                    from = next;
-                }
+        while let Some(chunk) = batch.next_chunk(bodies, first, opts) {
+            let r = self.batch_chunk(chunk, out, &mut batch.report).await;
+            if let Some(pause) = batch.after(r, out, Instant::now)? {
+                tokio::time::sleep(pause).await;
             }
         }
-        Ok(report)
+        Ok(batch.report)
     }
 
-    /// Sends one write's worth of the batch starting at `from` (job `i`
-    /// with the id of counter `first + i`) and reads its PubAcks; returns
-    /// where the next chunk starts.
+    /// Sends `chunk` in one write (job `i` with the id of counter `first +
+    /// i`) and reads its PubAcks; returns where the next chunk starts.
     async fn batch_chunk<B: AsRef<[u8]>>(
         &mut self,
-        bodies: &[B],
-        from: usize,
-        first: u64,
-        opts: PutOptions,
+        chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
+        let Chunk {
+            bodies,
+            from,
+            end,
+            first,
+            opts,
+        } = chunk;
         let broke = |replied: usize, error: Error| BatchError { replied, error };
         if let Err(e) = self.connected().await {
             return Err(broke(from, e));
         }
         let conn = self.conn.as_mut().expect("connected above");
-        let end = chunk_end(bodies, from);
         let stamp = Stamp::now(opts.delay);
         let mut id = IdBuf::new();
         for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
