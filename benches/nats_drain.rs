@@ -1,17 +1,22 @@
-//! JetStream worker drain on a real 3-node cluster (R3 stream), side by side
-//! in one run: the taskq worker library (one thread, no-op handler), a raw
-//! socket loop, and `async-nats`, each taking one job at a time from the same
-//! durable pull consumer and settling it with a confirmed ack; then each with
-//! a pull batch of 64 (taskq's `prefetch`).
+//! JetStream worker drain, side by side in one run: the taskq worker library
+//! (one thread, no-op handler), a raw socket loop, and `async-nats`, each
+//! taking one job at a time from the same durable pull consumer and settling
+//! it with a confirmed ack; then each with a pull batch of 64 (taskq's
+//! `prefetch`).
 //!
-//! `cargo bench --bench nats_drain` (env `TASKQ_BENCH_JOBS`, default 2000 per
-//! side and round; `TASKQ_BENCH_ROUNDS`, default 5). Each round fills the
-//! queue before each side's drain (not timed) and rotates who goes first; the
-//! ratios are medians over rounds.
+//! `cargo bench --bench nats_drain` (env `TASKQ_BENCH_JOBS`, default 20,000
+//! per side and round; `TASKQ_BENCH_ROUNDS`, default 5; `TASKQ_BENCH_NODES`,
+//! default 1: one node and an R1 stream, where the client's own cost shows;
+//! 3 gives a cluster and an R3 stream). The server runs on CPU 0 and this
+//! process on CPU 1 when there are two. Each round fills the queue before
+//! each side's drain (not timed) and rotates who goes first; the ratios are
+//! medians over rounds.
 //!
-//! The raw loop is the floor: the ack of the job just done and the pull for
-//! the next one in one write (as taskq sends them), reading to the end of both
-//! answers; with a batch, one pull for 64 and 64 acks in one write.
+//! The raw loop is the floor, on one connection: for each batch, the acks it
+//! owes (each with a reply subject, each confirmed) and the next
+//! `$JS.API.CONSUMER.MSG.NEXT` pull in one write, then every job of the pull
+//! and every confirmation read before the next write; with a batch of 1, the
+//! ack of the job just done and the pull for the next.
 //!
 //! Each side is timed from its first job in hand to its last ack confirmed:
 //! connecting, looking the stream and the consumer up and starting threads
@@ -32,6 +37,8 @@ use taskq_worker::{Config, Job, Outcome, Worker};
 
 #[path = "common/nats_raw.rs"]
 mod nats_raw;
+#[path = "common/pin.rs"]
+mod pin;
 
 const TUBE: &str = "drain";
 const CONSUMER: &str = "taskq-drain";
@@ -158,9 +165,14 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let jobs = env_usize("TASKQ_BENCH_JOBS", 2048) / BATCH * BATCH;
+    let jobs = env_usize("TASKQ_BENCH_JOBS", 20_000) / BATCH * BATCH;
     let rounds = env_usize("TASKQ_BENCH_ROUNDS", 5);
-    let cluster = NatsCluster::start(3).expect("nats cluster");
+    let nodes = env_usize("TASKQ_BENCH_NODES", 1).clamp(1, 3);
+    let cluster = NatsCluster::start(nodes).expect("nats cluster");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pinned = cores >= 2
+        && cluster.pid(0).is_some_and(|pid| pin::pin(pid, 0))
+        && pin::pin(std::process::id(), 1);
     let addr = cluster.addr(0);
     let url = cluster.node_url(0);
     let mut admin = NatsConnection::connect(&[addr.to_string()], NatsConfig::default()).unwrap();
@@ -168,7 +180,7 @@ fn main() {
         .ensure_stream(&StreamSpec {
             name: "TASKQ".into(),
             subjects: vec!["taskq.>".into()],
-            replicas: 3,
+            replicas: nodes,
             duplicate_window: None,
         })
         .unwrap();
@@ -193,7 +205,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    println!("{jobs} jobs of 64 B per side and round, {rounds} rounds, R3 stream, 3 nodes, through node 0");
+    println!(
+        "{jobs} jobs of 64 B per side and round, {rounds} rounds, R{nodes} stream, {nodes} node(s), through node 0, {}",
+        if pinned { "server on CPU 0, bench on CPU 1" } else { "not pinned" }
+    );
     for batch in [1, BATCH] {
         let (mut vs_raw, mut vs_async) = (Vec::new(), Vec::new());
         for round in 0..rounds {

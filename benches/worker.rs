@@ -16,6 +16,9 @@
 //! and CPU time (the client's, and beanstalkd's own), to show where time goes:
 //! filling the queue is not timed.
 
+#[path = "common/pin.rs"]
+mod pin;
+use pin::pin;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -167,15 +170,6 @@ fn drain_raw_pipelined(addr: SocketAddr, n: usize) -> (u64, u64) {
         left -= k;
     }
     (writes, reads)
-}
-
-/// Runs `pid` (all its threads) on CPU `cpu` only; false when that failed.
-fn pin(pid: u32, cpu: usize) -> bool {
-    std::process::Command::new("taskset")
-        .args(["-a", "-pc", &cpu.to_string(), &pid.to_string()])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 fn drain_raw(addr: SocketAddr, n: usize) -> (u64, u64) {
