@@ -36,27 +36,7 @@ impl JobLink for Beanstalkd {
     }
 
     fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
-        match self.conn.request(&Command::StatsJob { id }) {
-            Ok(Reply::Ok { yaml }) => {
-                let s = JobStats::parse(yaml).map_err(|_| Fault::Unexpected("OK"))?;
-                if let Some(t) = tube {
-                    t.clear();
-                    t.push_str(s.tube);
-                }
-                Ok(Some(JobInfo {
-                    pri: u32::try_from(s.pri).unwrap_or(u32::MAX),
-                    ttr: s.ttr,
-                    time_left: s.time_left,
-                    reserves: s.reserves,
-                    timeouts: s.timeouts,
-                    releases: s.releases,
-                    buries: s.buries,
-                }))
-            }
-            Ok(Reply::NotFound) => Ok(None),
-            Ok(r) => Err(Fault::Unexpected(r.word())),
-            Err(e) => Err(Fault::Conn(e)),
-        }
+        info_reply(self.conn.request(&Command::StatsJob { id }), tube)
     }
 }
 
@@ -92,15 +72,7 @@ impl Link for Beanstalkd {
 
     fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError> {
         let conn = &mut self.conn;
-        match req {
-            Req::Settle(id, s) => conn.queue(&match s {
-                Settle::Delete => Command::Delete { id },
-                Settle::Release { pri, delay } => Command::Release { id, pri, delay },
-                Settle::Bury { pri } => Command::Bury { id, pri },
-            }),
-            Req::Touch(id) => conn.queue(&Command::Touch { id }),
-            Req::Ask(ask) => queue_reserve(conn, ask),
-        }
+        queue_req(&mut |c| conn.queue(c), req)
     }
 
     fn flush(&mut self) -> Result<(), ConnectionError> {
@@ -131,19 +103,7 @@ impl Link for Beanstalkd {
                 Err(e) => return Err(Fault::Conn(e)),
             }
         };
-        match self.conn.recv() {
-            Ok(Reply::Reserved { id, body }) => Ok(Took::Job {
-                id,
-                body,
-                headers: &[],
-            }),
-            Ok(Reply::ReservedTooBig { id, len }) => Ok(Took::TooBig { id, len }),
-            Ok(Reply::TimedOut) if timeout == 0 => Ok(Took::TurnEmpty),
-            Ok(Reply::TimedOut) => Ok(Took::TimedOut),
-            Ok(Reply::DeadlineSoon) => Ok(Took::DeadlineSoon),
-            Ok(r) => Err(Fault::Unexpected(r.word())),
-            Err(e) => Err(Fault::Conn(e)),
-        }
+        took_reply(self.conn.recv(), timeout)
     }
 
     fn touched(&mut self) -> Result<bool, Fault> {
@@ -155,8 +115,75 @@ impl Link for Beanstalkd {
     }
 }
 
+/// What a reserve's reply says; `timeout` is the reserve's own (0: a
+/// no-wait reserve, whose `TIMED_OUT` means its tube had nothing ready).
+pub(crate) fn took_reply(
+    reply: Result<Reply<'_>, ConnectionError>,
+    timeout: u32,
+) -> Result<Took<'_>, Fault> {
+    match reply {
+        Ok(Reply::Reserved { id, body }) => Ok(Took::Job {
+            id,
+            body,
+            headers: &[],
+        }),
+        Ok(Reply::ReservedTooBig { id, len }) => Ok(Took::TooBig { id, len }),
+        Ok(Reply::TimedOut) if timeout == 0 => Ok(Took::TurnEmpty),
+        Ok(Reply::TimedOut) => Ok(Took::TimedOut),
+        Ok(Reply::DeadlineSoon) => Ok(Took::DeadlineSoon),
+        Ok(r) => Err(Fault::Unexpected(r.word())),
+        Err(e) => Err(Fault::Conn(e)),
+    }
+}
+
+/// What a `stats-job` reply says: the job's numbers (and its tube's name
+/// into `tube`, when asked), or `None` when the job is no longer ours.
+pub(crate) fn info_reply(
+    reply: Result<Reply<'_>, ConnectionError>,
+    tube: Option<&mut String>,
+) -> Result<Option<JobInfo>, Fault> {
+    match reply {
+        Ok(Reply::Ok { yaml }) => {
+            let s = JobStats::parse(yaml).map_err(|_| Fault::Unexpected("OK"))?;
+            if let Some(t) = tube {
+                t.clear();
+                t.push_str(s.tube);
+            }
+            Ok(Some(JobInfo {
+                pri: u32::try_from(s.pri).unwrap_or(u32::MAX),
+                ttr: s.ttr,
+                time_left: s.time_left,
+                reserves: s.reserves,
+                timeouts: s.timeouts,
+                releases: s.releases,
+                buries: s.buries,
+            }))
+        }
+        Ok(Reply::NotFound) => Ok(None),
+        Ok(r) => Err(Fault::Unexpected(r.word())),
+        Err(e) => Err(Fault::Conn(e)),
+    }
+}
+
+/// Queues the commands of one of the loop's requests through `queue` (a
+/// blocking connection's or an async session's queue).
+pub(crate) fn queue_req(
+    queue: &mut dyn FnMut(&Command<'_>) -> Result<(), ConnectionError>,
+    req: Req<'_>,
+) -> Result<(), ConnectionError> {
+    match req {
+        Req::Settle(id, s) => queue(&match s {
+            Settle::Delete => Command::Delete { id },
+            Settle::Release { pri, delay } => Command::Release { id, pri, delay },
+            Settle::Bury { pri } => Command::Bury { id, pri },
+        }),
+        Req::Touch(id) => queue(&Command::Touch { id }),
+        Req::Ask(ask) => queue_reserve(queue, ask),
+    }
+}
+
 /// What a touch's reply says: `false` when the job is no longer ours.
-fn touch_reply(reply: Result<Reply<'_>, ConnectionError>) -> Result<bool, Fault> {
+pub(crate) fn touch_reply(reply: Result<Reply<'_>, ConnectionError>) -> Result<bool, Fault> {
     match reply {
         Ok(Reply::Touched) => Ok(true),
         Ok(Reply::NotFound) => Ok(false),
@@ -182,7 +209,10 @@ pub(crate) fn settle_reply(
 /// Queues the next reserve: in strict mode one `reserve-with-timeout` for a
 /// slice; with weighted tubes, the `watch`/`ignore` commands the schedule needs
 /// first (in the same write) and a reserve that waits only in a fallback run.
-fn queue_reserve(conn: &mut Connection, ask: Ask<'_>) -> Result<(), ConnectionError> {
+fn queue_reserve(
+    queue: &mut dyn FnMut(&Command<'_>) -> Result<(), ConnectionError>,
+    ask: Ask<'_>,
+) -> Result<(), ConnectionError> {
     let Ask {
         sched,
         tubes,
@@ -194,7 +224,7 @@ fn queue_reserve(conn: &mut Connection, ask: Ask<'_>) -> Result<(), ConnectionEr
             let want = s.want();
             s.switch(want, |watch, k| {
                 let tube = tubes[k].as_str();
-                conn.queue(&if watch {
+                queue(&if watch {
                     Command::Watch { tube }
                 } else {
                     Command::Ignore { tube }
@@ -207,18 +237,27 @@ fn queue_reserve(conn: &mut Connection, ask: Ask<'_>) -> Result<(), ConnectionEr
             }
         }
     };
-    conn.queue(&Command::ReserveWithTimeout { timeout })
+    queue(&Command::ReserveWithTimeout { timeout })
+}
+
+/// Queues, through `queue`, the commands that set a new connection up for
+/// `tubes`: watch each, and ignore `default` unless it is one of them.
+pub(crate) fn queue_watch(
+    queue: &mut dyn FnMut(&Command<'_>) -> Result<(), ConnectionError>,
+    tubes: &[String],
+) -> Result<(), ConnectionError> {
+    for t in tubes {
+        queue(&Command::Watch { tube: t })?;
+    }
+    if !tubes.iter().any(|t| t == "default") {
+        queue(&Command::Ignore { tube: "default" })?;
+    }
+    Ok(())
 }
 
 /// Watches the configured tubes and ignores `default` unless listed, in one write.
 fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), ConnectionError> {
-    for t in tubes {
-        conn.queue(&Command::Watch { tube: t })?;
-    }
-    let ignore_default = !tubes.iter().any(|t| t == "default");
-    if ignore_default {
-        conn.queue(&Command::Ignore { tube: "default" })?;
-    }
+    queue_watch(&mut |c| conn.queue(c), tubes)?;
     conn.flush()?;
     while conn.owed() > 0 {
         match conn.recv()? {

@@ -108,7 +108,7 @@ pub(super) fn count_resolved(sh: &Shared, server: &str, id: u64, settle: Settle,
 
 /// Adds what a settle came to to the counters, and keeps its `max_jobs`
 /// ticket for a job done or gives it back.
-fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled: Settled) {
+pub(crate) fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled: Settled) {
     Counters::add(settled.counter(&sh.counters));
     match settled {
         Settled::Deleted => {
