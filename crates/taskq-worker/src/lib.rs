@@ -69,6 +69,8 @@ mod job;
 mod job_info;
 #[cfg(feature = "serde")]
 mod json;
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+mod machine;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(feature = "cli")]

@@ -5,12 +5,14 @@ use std::net::SocketAddr;
 
 use taskq_proto::{
     Command, CommandKind, Connection, ConnectionError, Interrupter, IoCounts, JobStats, Reply,
+    ReplyError, Session,
 };
 
 use super::seam::{Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
 use crate::config::Config;
 use crate::fair::Want;
 use crate::job_info::JobInfo;
+use crate::machine::{Answer, Expect};
 
 /// A worker thread's connection to one beanstalkd.
 #[derive(Debug)]
@@ -271,4 +273,79 @@ fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), Connecti
         }
     }
     Ok(())
+}
+
+/// The worker machine's requests encoded on a session, queued for one write.
+impl crate::machine::Sink for Session {
+    fn req(&mut self, req: Req<'_>) -> Result<(), ConnectionError> {
+        queue_req(&mut |c| self.queue(c), req)
+    }
+
+    fn info(&mut self, id: u64) -> Result<(), ConnectionError> {
+        self.queue(&Command::StatsJob { id })
+    }
+}
+
+/// Takes the `WATCHING` replies owed to a weighted schedule's tube
+/// switches (queued before their reserve), as far as they have come.
+/// `Ok(true)` once the next owed reply is the machine's.
+pub(crate) fn skip_watching(s: &mut Session) -> Result<bool, ConnectionError> {
+    while let Some(CommandKind::Watch | CommandKind::Ignore) = s.next_owed() {
+        let Some(f) = s.frame_reply()? else {
+            return Ok(false);
+        };
+        match s.take_reply(f) {
+            Reply::Watching { .. } => {}
+            r => {
+                let word = r.word();
+                s.mark_broken();
+                return Err(ConnectionError::Protocol(ReplyError::UnexpectedReply {
+                    word,
+                }));
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The next whole reply on `s`, decoded as the machine's answer of the
+/// kind it `expect`s, or `None` until more bytes come. A reply that does
+/// not decode is an answer too: a fault of its kind.
+pub(crate) fn next_answer(s: &mut Session, expect: Expect) -> Option<Answer<'_>> {
+    let decoded = match skip_watching(s) {
+        Ok(true) => {
+            let kind = s.next_owed();
+            match s.frame_reply() {
+                Ok(Some(f)) => Ok((kind, s.take_reply(f))),
+                Ok(None) => return None,
+                Err(e) => Err(e),
+            }
+        }
+        Ok(false) => return None,
+        Err(e) => Err(e),
+    };
+    let (kind, reply) = match decoded {
+        Ok((kind, reply)) => (kind, Ok(reply)),
+        Err(e) => (None, Err(e)),
+    };
+    Some(match (expect, kind) {
+        (Expect::Took, Some(CommandKind::ReserveWithTimeout { timeout })) => {
+            Answer::Took(took_reply(reply, timeout))
+        }
+        (Expect::Settled, Some(CommandKind::Delete | CommandKind::Release | CommandKind::Bury)) => {
+            Answer::Settled(settle_reply(reply))
+        }
+        (Expect::Touched, Some(CommandKind::Touch)) => Answer::Touched(touch_reply(reply)),
+        (Expect::Info, Some(CommandKind::StatsJob)) => Answer::Info(info_reply(reply, None)),
+        // Undecodable, or a reply to a request the machine did not make.
+        (expect, _) => {
+            let f = Fault::Conn(reply.err().unwrap_or(ConnectionError::Broken));
+            match expect {
+                Expect::Took => Answer::Took(Err(f)),
+                Expect::Settled => Answer::Settled(Err(f)),
+                Expect::Touched => Answer::Touched(Err(f)),
+                Expect::Info => Answer::Info(Err(f)),
+            }
+        }
+    })
 }

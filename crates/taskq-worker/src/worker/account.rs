@@ -18,7 +18,7 @@ pub(super) const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(250);
 
 /// How a lane's turn ended.
 #[derive(Debug)]
-pub(super) enum After {
+pub(crate) enum After {
     /// Reserve again on the same lane.
     Again,
     /// No job there within the slice: try the next server.
@@ -132,7 +132,7 @@ pub(crate) fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled:
 }
 
 /// A request failed: count a timeout or an undecodable reply, log, and give up the link.
-pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) -> After {
+pub(crate) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) -> After {
     if e.is_timeout() {
         Counters::add(&sh.counters.io_timeouts);
     }

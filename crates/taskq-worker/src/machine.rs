@@ -1,0 +1,771 @@
+//! The worker's rules for one connection to one server, with no socket and
+//! no clock: a state machine that a driver feeds with what happened (a
+//! connection opened or broke, a reply came, a handler finished, a handler
+//! asked to touch its job) and the time it happened, and that says what to
+//! send next ([`Machine::transmit`]) and when it next wants to be woken
+//! ([`Machine::poll_timeout`], [`Machine::handle_timeout`]).
+//!
+//! It keeps:
+//! - the window: up to `concurrency` jobs in flight, each in a slot; no-wait
+//!   reserves (`reserve-with-timeout 0`) ask for the free room, pipelined
+//!   with the settles; when the server had nothing ready it is probed again
+//!   after a short wait that doubles (up to the reserve slice) while jobs
+//!   run, and, once nothing runs and nothing is owed, one blocking reserve
+//!   waits for a slice, so an empty queue costs one request per slice and a
+//!   blocking reserve never holds a settle or a touch behind it;
+//! - settling: the settle rule of `worker::settle` (a job done is deleted;
+//!   any other outcome asks `stats-job` first, then releases with the
+//!   backoff or buries after `max_attempts`), and what each reply counts as
+//!   ([`Settled`] and the tally of `worker::account`): done only on
+//!   `DELETED`;
+//! - leases: a handler's touch goes out in the next write and its answer
+//!   comes back to that handler ([`Machine::touched`]);
+//! - weighted tubes: the reserves follow `fair::Schedule`;
+//! - the reply deadline: the reply at the front of the pipeline is due the
+//!   I/O timeout (plus a blocking reserve's slice) after it was sent or the
+//!   reply before it came; silence past it breaks the connection;
+//! - the reconnect rule (`taskq_proto::Reconnect`): at once after progress,
+//!   else with the capped, jittered backoff;
+//! - the idle exit and the stop: no reserve after a stop; the jobs running
+//!   finish and are settled; then the machine is done.
+//!
+//! Jobs running when their connection breaks go back to the server by
+//! themselves (beanstalkd puts back a closed connection's jobs): they are
+//! counted `lease_dropped` at the break, and their handlers' outcomes are
+//! dropped when they end. Their slots stay taken until then, so the jobs in
+//! flight never exceed the window.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use taskq_proto::{ConnectionError, Reconnect};
+
+use crate::counters::Counters;
+use crate::engine::{Ask, Fault, Req, Settle, SettleReply, Took};
+use crate::failure::Failure;
+use crate::fair::Schedule;
+use crate::handler::Outcome;
+use crate::job::JobError;
+use crate::job_info::JobInfo;
+use crate::shared::Shared;
+use crate::worker::account::{failed, tally};
+use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
+
+/// The first wait before probing again a server that had nothing ready
+/// while jobs run; it doubles up to the reserve slice.
+pub(crate) const PROBE_MIN: Duration = Duration::from_millis(10);
+
+/// Where the requests [`Machine::transmit`] decides go: a driver's
+/// encoder for its engine, queued for one write.
+pub(crate) trait Sink {
+    /// Queues one of the loop's requests.
+    fn req(&mut self, req: Req<'_>) -> Result<(), ConnectionError>;
+    /// Queues a lookup of job `id` (`stats-job`).
+    fn info(&mut self, id: u64) -> Result<(), ConnectionError>;
+}
+
+/// A reply the driver read and decoded, for the request at the front of
+/// the pipeline ([`Machine::expect`] says which kind that is).
+#[derive(Debug)]
+pub(crate) enum Answer<'a> {
+    /// To a reserve.
+    Took(Result<Took<'a>, Fault>),
+    /// To a settle.
+    Settled(Result<SettleReply, Fault>),
+    /// To a touch: `Ok(false)` when the job was no longer ours.
+    Touched(Result<bool, Fault>),
+    /// To a lookup: `Ok(None)` when the job was no longer ours.
+    Info(Result<Option<JobInfo>, Fault>),
+}
+
+/// The kind of reply owed next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expect {
+    /// A reserve's.
+    Took,
+    /// A settle's.
+    Settled,
+    /// A touch's.
+    Touched,
+    /// A lookup's.
+    Info,
+}
+
+/// A job the driver is to run: the body is the one of the reply just given
+/// to [`Machine::on_reply`], still borrowed by the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Start {
+    /// The slot it runs in (`0..concurrency`).
+    pub(crate) slot: usize,
+    /// The job's id.
+    pub(crate) id: u64,
+}
+
+/// A reply owed, in the order sent.
+#[derive(Debug, Clone, Copy)]
+enum Owed {
+    /// A reserve; `wait` is what the server may take by design (seconds).
+    Ask {
+        wait: u32,
+    },
+    Settle {
+        id: u64,
+        settle: Settle,
+    },
+    /// A lookup for the settle of a job that ended with `outcome`.
+    Info {
+        id: u64,
+        outcome: Outcome,
+        panicked: bool,
+    },
+    /// A handler's touch of the job in `slot`.
+    Touch {
+        slot: usize,
+        id: u64,
+    },
+}
+
+/// A request decided and not yet given to the sink.
+#[derive(Debug, Clone, Copy)]
+enum Out {
+    Settle(u64, Settle),
+    Info(u64, Outcome, bool),
+    Touch(usize, u64),
+}
+
+/// A slot of the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Free,
+    /// Its handler runs job `id`, reserved on connection `epoch`.
+    Running {
+        id: u64,
+        epoch: u64,
+    },
+}
+
+/// One connection's worker rules (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Machine {
+    /// The server's index in the configuration.
+    server: usize,
+    slots: Vec<Slot>,
+    /// Free slots, taken from the end.
+    free: Vec<usize>,
+    /// Connections opened so far; a job belongs to the one it came on.
+    epoch: u64,
+    up: bool,
+    ever_up: bool,
+    reconnect: Reconnect,
+    owed: VecDeque<Owed>,
+    out: VecDeque<Out>,
+    /// No-wait reserves owed.
+    asks: usize,
+    /// A blocking reserve is owed.
+    blocking: bool,
+    /// The last reserve found nothing ready.
+    dry: bool,
+    probe_wait: Duration,
+    probe_at: Option<Instant>,
+    /// When the reply at the front of the pipeline started to be waited for.
+    front_since: Instant,
+    /// The last moment the worker was busy (a job taken, a connect).
+    last_busy: Instant,
+    /// No job may be out: the last blocking reserve found none.
+    quiet: bool,
+    sched: Option<Schedule>,
+    /// Answers for handlers' touches: (slot, result).
+    touches: VecDeque<(usize, Result<(), JobError>)>,
+}
+
+impl Machine {
+    /// A machine for server `server` of `sh`'s configuration, at `now`.
+    pub(crate) fn new(sh: &Shared, server: usize, now: Instant) -> Machine {
+        let n = sh.cfg.concurrency;
+        Machine {
+            server,
+            slots: vec![Slot::Free; n],
+            free: (0..n).rev().collect(),
+            epoch: 0,
+            up: false,
+            ever_up: false,
+            reconnect: Reconnect::new(),
+            owed: VecDeque::with_capacity(4 * n + 8),
+            out: VecDeque::with_capacity(2 * n + 8),
+            asks: 0,
+            blocking: false,
+            dry: false,
+            probe_wait: PROBE_MIN,
+            probe_at: None,
+            front_since: now,
+            last_busy: now,
+            quiet: false,
+            sched: sh
+                .cfg
+                .is_weighted()
+                .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
+            touches: VecDeque::new(),
+        }
+    }
+
+    fn name<'s>(&self, sh: &'s Shared) -> &'s str {
+        sh.cfg.servers[self.server].as_str()
+    }
+
+    /// Handlers running (jobs of a broken connection included).
+    pub(crate) fn running(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// True while a connection is open.
+    pub(crate) fn is_up(&self) -> bool {
+        self.up
+    }
+
+    /// True when a connect may go now.
+    pub(crate) fn wants_connect(&self, sh: &Shared, now: Instant) -> bool {
+        !self.up && !self.is_done(sh) && self.reconnect.wait_left(now).is_none()
+    }
+
+    /// A connection was opened and set up at `now`.
+    pub(crate) fn connected(&mut self, sh: &Shared, now: Instant) {
+        if self.ever_up {
+            Counters::add(&sh.counters.reconnects);
+            tracing::warn!(server = self.name(sh), "reconnected");
+        }
+        self.ever_up = true;
+        self.up = true;
+        self.epoch += 1;
+        self.reconnect.opened();
+        self.dry = false;
+        self.probe_at = None;
+        self.probe_wait = PROBE_MIN;
+        self.front_since = now;
+        self.last_busy = now;
+        if let Some(s) = self.sched.as_mut() {
+            s.watching_all();
+        }
+    }
+
+    /// A connect attempt failed at `now`; `random` spreads the backoff.
+    pub(crate) fn connect_failed(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        e: &ConnectionError,
+        random: u64,
+    ) {
+        Counters::add(&sh.counters.connect_failures);
+        if e.is_timeout() {
+            Counters::add(&sh.counters.io_timeouts);
+        }
+        // The server's time, not idle time.
+        self.last_busy = now;
+        let first = self.reconnect.failures() == 0;
+        self.reconnect
+            .connect_failed(&sh.cfg.reconnect_backoff, now, random);
+        if first {
+            tracing::warn!(server = self.name(sh), error = %e, "cannot connect; backing off");
+        } else {
+            tracing::debug!(server = self.name(sh), error = %e, "cannot connect");
+        }
+    }
+
+    /// The connection broke (or was given up) at `now`: every owed reply
+    /// and every job held is counted as what it comes to, and the next
+    /// connect waits by the reconnect rule. The driver closes the socket.
+    pub(crate) fn broke(&mut self, sh: &Shared, now: Instant, random: u64) {
+        if !self.up {
+            return;
+        }
+        self.up = false;
+        while let Some(o) = self.owed.pop_front() {
+            match o {
+                Owed::Ask { .. } => sh.give_ticket(),
+                Owed::Settle { settle, .. } => {
+                    // Written, not answered: a delete may have been carried out.
+                    let settled = Settled::unanswered(settle == Settle::Delete);
+                    Counters::add(settled.counter(&sh.counters));
+                    sh.give_ticket();
+                }
+                Owed::Info { .. } => {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                }
+                Owed::Touch { slot, .. } => self
+                    .touches
+                    .push_back((slot, Err(JobError::Connection(ConnectionError::Broken)))),
+            }
+        }
+        while let Some(o) = self.out.pop_front() {
+            match o {
+                // Never written: the server puts the job back.
+                Out::Settle(..) | Out::Info(..) => {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                }
+                Out::Touch(slot, _) => self
+                    .touches
+                    .push_back((slot, Err(JobError::Connection(ConnectionError::Broken)))),
+            }
+        }
+        for s in &self.slots {
+            if let Slot::Running { id, epoch } = *s {
+                if epoch == self.epoch {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                    tracing::warn!(
+                        job = id,
+                        server = self.name(sh),
+                        "connection broke while the job ran"
+                    );
+                }
+            }
+        }
+        self.asks = 0;
+        self.blocking = false;
+        self.reconnect.broke(&sh.cfg.reconnect_backoff, now, random);
+    }
+
+    /// The kind of the reply owed next, if any.
+    pub(crate) fn expect(&self) -> Option<Expect> {
+        self.owed.front().map(|o| match o {
+            Owed::Ask { .. } => Expect::Took,
+            Owed::Settle { .. } => Expect::Settled,
+            Owed::Touch { .. } => Expect::Touched,
+            Owed::Info { .. } => Expect::Info,
+        })
+    }
+
+    /// Takes the reply to the request at the front of the pipeline, read at
+    /// `now`. `Ok(Some(start))`: a job to run in that slot. `Err(())`: the
+    /// connection must be given up ([`broke`](Self::broke) was called).
+    #[allow(clippy::result_unit_err)]
+    pub(crate) fn on_reply(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        answer: Answer<'_>,
+        random: u64,
+    ) -> Result<Option<Start>, ()> {
+        let Some(owed) = self.owed.pop_front() else {
+            return self.fault(
+                sh,
+                now,
+                None,
+                Fault::Conn(ConnectionError::NothingOwed),
+                random,
+            );
+        };
+        self.front_since = now;
+        let r = match (owed, answer) {
+            (Owed::Ask { wait }, Answer::Took(took)) => {
+                if wait == 0 {
+                    self.asks -= 1;
+                } else {
+                    self.blocking = false;
+                }
+                self.took(sh, now, took)
+            }
+            (Owed::Settle { id, settle }, Answer::Settled(reply)) => {
+                let settled = Settled::of(settle == Settle::Delete, &reply);
+                tally(sh, self.name(sh), id, settle, settled);
+                match reply {
+                    Ok(_) if !matches!(settled, Settled::AckUnknown | Settled::LeaseDropped) => {
+                        self.reconnect.progress();
+                        Ok(None)
+                    }
+                    Ok(r) => Err((Some(id), Fault::Unexpected(r.word()))),
+                    Err(f) => Err((Some(id), f)),
+                }
+            }
+            (
+                Owed::Info {
+                    id,
+                    outcome,
+                    panicked,
+                },
+                Answer::Info(info),
+            ) => match info {
+                Ok(Some(info)) => {
+                    self.reconnect.progress();
+                    let failure = panicked.then_some(Failure::Panicked);
+                    let settle = settle_with_info(sh, self.server, id, outcome, &info, failure);
+                    self.out.push_back(Out::Settle(id, settle));
+                    Ok(None)
+                }
+                Ok(None) => {
+                    self.reconnect.progress();
+                    Counters::add(&sh.counters.lost_lease_on_release);
+                    sh.give_ticket();
+                    tracing::warn!(
+                        job = id,
+                        server = self.name(sh),
+                        "lease lost: job no longer ours"
+                    );
+                    Ok(None)
+                }
+                Err(f) => {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                    Err((Some(id), f))
+                }
+            },
+            (Owed::Touch { slot, id }, Answer::Touched(t)) => match t {
+                Ok(ok) => {
+                    self.reconnect.progress();
+                    if ok {
+                        Counters::add(&sh.counters.touched);
+                        self.touches.push_back((slot, Ok(())));
+                    } else {
+                        self.touches.push_back((slot, Err(JobError::LeaseLost)));
+                    }
+                    Ok(None)
+                }
+                Err(f) => {
+                    self.owed.push_front(Owed::Touch { slot, id });
+                    Err((Some(id), f))
+                }
+            },
+            (owed, _) => {
+                // The driver decoded another kind of reply: out of step.
+                self.owed.push_front(owed);
+                Err((None, Fault::Conn(ConnectionError::Broken)))
+            }
+        };
+        match r {
+            Ok(start) => Ok(start),
+            Err((job, f)) => self.fault(sh, now, job, f, random),
+        }
+    }
+
+    /// What a reserve's reply comes to.
+    fn took(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        took: Result<Took<'_>, Fault>,
+    ) -> Result<Option<Start>, (Option<u64>, Fault)> {
+        let took = took.map_err(|f| {
+            sh.give_ticket();
+            (None, f)
+        })?;
+        self.reconnect.progress();
+        let Some(job) = took.job() else {
+            sh.give_ticket();
+            match took {
+                Took::TimedOut => {
+                    Counters::add(&sh.counters.reserve_timeouts);
+                    self.quiet = true;
+                }
+                Took::TurnEmpty => {
+                    if let Some(s) = self.sched.as_mut() {
+                        s.empty();
+                    }
+                }
+                Took::DeadlineSoon => Counters::add(&sh.counters.deadline_soon),
+                Took::Outstanding | Took::Unavailable => self.last_busy = now,
+                Took::Job { .. } | Took::TooBig { .. } => {}
+            }
+            self.dry = true;
+            return Ok(None);
+        };
+        Counters::add(&sh.counters.reserved);
+        self.last_busy = now;
+        self.quiet = false;
+        self.dry = false;
+        self.probe_wait = PROBE_MIN;
+        self.probe_at = None;
+        let id = job.id;
+        if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
+            // Reserved after the stop: given back untouched.
+            self.settle(
+                sh,
+                id,
+                Outcome::Retry {
+                    delay: Duration::ZERO,
+                },
+                false,
+            );
+            return Ok(None);
+        }
+        if let Some(size) = job.too_big {
+            // Never run, never taken again: set aside for good.
+            Counters::add(&sh.counters.too_big);
+            tracing::warn!(
+                job = id,
+                server = self.name(sh),
+                size,
+                limit = sh.cfg.limits.max_job_size,
+                "job larger than max_job_size: set aside without running"
+            );
+            self.settle(sh, id, Outcome::Bury, false);
+            return Ok(None);
+        }
+        let Some(slot) = self.free.pop() else {
+            // More jobs than room: never asked for, so out of step.
+            return Err((Some(id), Fault::Unexpected("RESERVED")));
+        };
+        self.slots[slot] = Slot::Running {
+            id,
+            epoch: self.epoch,
+        };
+        Ok(Some(Start { slot, id }))
+    }
+
+    /// Counts a failed request and gives the connection up.
+    fn fault(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        job: Option<u64>,
+        f: Fault,
+        random: u64,
+    ) -> Result<Option<Start>, ()> {
+        match f {
+            Fault::Conn(e) => {
+                failed(sh, self.name(sh), job, &e);
+            }
+            Fault::Unexpected(word) => {
+                Counters::add(&sh.counters.unexpected_replies);
+                tracing::warn!(
+                    ?job,
+                    server = self.name(sh),
+                    reply = word,
+                    "unexpected reply"
+                );
+            }
+        }
+        self.broke(sh, now, random);
+        Err(())
+    }
+
+    /// The handler in `slot` ended with `outcome` (`panicked`: it panicked,
+    /// and `outcome` is [`Outcome::Fail`]). The slot is free again; the
+    /// job's settle goes out with the next write, unless its connection
+    /// broke meanwhile (the server has the job back).
+    pub(crate) fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
+        let Some(Slot::Running { id, epoch }) = self.slots.get(slot).copied() else {
+            return;
+        };
+        self.slots[slot] = Slot::Free;
+        self.free.push(slot);
+        if self.up && epoch == self.epoch {
+            self.settle(sh, id, outcome, panicked);
+        }
+    }
+
+    /// Queues the settle of job `id` by the settle rule: a delete at once,
+    /// anything else after a lookup.
+    fn settle(&mut self, sh: &Shared, id: u64, outcome: Outcome, panicked: bool) {
+        match settle_without_info(sh, self.server, id, outcome) {
+            Some(settle) => self.out.push_back(Out::Settle(id, settle)),
+            None => self.out.push_back(Out::Info(id, outcome, panicked)),
+        }
+    }
+
+    /// The handler in `slot` asks to restart its job's lease: the touch
+    /// goes out with the next write, and its answer comes back through
+    /// [`touched`](Self::touched). Refused at once when the job's
+    /// connection broke.
+    pub(crate) fn touch(&mut self, slot: usize) {
+        match self.slots.get(slot).copied() {
+            Some(Slot::Running { id, epoch }) if self.up && epoch == self.epoch => {
+                self.out.push_back(Out::Touch(slot, id));
+            }
+            _ => self
+                .touches
+                .push_back((slot, Err(JobError::Connection(ConnectionError::Broken)))),
+        }
+    }
+
+    /// The next answer to a handler's touch: its slot, and the result.
+    pub(crate) fn touched(&mut self) -> Option<(usize, Result<(), JobError>)> {
+        self.touches.pop_front()
+    }
+
+    /// Queues into `sink` every request due at `now`: the settles, lookups
+    /// and touches decided, then the reserves the window has room for.
+    /// `Err`: the sink refused (the connection is given up).
+    pub(crate) fn transmit(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        sink: &mut dyn Sink,
+    ) -> Result<usize, ConnectionError> {
+        if !self.up {
+            return Ok(0);
+        }
+        let was_idle = self.owed.is_empty();
+        let mut queued = 0;
+        while let Some(o) = self.out.pop_front() {
+            let (r, owed) = match o {
+                Out::Settle(id, settle) => (
+                    sink.req(Req::Settle(id, settle)),
+                    Owed::Settle { id, settle },
+                ),
+                Out::Info(id, outcome, panicked) => (
+                    sink.info(id),
+                    Owed::Info {
+                        id,
+                        outcome,
+                        panicked,
+                    },
+                ),
+                Out::Touch(slot, id) => (sink.req(Req::Touch(id)), Owed::Touch { slot, id }),
+            };
+            if let Err(e) = r {
+                self.out.push_front(o);
+                return Err(e);
+            }
+            self.owed.push_back(owed);
+            queued += 1;
+        }
+        let stopping = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
+        if !stopping && !self.blocking {
+            let room = self.free.len().saturating_sub(self.asks);
+            let probe_due = self.probe_at.is_none_or(|t| t <= now);
+            let want = if !self.dry {
+                room
+            } else if self.running() == 0 && self.owed.is_empty() && self.asks == 0 {
+                // Nothing runs, nothing is owed: wait on the server.
+                if sh.take_ticket() {
+                    self.ask(sink, sh.cfg.reserve_secs(), &sh.cfg.tubes)?;
+                    self.blocking = true;
+                    queued += 1;
+                }
+                0
+            } else if self.running() > 0 && self.asks == 0 && probe_due {
+                // Jobs run: look again after a wait that doubles.
+                self.probe_at = Some(now + self.probe_wait);
+                self.probe_wait = (self.probe_wait * 2).min(sh.cfg.reserve_timeout.max(PROBE_MIN));
+                room.min(1)
+            } else {
+                0
+            };
+            for _ in 0..want {
+                if !sh.take_ticket() {
+                    break;
+                }
+                self.ask(sink, 0, &sh.cfg.tubes)?;
+                self.asks += 1;
+                queued += 1;
+                // The window is filled by the schedule: each ask is a turn's job.
+                if let Some(s) = self.sched.as_mut() {
+                    s.taken();
+                }
+            }
+        }
+        if was_idle && queued > 0 {
+            self.front_since = now;
+        }
+        Ok(queued)
+    }
+
+    fn ask(
+        &mut self,
+        sink: &mut dyn Sink,
+        slice: u32,
+        tubes: &[String],
+    ) -> Result<(), ConnectionError> {
+        let ask = Ask {
+            sched: self.sched.as_mut(),
+            tubes,
+            slice,
+        };
+        sink.req(Req::Ask(ask))?;
+        self.owed.push_back(Owed::Ask { wait: slice });
+        Ok(())
+    }
+
+    /// When the machine next wants [`handle_timeout`](Self::handle_timeout)
+    /// or [`transmit`](Self::transmit): the front reply's deadline, the next
+    /// probe, the next connect, the idle exit.
+    pub(crate) fn poll_timeout(&self, sh: &Shared) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        if self.up {
+            if let Some(front) = self.owed.front() {
+                let wait = match *front {
+                    Owed::Ask { wait } => wait,
+                    _ => 0,
+                };
+                at(self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait)));
+            }
+            if self.dry && self.asks == 0 && !self.blocking {
+                if let Some(p) = self.probe_at {
+                    at(p);
+                }
+            }
+        } else if let Some(r) = self.reconnect.retry_at() {
+            at(r);
+        }
+        if let Some(idle) = sh.cfg.exit_when_idle {
+            at(self.last_busy + idle);
+        }
+        t
+    }
+
+    /// Acts on the deadlines passed at `now`: a reply overdue breaks the
+    /// connection (`true`: the driver closes it); an idle spell long
+    /// enough stops the worker.
+    pub(crate) fn handle_timeout(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
+        let mut broke = false;
+        if self.up && !self.owed.is_empty() {
+            let wait = match self.owed.front() {
+                Some(Owed::Ask { wait }) => *wait,
+                _ => 0,
+            };
+            let due = self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait));
+            if now >= due {
+                let e = ConnectionError::Timeout {
+                    waited: now - self.front_since,
+                };
+                let _ = self.fault(sh, now, None, Fault::Conn(e), random);
+                broke = true;
+            }
+        }
+        if let Some(idle) = sh.cfg.exit_when_idle {
+            let working = self.running() > 0
+                || !self.quiet
+                || self.owed.iter().any(|o| !matches!(o, Owed::Ask { .. }));
+            if crate::shared::idle_over(
+                now.saturating_duration_since(self.last_busy),
+                idle,
+                working,
+            ) && !sh.stop.load(std::sync::atomic::Ordering::SeqCst)
+            {
+                tracing::debug!("idle: stopping");
+                sh.shutdown();
+            }
+        }
+        broke
+    }
+
+    /// True once the worker stops and this connection has nothing left to
+    /// do: no handler runs, nothing waits to be sent, and no reply but a
+    /// reserve's is owed (closing the connection gives back any job the
+    /// server hands out meanwhile).
+    pub(crate) fn is_done(&self, sh: &Shared) -> bool {
+        sh.stop.load(std::sync::atomic::Ordering::SeqCst)
+            && self.running() == 0
+            && self.out.is_empty()
+            && self.owed.iter().all(|o| matches!(o, Owed::Ask { .. }))
+    }
+
+    /// The connection is closed at the end: the reserves still owed give
+    /// their tickets back.
+    pub(crate) fn close(&mut self, sh: &Shared) {
+        while let Some(o) = self.owed.pop_front() {
+            if let Owed::Ask { .. } = o {
+                sh.give_ticket();
+            }
+        }
+        self.asks = 0;
+        self.blocking = false;
+        self.up = false;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! AsyncWorker against a real beanstalkd.
