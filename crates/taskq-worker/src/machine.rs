@@ -91,14 +91,31 @@ pub(crate) enum Expect {
     Info,
 }
 
-/// A job the driver is to run: the body is the one of the reply just given
-/// to [`Machine::on_reply`], still borrowed by the driver.
+/// A job taken into a slot: the driver keeps the body of the reply just
+/// given to [`Machine::on_reply`] (still borrowed by the driver) for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Start {
     /// The slot it runs in (`0..concurrency`).
     pub(crate) slot: usize,
     /// The job's id.
     pub(crate) id: u64,
+}
+
+/// What a reply told the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Nothing for the driver.
+    Nothing,
+    /// A job was taken into a slot: keep its body (its lookup follows).
+    Hold(Start),
+    /// The job in `slot` was looked up: run it. Its tube's name is the one
+    /// the lookup's reply carried; `attempt` counts as `max_attempts` does.
+    Run {
+        /// The slot.
+        slot: usize,
+        /// This run's attempt number.
+        attempt: u32,
+    },
 }
 
 /// A reply owed, in the order sent.
@@ -123,6 +140,11 @@ enum Owed {
         slot: usize,
         id: u64,
     },
+    /// The lookup of the job just taken into `slot`, before it runs.
+    Lookup {
+        slot: usize,
+        id: u64,
+    },
 }
 
 /// A request decided and not yet given to the sink.
@@ -131,16 +153,19 @@ enum Out {
     Settle(u64, Settle),
     Info(u64, Outcome, bool),
     Touch(usize, u64),
+    Lookup(usize, u64),
 }
 
 /// A slot of the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     Free,
-    /// Its handler runs job `id`, reserved on connection `epoch`.
+    /// Its handler runs job `id`, reserved on connection `epoch` (or the
+    /// job is looked up first: `info` is `None` until then).
     Running {
         id: u64,
         epoch: u64,
+        info: Option<JobInfo>,
     },
 }
 
@@ -288,6 +313,8 @@ impl Machine {
                     Counters::add(settled.counter(&sh.counters));
                     sh.give_ticket();
                 }
+                // The job's slot counts it below.
+                Owed::Lookup { .. } => {}
                 Owed::Info { .. } => {
                     Counters::add(&sh.counters.lease_dropped);
                     sh.give_ticket();
@@ -304,13 +331,14 @@ impl Machine {
                     Counters::add(&sh.counters.lease_dropped);
                     sh.give_ticket();
                 }
+                Out::Lookup(..) => {}
                 Out::Touch(slot, _) => self
                     .touches
                     .push_back((slot, Err(JobError::Connection(ConnectionError::Broken)))),
             }
         }
         for s in &self.slots {
-            if let Slot::Running { id, epoch } = *s {
+            if let Slot::Running { id, epoch, .. } = *s {
                 if epoch == self.epoch {
                     Counters::add(&sh.counters.lease_dropped);
                     sh.give_ticket();
@@ -333,7 +361,7 @@ impl Machine {
             Owed::Ask { .. } => Expect::Took,
             Owed::Settle { .. } => Expect::Settled,
             Owed::Touch { .. } => Expect::Touched,
-            Owed::Info { .. } => Expect::Info,
+            Owed::Info { .. } | Owed::Lookup { .. } => Expect::Info,
         })
     }
 
@@ -347,7 +375,7 @@ impl Machine {
         now: Instant,
         answer: Answer<'_>,
         random: u64,
-    ) -> Result<Option<Start>, ()> {
+    ) -> Result<Step, ()> {
         let Some(owed) = self.owed.pop_front() else {
             return self.fault(
                 sh,
@@ -366,6 +394,7 @@ impl Machine {
                     self.blocking = false;
                 }
                 self.took(sh, now, took)
+                    .map(|s| s.map_or(Step::Nothing, Step::Hold))
             }
             (Owed::Settle { id, settle }, Answer::Settled(reply)) => {
                 let settled = Settled::of(settle == Settle::Delete, &reply);
@@ -373,7 +402,7 @@ impl Machine {
                 match reply {
                     Ok(_) if !matches!(settled, Settled::AckUnknown | Settled::LeaseDropped) => {
                         self.reconnect.progress();
-                        Ok(None)
+                        Ok(Step::Nothing)
                     }
                     Ok(r) => Err((Some(id), Fault::Unexpected(r.word()))),
                     Err(f) => Err((Some(id), f)),
@@ -392,18 +421,12 @@ impl Machine {
                     let failure = panicked.then_some(Failure::Panicked);
                     let settle = settle_with_info(sh, self.server, id, outcome, &info, failure);
                     self.out.push_back(Out::Settle(id, settle));
-                    Ok(None)
+                    Ok(Step::Nothing)
                 }
                 Ok(None) => {
                     self.reconnect.progress();
-                    Counters::add(&sh.counters.lost_lease_on_release);
-                    sh.give_ticket();
-                    tracing::warn!(
-                        job = id,
-                        server = self.name(sh),
-                        "lease lost: job no longer ours"
-                    );
-                    Ok(None)
+                    self.lease_lost(sh, id);
+                    Ok(Step::Nothing)
                 }
                 Err(f) => {
                     Counters::add(&sh.counters.lease_dropped);
@@ -420,10 +443,33 @@ impl Machine {
                     } else {
                         self.touches.push_back((slot, Err(JobError::LeaseLost)));
                     }
-                    Ok(None)
+                    Ok(Step::Nothing)
                 }
                 Err(f) => {
                     self.owed.push_front(Owed::Touch { slot, id });
+                    Err((Some(id), f))
+                }
+            },
+            (Owed::Lookup { slot, id }, Answer::Info(info)) => match info {
+                Ok(Some(info)) => {
+                    self.reconnect.progress();
+                    if let Some(Slot::Running { info: i, .. }) = self.slots.get_mut(slot) {
+                        *i = Some(info);
+                    }
+                    let n = crate::worker::settle::attempt(sh, self.server, id, info.releases);
+                    let attempt = u32::try_from(n).unwrap_or(u32::MAX);
+                    Ok(Step::Run { slot, attempt })
+                }
+                Ok(None) => {
+                    // Its lease ran out before it started: never run.
+                    self.reconnect.progress();
+                    self.slots[slot] = Slot::Free;
+                    self.free.push(slot);
+                    self.lease_lost(sh, id);
+                    Ok(Step::Nothing)
+                }
+                Err(f) => {
+                    self.owed.push_front(Owed::Lookup { slot, id });
                     Err((Some(id), f))
                 }
             },
@@ -437,6 +483,17 @@ impl Machine {
             Ok(start) => Ok(start),
             Err((job, f)) => self.fault(sh, now, job, f, random),
         }
+    }
+
+    /// A lookup found job `id` no longer ours: its lease ran out.
+    fn lease_lost(&mut self, sh: &Shared, id: u64) {
+        Counters::add(&sh.counters.lost_lease_on_release);
+        sh.give_ticket();
+        tracing::warn!(
+            job = id,
+            server = self.name(sh),
+            "lease lost: job no longer ours"
+        );
     }
 
     /// What a reserve's reply comes to.
@@ -509,7 +566,11 @@ impl Machine {
         self.slots[slot] = Slot::Running {
             id,
             epoch: self.epoch,
+            info: None,
         };
+        // Its tube and attempt are told to the handler: looked up first, in
+        // the next write (the settle needs the same numbers).
+        self.out.push_back(Out::Lookup(slot, id));
         Ok(Some(Start { slot, id }))
     }
 
@@ -521,7 +582,7 @@ impl Machine {
         job: Option<u64>,
         f: Fault,
         random: u64,
-    ) -> Result<Option<Start>, ()> {
+    ) -> Result<Step, ()> {
         match f {
             Fault::Conn(e) => {
                 failed(sh, self.name(sh), job, &e);
@@ -545,13 +606,22 @@ impl Machine {
     /// job's settle goes out with the next write, unless its connection
     /// broke meanwhile (the server has the job back).
     pub(crate) fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
-        let Some(Slot::Running { id, epoch }) = self.slots.get(slot).copied() else {
+        let Some(Slot::Running { id, epoch, info }) = self.slots.get(slot).copied() else {
             return;
         };
         self.slots[slot] = Slot::Free;
         self.free.push(slot);
-        if self.up && epoch == self.epoch {
-            self.settle(sh, id, outcome, panicked);
+        if !self.up || epoch != self.epoch {
+            return;
+        }
+        match (settle_without_info(sh, self.server, id, outcome), info) {
+            (Some(settle), _) => self.out.push_back(Out::Settle(id, settle)),
+            (None, Some(info)) => {
+                let failure = panicked.then_some(Failure::Panicked);
+                let settle = settle_with_info(sh, self.server, id, outcome, &info, failure);
+                self.out.push_back(Out::Settle(id, settle));
+            }
+            (None, None) => self.out.push_back(Out::Info(id, outcome, panicked)),
         }
     }
 
@@ -570,7 +640,7 @@ impl Machine {
     /// connection broke.
     pub(crate) fn touch(&mut self, slot: usize) {
         match self.slots.get(slot).copied() {
-            Some(Slot::Running { id, epoch }) if self.up && epoch == self.epoch => {
+            Some(Slot::Running { id, epoch, .. }) if self.up && epoch == self.epoch => {
                 self.out.push_back(Out::Touch(slot, id));
             }
             _ => self
@@ -613,6 +683,7 @@ impl Machine {
                     },
                 ),
                 Out::Touch(slot, id) => (sink.req(Req::Touch(id)), Owed::Touch { slot, id }),
+                Out::Lookup(slot, id) => (sink.info(id), Owed::Lookup { slot, id }),
             };
             if let Err(e) = r {
                 self.out.push_front(o);

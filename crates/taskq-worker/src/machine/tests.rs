@@ -20,6 +20,8 @@ struct Rig {
     m: Machine,
     wire: Session,
     t0: Instant,
+    /// The jobs looked up and to run: (slot, attempt).
+    runs: Vec<(usize, u32)>,
 }
 
 impl Rig {
@@ -31,7 +33,13 @@ impl Rig {
         m.connected(&sh, t0);
         let mut wire = Session::new(sh.cfg.limits);
         wire.skip_large_jobs();
-        Rig { sh, m, wire, t0 }
+        Rig {
+            sh,
+            m,
+            wire,
+            t0,
+            runs: Vec::new(),
+        }
     }
 
     fn at(&self, ms: u64) -> Instant {
@@ -64,12 +72,35 @@ impl Rig {
                 break;
             };
             match self.m.on_reply(&self.sh, now, answer, 0) {
-                Ok(Some(s)) => starts.push(s),
-                Ok(None) => {}
+                Ok(Step::Hold(s)) => starts.push(s),
+                Ok(Step::Run { slot, attempt }) => self.runs.push((slot, attempt)),
+                Ok(Step::Nothing) => {}
                 Err(()) => return (starts, true),
             }
         }
         (starts, false)
+    }
+
+    /// The jobs `bytes` brings at `ms` are looked up (each `releases`
+    /// times released before) and run: their slots.
+    fn take(&mut self, ms: u64, bytes: &[u8], releases: u64) -> Vec<Start> {
+        let (starts, broke) = self.reply(ms, bytes);
+        assert!(!broke);
+        let sent = self.send(ms);
+        let lookups: Vec<String> = starts
+            .iter()
+            .map(|s| format!("stats-job {}", s.id))
+            .collect();
+        assert_eq!(sent[..lookups.len()], lookups[..], "{sent:?}");
+        let answers: Vec<u8> = starts.iter().flat_map(|_| stats(releases)).collect();
+        self.runs.clear();
+        let (more, broke) = self.reply(ms, &answers);
+        assert!(more.is_empty() && !broke);
+        assert_eq!(
+            self.runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+            starts.iter().map(|s| s.slot).collect::<Vec<_>>()
+        );
+        starts
     }
 
     fn counts(&self) -> crate::Snapshot {
@@ -102,34 +133,37 @@ fn stats(releases: u64) -> Vec<u8> {
 fn the_window_is_filled_with_no_wait_reserves_and_a_job_is_done_only_on_deleted() {
     let mut r = Rig::new(cfg(3));
     assert_eq!(r.send(0), ["reserve-with-timeout 0"; 3]);
-    let mut bytes = reserved(1);
-    bytes.extend(reserved(2));
-    let (starts, broke) = r.reply(1, &bytes);
-    assert!(!broke);
-    assert_eq!(starts.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 2]);
-    // One reserve still owed, two jobs run: no room, nothing to send.
+    let (held, _) = r.reply(1, &[reserved(1), reserved(2), reserved(3)].concat());
+    assert_eq!(held.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 2, 3]);
+    // Each job is looked up before it runs: its tube and attempt.
+    assert_eq!(r.send(1), ["stats-job 1", "stats-job 2", "stats-job 3"]);
+    r.reply(2, &[stats(0), stats(2), stats(0)].concat());
+    assert_eq!(
+        r.runs,
+        [(held[0].slot, 1), (held[1].slot, 3), (held[2].slot, 1)]
+    );
+    // Three jobs run: no room, nothing to send.
     assert!(r.send(2).is_empty());
-    r.m.finished(&r.sh, starts[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, held[0].slot, Outcome::Done, false);
     // The delete and the refill for its room, in one write.
     assert_eq!(r.send(3), ["delete 1", "reserve-with-timeout 0"]);
     let c = r.counts();
-    assert_eq!((c.reserved, c.deleted), (2, 0), "not done before DELETED");
-    let (_, broke) = r.reply(4, b"TIMED_OUT\r\nDELETED\r\n");
+    assert_eq!((c.reserved, c.deleted), (3, 0), "not done before DELETED");
+    let (_, broke) = r.reply(4, b"DELETED\r\nTIMED_OUT\r\n");
     assert!(!broke);
     assert_eq!(r.counts().deleted, 1);
-    assert_eq!(r.m.running(), 1);
+    assert_eq!(r.m.running(), 2);
 }
 
 #[test]
 fn a_dry_server_is_probed_with_a_growing_wait_while_jobs_run_and_waited_on_once_they_end() {
     let mut r = Rig::new(cfg(2));
     r.send(0);
-    let (starts, _) = r.reply(1, b"RESERVED 5 4\r\nbody\r\nTIMED_OUT\r\n");
+    let starts = r.take(1, b"RESERVED 5 4\r\nbody\r\nTIMED_OUT\r\n", 0);
     assert_eq!(starts.len(), 1);
     // A job runs and the server had nothing: one probe, then none until it
-    // is due, at a wait that doubles.
-    assert_eq!(r.send(1), ["reserve-with-timeout 0"]);
-    r.reply(2, b"TIMED_OUT\r\n");
+    // is due, at a wait that doubles. (The probe went with the lookup.)
+    r.reply(1, b"TIMED_OUT\r\n");
     assert!(
         r.send(2).is_empty(),
         "no probe before its wait: no tight loop"
@@ -164,31 +198,26 @@ fn a_failure_is_released_with_the_backoff_and_buried_after_the_last_attempt() {
         ..cfg(1)
     };
     let mut r = Rig::new(cfg);
-    r.send(0);
-    // First attempt fails: stats-job, then a release with the first delay.
-    let (s, _) = r.reply(1, &reserved(7));
-    r.m.finished(&r.sh, s[0].slot, Outcome::Fail, false);
-    assert_eq!(r.send(2), ["stats-job 7", "reserve-with-timeout 0"]);
-    r.reply(3, &[stats(0), b"TIMED_OUT\r\n".to_vec()].concat());
-    assert_eq!(r.send(3), ["release 7 9 1"]);
-    r.reply(4, b"RELEASED\r\n");
-    assert_eq!(r.counts().released, 1);
-    // Second: the delay doubles.
-    assert_eq!(r.send(4), ["reserve-with-timeout 1"]);
-    let (s, _) = r.reply(5, &reserved(7));
-    r.m.finished(&r.sh, s[0].slot, Outcome::Fail, false);
-    r.send(6);
-    r.reply(7, &[stats(1), b"TIMED_OUT\r\n".to_vec()].concat());
-    assert_eq!(r.send(7), ["release 7 9 2"]);
-    r.reply(8, b"RELEASED\r\n");
-    // Third, a panic: the last attempt, buried.
-    r.send(8);
-    let (s, _) = r.reply(9, &reserved(7));
-    r.m.finished(&r.sh, s[0].slot, Outcome::Fail, true);
-    r.send(10);
-    r.reply(11, &[stats(2), b"TIMED_OUT\r\n".to_vec()].concat());
-    assert_eq!(r.send(11), ["bury 7 9"]);
-    r.reply(12, b"BURIED\r\n");
+    // Each attempt: the job comes back, is looked up, and fails; the
+    // settle goes out with the refill the next attempt's job answers.
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"]);
+    for (releases, panicked, settle) in [
+        (0, false, "release 7 9 1"),
+        (1, false, "release 7 9 2"),
+        (2, true, "bury 7 9"),
+    ] {
+        let s = r.take(1, &reserved(7), releases);
+        assert_eq!(r.runs[0].1, releases as u32 + 1, "the attempt");
+        r.m.finished(&r.sh, s[0].slot, Outcome::Fail, panicked);
+        // The lookup gave the numbers: the settle needs no second one.
+        assert_eq!(r.send(2), [settle, "reserve-with-timeout 0"]);
+        let answer: &[u8] = if settle.starts_with("bury") {
+            b"BURIED\r\n"
+        } else {
+            b"RELEASED\r\n"
+        };
+        r.reply(3, answer);
+    }
     let c = r.counts();
     assert_eq!((c.released, c.buried, c.deleted), (2, 1, 0));
 }
@@ -197,7 +226,7 @@ fn a_failure_is_released_with_the_backoff_and_buried_after_the_last_attempt() {
 fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
     let mut r = Rig::new(cfg(2));
     r.send(0);
-    let (s, _) = r.reply(1, &[reserved(1), reserved(2)].concat());
+    let s = r.take(1, &[reserved(1), reserved(2)].concat(), 0);
     r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
     assert_eq!(r.send(2), ["delete 1", "reserve-with-timeout 0"]);
     let io = r.sh.cfg.io_timeout;
@@ -230,8 +259,9 @@ fn after_a_stop_no_reserve_goes_out_running_jobs_settle_and_a_late_job_goes_back
     r.sh.shutdown();
     // A reserve sent before the stop brings a job: given back untouched.
     r.reply(2, &[reserved(2), b"TIMED_OUT\r\n".to_vec()].concat());
-    assert_eq!(r.send(2), ["stats-job 2"]);
-    r.reply(3, &stats(0));
+    assert_eq!(r.send(2), ["stats-job 1", "stats-job 2"]);
+    r.reply(3, &[stats(0), stats(0)].concat());
+    assert_eq!(r.runs, [(s[0].slot, 1)], "job 1 runs, job 2 does not");
     assert_eq!(r.send(3), ["release 2 9 0"]);
     r.reply(4, b"RELEASED\r\n");
     assert!(!r.m.is_done(&r.sh), "job 1 still runs");
@@ -260,6 +290,7 @@ fn a_job_over_the_limit_is_buried_once_never_run() {
     assert!(s.is_empty(), "never run");
     assert_eq!(r.send(2), ["stats-job 3", "reserve-with-timeout 0"]);
     r.reply(3, &[stats(0), b"TIMED_OUT\r\n".to_vec()].concat());
+    assert!(r.runs.is_empty());
     assert_eq!(r.send(3), ["bury 3 9"]);
     r.reply(4, b"BURIED\r\n");
     let c = r.counts();
@@ -270,7 +301,7 @@ fn a_job_over_the_limit_is_buried_once_never_run() {
 fn a_handlers_touch_goes_out_and_its_answer_comes_back_to_its_slot() {
     let mut r = Rig::new(cfg(1));
     r.send(0);
-    let (s, _) = r.reply(1, &reserved(4));
+    let s = r.take(1, &reserved(4), 0);
     r.m.touch(s[0].slot);
     assert_eq!(r.send(2), ["touch 4"]);
     r.reply(3, b"TOUCHED\r\n");
@@ -296,6 +327,18 @@ fn a_handlers_touch_goes_out_and_its_answer_comes_back_to_its_slot() {
 }
 
 #[test]
+fn a_job_whose_lease_ran_out_before_its_lookup_is_never_run() {
+    let mut r = Rig::new(cfg(1));
+    r.send(0);
+    r.reply(1, &reserved(4));
+    assert_eq!(r.send(1), ["stats-job 4"]);
+    r.reply(2, b"NOT_FOUND\r\n");
+    assert!(r.runs.is_empty());
+    assert_eq!(r.m.running(), 0);
+    assert_eq!(r.counts().lost_lease_on_release, 1);
+}
+
+#[test]
 fn garbage_and_unexpected_replies_break_the_connection_and_never_count_as_done() {
     for bytes in [
         &b"DELETED extra\r\n"[..],
@@ -304,10 +347,9 @@ fn garbage_and_unexpected_replies_break_the_connection_and_never_count_as_done()
     ] {
         let mut r = Rig::new(cfg(1));
         r.send(0);
-        let (s, _) = r.reply(1, &reserved(1));
+        let s = r.take(1, &reserved(1), 0);
         r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
-        r.send(2);
-        // The reserve's reply first, then the bad one for the delete.
+        assert_eq!(r.send(2), ["delete 1", "reserve-with-timeout 0"]);
         let (_, broke) = r.reply(3, bytes);
         assert!(broke, "{bytes:?}");
         let c = r.counts();
@@ -324,7 +366,7 @@ fn max_jobs_limits_the_reserves_in_flight_and_stops_at_the_count() {
     };
     let mut r = Rig::new(cfg);
     assert_eq!(r.send(0), ["reserve-with-timeout 0"; 2]);
-    let (s, _) = r.reply(1, &[reserved(1), reserved(2)].concat());
+    let s = r.take(1, &[reserved(1), reserved(2)].concat(), 0);
     for st in &s {
         r.m.finished(&r.sh, st.slot, Outcome::Done, false);
     }
@@ -373,11 +415,11 @@ fn the_idle_exit_waits_for_quiet_and_no_job_held() {
     };
     let mut r = Rig::new(cfg);
     r.send(0);
-    let (s, _) = r.reply(1, &reserved(1));
+    let s = r.take(1, &reserved(1), 0);
     r.m.handle_timeout(&r.sh, r.at(500), 0);
     assert!(!r.sh.stop.load(Ordering::SeqCst), "a job is held");
     r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
-    r.send(500);
+    assert_eq!(r.send(500), ["delete 1", "reserve-with-timeout 0"]);
     r.reply(501, b"DELETED\r\nTIMED_OUT\r\n");
     assert_eq!(r.send(501), ["reserve-with-timeout 1"]);
     r.m.handle_timeout(&r.sh, r.at(600), 0);
