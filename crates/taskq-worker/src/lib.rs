@@ -58,6 +58,8 @@
 //! println!("{counts}");
 //! ```
 
+#[cfg(feature = "tokio")]
+mod async_worker;
 pub mod command;
 mod config;
 mod counters;
@@ -79,6 +81,8 @@ mod shared;
 pub mod table;
 mod worker;
 
+#[cfg(feature = "tokio")]
+pub use async_worker::{AsyncJob, AsyncWorker};
 pub use config::{Config, ConfigError, JetStreamConfig};
 pub use counters::{Counters, Snapshot, COUNTER_HELP};
 pub use handler::{Handler, Outcome};

@@ -113,6 +113,8 @@ pub(crate) enum Step {
     Run {
         /// The slot.
         slot: usize,
+        /// The job.
+        id: u64,
         /// This run's attempt number.
         attempt: u32,
     },
@@ -243,6 +245,7 @@ impl Machine {
     }
 
     /// True while a connection is open.
+    #[cfg(test)]
     pub(crate) fn is_up(&self) -> bool {
         self.up
     }
@@ -458,7 +461,7 @@ impl Machine {
                     }
                     let n = crate::worker::settle::attempt(sh, self.server, id, info.releases);
                     let attempt = u32::try_from(n).unwrap_or(u32::MAX);
-                    Ok(Step::Run { slot, attempt })
+                    Ok(Step::Run { slot, id, attempt })
                 }
                 Ok(None) => {
                     // Its lease ran out before it started: never run.
@@ -634,13 +637,15 @@ impl Machine {
         }
     }
 
-    /// The handler in `slot` asks to restart its job's lease: the touch
+    /// The handler in `slot` asks to restart the lease of its job `job`: the touch
     /// goes out with the next write, and its answer comes back through
     /// [`touched`](Self::touched). Refused at once when the job's
     /// connection broke.
-    pub(crate) fn touch(&mut self, slot: usize) {
+    pub(crate) fn touch(&mut self, slot: usize, job: u64) {
         match self.slots.get(slot).copied() {
-            Some(Slot::Running { id, epoch, .. }) if self.up && epoch == self.epoch => {
+            Some(Slot::Running { id, epoch, .. })
+                if id == job && self.up && epoch == self.epoch =>
+            {
                 self.out.push_back(Out::Touch(slot, id));
             }
             _ => self

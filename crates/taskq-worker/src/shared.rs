@@ -49,6 +49,9 @@ pub(crate) struct Shared {
     pub(crate) ended: AtomicUsize,
     /// The thread waiting in `Running::join`, woken when one ends.
     pub(crate) joiner: Mutex<Option<std::thread::Thread>>,
+    /// Wakes the async worker's drivers at a stop.
+    #[cfg(feature = "tokio")]
+    pub(crate) stop_wake: tokio::sync::Notify,
 }
 
 pub(crate) struct LaneShared {
@@ -106,11 +109,15 @@ impl Shared {
             tempfails_any: AtomicBool::new(false),
             ended: AtomicUsize::new(0),
             joiner: Mutex::new(None),
+            #[cfg(feature = "tokio")]
+            stop_wake: tokio::sync::Notify::new(),
         }
     }
 
     pub(crate) fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        #[cfg(feature = "tokio")]
+        self.stop_wake.notify_waiters();
         // A thread waiting in a reserve holds no job: cut its connection so it
         // stops at once instead of at the end of its slice. The server returns
         // a job it may have handed out in the meantime.

@@ -53,6 +53,12 @@ impl std::fmt::Debug for Control {
 }
 
 impl Control {
+    /// A handle on `shared` (the async worker's).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn of(shared: Arc<Shared>) -> Control {
+        Control { shared }
+    }
+
     /// Stop taking jobs; running jobs finish and are settled, then the threads
     /// end. Prefetched jobs that have not started are given back at once.
     pub fn shutdown(&self) {

@@ -310,8 +310,13 @@ pub(crate) fn skip_watching(s: &mut Session) -> Result<bool, ConnectionError> {
 
 /// The next whole reply on `s`, decoded as the machine's answer of the
 /// kind it `expect`s, or `None` until more bytes come. A reply that does
-/// not decode is an answer too: a fault of its kind.
-pub(crate) fn next_answer(s: &mut Session, expect: Expect) -> Option<Answer<'_>> {
+/// not decode is an answer too: a fault of its kind. A lookup's reply
+/// leaves the job's tube name in `tube`.
+pub(crate) fn next_answer<'s>(
+    s: &'s mut Session,
+    expect: Expect,
+    tube: &mut String,
+) -> Option<Answer<'s>> {
     let decoded = match skip_watching(s) {
         Ok(true) => {
             let kind = s.next_owed();
@@ -336,7 +341,7 @@ pub(crate) fn next_answer(s: &mut Session, expect: Expect) -> Option<Answer<'_>>
             Answer::Settled(settle_reply(reply))
         }
         (Expect::Touched, Some(CommandKind::Touch)) => Answer::Touched(touch_reply(reply)),
-        (Expect::Info, Some(CommandKind::StatsJob)) => Answer::Info(info_reply(reply, None)),
+        (Expect::Info, Some(CommandKind::StatsJob)) => Answer::Info(info_reply(reply, Some(tube))),
         // Undecodable, or a reply to a request the machine did not make.
         (expect, _) => {
             let f = Fault::Conn(reply.err().unwrap_or(ConnectionError::Broken));

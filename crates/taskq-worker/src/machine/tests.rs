@@ -22,6 +22,8 @@ struct Rig {
     t0: Instant,
     /// The jobs looked up and to run: (slot, attempt).
     runs: Vec<(usize, u32)>,
+    /// The tube of the last job looked up.
+    tube: String,
 }
 
 impl Rig {
@@ -39,6 +41,7 @@ impl Rig {
             wire,
             t0,
             runs: Vec::new(),
+            tube: String::new(),
         }
     }
 
@@ -68,12 +71,12 @@ impl Rig {
         self.wire.received(bytes.len());
         let mut starts = Vec::new();
         while let Some(expect) = self.m.expect() {
-            let Some(answer) = next_answer(&mut self.wire, expect) else {
+            let Some(answer) = next_answer(&mut self.wire, expect, &mut self.tube) else {
                 break;
             };
             match self.m.on_reply(&self.sh, now, answer, 0) {
                 Ok(Step::Hold(s)) => starts.push(s),
-                Ok(Step::Run { slot, attempt }) => self.runs.push((slot, attempt)),
+                Ok(Step::Run { slot, attempt, .. }) => self.runs.push((slot, attempt)),
                 Ok(Step::Nothing) => {}
                 Err(()) => return (starts, true),
             }
@@ -153,6 +156,7 @@ fn the_window_is_filled_with_no_wait_reserves_and_a_job_is_done_only_on_deleted(
     assert!(!broke);
     assert_eq!(r.counts().deleted, 1);
     assert_eq!(r.m.running(), 2);
+    assert_eq!(r.tube, "default", "the lookup tells the tube");
 }
 
 #[test]
@@ -302,23 +306,23 @@ fn a_handlers_touch_goes_out_and_its_answer_comes_back_to_its_slot() {
     let mut r = Rig::new(cfg(1));
     r.send(0);
     let s = r.take(1, &reserved(4), 0);
-    r.m.touch(s[0].slot);
+    r.m.touch(s[0].slot, 4);
     assert_eq!(r.send(2), ["touch 4"]);
     r.reply(3, b"TOUCHED\r\n");
     assert!(matches!(r.m.touched(), Some((0, Ok(())))));
-    r.m.touch(s[0].slot);
+    r.m.touch(s[0].slot, 4);
     r.send(4);
     r.reply(5, b"NOT_FOUND\r\n");
     assert!(matches!(r.m.touched(), Some((0, Err(JobError::LeaseLost)))));
     // A touch owed when the connection breaks is answered too.
-    r.m.touch(s[0].slot);
+    r.m.touch(s[0].slot, 4);
     r.send(6);
     r.m.broke(&r.sh, r.at(7), 0);
     assert!(matches!(
         r.m.touched(),
         Some((0, Err(JobError::Connection(_))))
     ));
-    r.m.touch(s[0].slot);
+    r.m.touch(s[0].slot, 4);
     assert!(matches!(
         r.m.touched(),
         Some((0, Err(JobError::Connection(_))))
