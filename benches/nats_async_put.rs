@@ -22,8 +22,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
+use taskq_connect::nats::{NatsConfig, NatsConnection};
 use taskq_producer::{AsyncProducer, Producer, PutOptions};
-use taskq_proto::nats::{NatsConfig, NatsConnection};
 use taskq_testkit::NatsCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

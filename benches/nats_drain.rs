@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use nats_raw::{env_usize, median, Raw};
+use taskq_connect::nats::{ConsumerSpec, NatsConfig, NatsConnection, StreamSpec};
 use taskq_producer::{Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::{ConsumerSpec, NatsConfig, NatsConnection, StreamSpec};
 use taskq_testkit::NatsCluster;
 use taskq_worker::{Config, Job, Outcome, Worker};
 

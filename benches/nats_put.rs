@@ -21,8 +21,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use taskq_connect::nats::NatsAccess;
 use taskq_producer::{Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::NatsAccess;
 use taskq_testkit::pki::TestCerts;
 use taskq_testkit::NatsCluster;
 

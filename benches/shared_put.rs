@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
+use taskq_connect::nats::{NatsConfig, NatsConnection};
 use taskq_producer::{AsyncProducer, PutOptions, SharedProducer};
-use taskq_proto::nats::{NatsConfig, NatsConnection};
 use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, NatsCluster, Toxic};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -10,8 +10,8 @@
 use std::ffi::OsString;
 use std::sync::OnceLock;
 
-use taskq_proto::nats::NatsAccess;
-use taskq_proto::Address;
+use taskq_connect::nats::NatsAccess;
+use taskq_connect::Address;
 use taskq_worker::nats_cli::NatsArgs;
 
 /// Addresses given with user info: each as it is left without it, and as given.

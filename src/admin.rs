@@ -193,8 +193,8 @@ pub fn kick(args: KickArgs) -> CliResult {
     let n = jobs::kick(&mut conn, &args.tube, args.count.unwrap_or(u32::MAX))?;
     if n == 0 {
         let what = match jobs::engine(&conn) {
-            taskq_proto::Engine::Beanstalkd => "no buried or delayed job to kick",
-            taskq_proto::Engine::Nats => {
+            taskq_connect::Engine::Beanstalkd => "no buried or delayed job to kick",
+            taskq_connect::Engine::Nats => {
                 return Err(format!(
                 "no buried job to kick in tube {} (on JetStream a delayed job waits for its time)",
                 args.tube

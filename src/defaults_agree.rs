@@ -3,12 +3,13 @@
 //! without a socket.
 
 use clap::CommandFactory;
+use taskq_connect::nats::NatsConfig;
+use taskq_connect::Address;
 use taskq_producer::{NatsAccess, Producer};
 use taskq_proto::defaults::{
     API_PATIENCE, CONNECT_TIMEOUT, IO_TIMEOUT, KEEPALIVE, RECONNECT_BACKOFF,
 };
-use taskq_proto::nats::NatsConfig;
-use taskq_proto::{Address, Backoff, ConnectionConfig};
+use taskq_proto::{Backoff, ConnectionConfig};
 
 #[test]
 fn every_part_defaults_to_the_one_definition() {

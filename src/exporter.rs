@@ -222,7 +222,7 @@ fn nats_series(
         let l = vec![("server", *a), ("stream", st.name.as_str())];
         stream.push((l, st));
     }
-    let field = |f: fn(&taskq_proto::nats::StreamInfo) -> u64| {
+    let field = |f: fn(&taskq_connect::nats::StreamInfo) -> u64| {
         stream
             .iter()
             .map(|(l, st)| (l.clone(), f(st) as i64))

@@ -1,5 +1,5 @@
 //! The operators' commands on NATS JetStream: the requests that read and
-//! move jobs in taskq's layout (`taskq_proto::Layout`). The snapshot
+//! move jobs in taskq's layout (`taskq_connect::Layout`). The snapshot
 //! (`crate::snapshot::nats`) reads tubes through [`Js`], and the job
 //! operations (`crate::jobs`) move them; what has no JetStream meaning is
 //! refused with [`Unsupported`].
@@ -9,10 +9,9 @@ use std::fmt;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use taskq_proto::nats::{
-    ApiError, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, NatsError, StoredMsg, StreamInfo,
-};
-use taskq_proto::{Address, Engine, Layout};
+use taskq_connect::nats::{MsgSelect, NatsConfig, NatsConnection, StoredMsg, StreamInfo};
+use taskq_connect::{Address, Engine, Layout};
+use taskq_proto::nats::{ApiError, HeaderBlock, NatsError};
 
 /// The header that dedups a publish; a kicked copy gets its own.
 const MSG_ID: &[u8] = b"Nats-Msg-Id";
@@ -21,7 +20,7 @@ const MSG_ID: &[u8] = b"Nats-Msg-Id";
 #[derive(clap::Args, Debug, Clone)]
 pub struct StreamArgs {
     /// JetStream (nats:// addresses): the stream, capturing `<NAME in lower case>.>`.
-    #[arg(long, value_name = "NAME", default_value = taskq_proto::DEFAULT_STREAM)]
+    #[arg(long, value_name = "NAME", default_value = taskq_connect::DEFAULT_STREAM)]
     pub stream: String,
 }
 
@@ -88,7 +87,7 @@ pub fn is_nats(addr: &str) -> bool {
 /// A tube name JetStream can carry (one subject token), checked before
 /// anything is sent.
 pub fn check_tube(tube: &str) -> Result<(), String> {
-    taskq_proto::validate_subject_tube(tube).map_err(|e| format!("tube {tube:?}: {e}"))
+    taskq_connect::validate_subject_tube(tube).map_err(|e| format!("tube {tube:?}: {e}"))
 }
 
 /// A command, or a form of one, that has no meaning on an engine.

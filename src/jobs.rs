@@ -4,8 +4,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use taskq_proto::nats::{HeaderBlock, StoredMsg};
-use taskq_proto::{Command, Connection, Engine, JobStats, Reply, SubjectKind};
+use taskq_connect::nats::StoredMsg;
+use taskq_connect::{Engine, SubjectKind};
+use taskq_proto::nats::HeaderBlock;
+use taskq_proto::{Command, Connection, JobStats, Reply};
 
 use crate::clock;
 use crate::jetstream::{Js, Unsupported};

@@ -9,7 +9,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cli_common::{count_on, ok, pull_one, scrape, with_tube_stats};
-use taskq_proto::nats::{AckKind, ConsumerSpec, NatsConfig, NatsConnection};
+use taskq_connect::nats::{ConsumerSpec, NatsConfig, NatsConnection};
+use taskq_proto::nats::AckKind;
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats};
 use taskq_testkit::{beanstalkd::free_port, Beanstalkd, NatsCluster};
 

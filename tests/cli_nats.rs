@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use cli_common::{ids, ok, pull_one, taskq};
 use serde_json::Value;
-use taskq_proto::nats::{
-    AckKind, ConsumerSpec, HeaderBlock, MsgSelect, NatsConfig, NatsConnection, StoredMsg,
-};
+use taskq_connect::nats::{ConsumerSpec, MsgSelect, NatsConfig, NatsConnection, StoredMsg};
+use taskq_proto::nats::{AckKind, HeaderBlock};
 use taskq_testkit::{NatsCluster, ServerVersion};
 use taskq_worker::{Config, Job, Outcome, Snapshot, Worker};
 

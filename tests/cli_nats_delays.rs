@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cli_common::{ok, taskq};
 use serde_json::Value;
-use taskq_proto::nats::{NatsConfig, NatsConnection, StreamSpec};
+use taskq_connect::nats::{NatsConfig, NatsConnection, StreamSpec};
 use taskq_testkit::{current_node, NatsCluster};
 
 /// `taskq ARGS --addr URL`, expected to succeed; its stdout.

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use cli_common::taskq;
 use serde_json::Value;
-use taskq_proto::nats::{ConsumerSpec, Delivery, NatsConfig, NatsConnection};
-use taskq_proto::Layout;
+use taskq_connect::nats::{ConsumerSpec, NatsConfig, NatsConnection};
+use taskq_connect::Layout;
+use taskq_proto::nats::Delivery;
 use taskq_testkit::NatsCluster;
 use taskq_worker::{Config, JetStreamConfig, Job, Outcome, Snapshot, Worker};
 
@@ -103,7 +104,7 @@ fn pause_is_refused_by_version(c: &NatsCluster) {
 }
 
 /// True when the consumer looked up is not there.
-fn missing(r: Result<taskq_proto::nats::ConsumerInfo, taskq_proto::nats::NatsError>) -> bool {
+fn missing(r: Result<taskq_connect::nats::ConsumerInfo, taskq_proto::nats::NatsError>) -> bool {
     matches!(r, Err(taskq_proto::nats::NatsError::Api(e)) if e.code == 404)
 }
 

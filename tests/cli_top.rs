@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cli_common::{count_on, pull_one, taskq, with_tube_stats};
-use taskq_proto::nats::{AckKind, NatsConfig, NatsConnection};
+use taskq_connect::nats::{NatsConfig, NatsConnection};
+use taskq_proto::nats::AckKind;
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, ServerStats};
 use taskq_testkit::{Beanstalkd, NatsCluster};
 use taskq_worker::{Config, Job, Outcome, Worker};

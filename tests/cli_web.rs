@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use cli_common::{count_on, ok, Reaped};
 use serde_json::{json, Value};
-use taskq_proto::nats::{NatsConfig, NatsConnection};
+use taskq_connect::nats::{NatsConfig, NatsConnection};
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply};
 use taskq_testkit::{beanstalkd::free_port, Beanstalkd, NatsCluster};
 use taskq_worker::{Config, Job, Outcome, Worker};

@@ -335,7 +335,7 @@ fn library_errors_settings_and_the_workers_metrics_show_no_secret() {
     let p = taskq_producer::Producer::builder()
         .connect(good.as_str())
         .unwrap();
-    seen += &format!("{p:?}\n{:?}\n", taskq_proto::Address::parse(&good));
+    seen += &format!("{p:?}\n{:?}\n", taskq_connect::Address::parse(&good));
     drop(p);
     let cfg = taskq_worker::Config {
         servers: vec![good.clone()],

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use taskq_proto::nats::StreamInfo;
+use taskq_connect::nats::StreamInfo;
 
 pub use crate::jetstream::ConsumerRow;
 

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
-use taskq_proto::{Layout, SubjectKind};
+use taskq_connect::{Layout, SubjectKind};
 
 use super::model::{ConsumerRow, Counts, NatsRecord, NatsTube, Scope, Snapshot, Totals, Tube};
 use crate::clock;

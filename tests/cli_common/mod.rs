@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use taskq_proto::nats::{Delivery, MsgSelect, NatsConnection};
+use taskq_connect::nats::{MsgSelect, NatsConnection};
+use taskq_proto::nats::Delivery;
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply, TubeStats};
 
 /// Runs `taskq ARGS` with `stdin` fed in, killing it after `limit`.

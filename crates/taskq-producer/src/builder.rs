@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use taskq_proto::nats::NatsAccess;
+use taskq_connect::nats::NatsAccess;
 use taskq_proto::{defaults, Backoff, ConnectionConfig};
 
 use crate::classify::check_tube;
@@ -32,6 +32,7 @@ pub struct Builder {
     /// `None`: [`defaults::API_PATIENCE`].
     pub(crate) api_patience: Option<Duration>,
     /// The shared producer's bounds; `None`: the defaults.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) max_queued: (Option<usize>, Option<usize>),
 }
 
@@ -259,13 +260,13 @@ impl Builder {
     /// builder's access; `None` when given socket addresses).
     pub(crate) fn nats_setup(
         &self,
-        address: Option<&taskq_proto::Address>,
+        address: Option<&taskq_connect::Address>,
     ) -> Result<NatsSetup, Error> {
         let stream = self
             .stream
             .as_deref()
-            .unwrap_or(taskq_proto::DEFAULT_STREAM);
-        let layout = taskq_proto::Layout::new(stream)
+            .unwrap_or(taskq_connect::DEFAULT_STREAM);
+        let layout = taskq_connect::Layout::new(stream)
             .map_err(|e| Error::from(taskq_proto::EncodeError::BadTubeName(e)))?;
         let (access, seeds) = match address {
             Some(a) => (self.access.for_address(a), a.hosts().to_vec()),

@@ -14,7 +14,7 @@ use crate::JobId;
 /// beanstalkd's rule, or on JetStream a single subject token.
 pub(crate) fn check_tube(tube: &str, jetstream: bool) -> Result<(), Error> {
     let check = if jetstream {
-        taskq_proto::validate_subject_tube
+        taskq_connect::validate_subject_tube
     } else {
         validate_tube
     };

@@ -19,9 +19,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use taskq_connect::nats::{NatsConnection, StreamInfo, StreamSpec};
+use taskq_connect::{Layout, READY_AT_HEADER};
 use taskq_proto::nats::schedule::{SCHEDULE_HEADER, SCHEDULE_TARGET_HEADER};
-use taskq_proto::nats::{NatsConnection, NatsError, ScheduleAt, StreamInfo, StreamSpec};
-use taskq_proto::{Layout, READY_AT_HEADER};
+use taskq_proto::nats::{NatsError, ScheduleAt};
 
 /// The longest message id a producer makes (see `MsgIds`).
 const MAX_MSG_ID: usize = 40;
@@ -268,7 +269,7 @@ mod tests {
             l.tube_of(&subject),
             Some((
                 "emails",
-                taskq_proto::SubjectKind::Delayed { at: 1_796_171_537 }
+                taskq_connect::SubjectKind::Delayed { at: 1_796_171_537 }
             ))
         );
         // A job whose ready time is a whole second is scheduled for it.

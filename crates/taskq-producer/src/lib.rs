@@ -90,8 +90,9 @@ pub use target::{IntoTarget, Target};
 /// What a program needs to reach a secured NATS cluster (credentials, TLS)
 /// and the shared connection defaults, re-exported so that it depends on
 /// this crate alone.
-pub use taskq_proto::nats::{NatsAccess, TlsSettings};
-pub use taskq_proto::{defaults, Backoff, Engine, Jitter, JobId, Secret, READY_AT_HEADER};
+pub use taskq_connect::nats::{NatsAccess, TlsSettings};
+pub use taskq_connect::{Address, AddressError, Engine, READY_AT_HEADER};
+pub use taskq_proto::{defaults, Backoff, Jitter, JobId, Secret};
 
 use taskq_proto::Command;
 

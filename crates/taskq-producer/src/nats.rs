@@ -17,8 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskq_proto::nats::{NatsAccess, NatsConfig, NatsConnection, NatsError, StreamSpec};
-use taskq_proto::{ConnectionConfig, ConnectionError, Layout};
+use taskq_connect::nats::{NatsAccess, NatsConfig, NatsConnection, StreamSpec};
+use taskq_connect::Layout;
+use taskq_proto::nats::NatsError;
+use taskq_proto::{ConnectionConfig, ConnectionError};
 
 use crate::classify::{chunk_write_failed, read_chunk};
 use crate::delays::{stream_and_delays, Delays, Put, Route, Stamp};

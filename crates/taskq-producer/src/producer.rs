@@ -63,8 +63,8 @@ impl Builder {
             .into_target()
             .map_err(|e| Error::NotSent(NotSent::Io(e)))?;
         let nats = match target.engine() {
-            taskq_proto::Engine::Beanstalkd => None,
-            taskq_proto::Engine::Nats => Some(self.nats_setup(target.address())?),
+            taskq_connect::Engine::Beanstalkd => None,
+            taskq_connect::Engine::Nats => Some(self.nats_setup(target.address())?),
         };
         let addrs = target.addrs().to_vec();
         let tube = self.checked_tube(&addrs, nats.is_some())?;

@@ -5,7 +5,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
 
-use taskq_proto::{Address, Engine};
+use taskq_connect::{Address, Engine};
 
 /// An engine and the resolved addresses of its servers (for JetStream, the
 /// seeds of one cluster).

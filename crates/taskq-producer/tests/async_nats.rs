@@ -10,11 +10,13 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use taskq_producer::{AsyncProducer, Error, NotSent, Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::{
-    MsgSelect, NatsAccess, NatsConfig, NatsConnection, StreamInfo, TlsFailure, TlsSettings,
+use taskq_connect::nats::{
+    MsgSelect, NatsAccess, NatsConfig, NatsConnection, StreamInfo, TlsSettings,
 };
-use taskq_proto::{Secret, READY_AT_HEADER};
+use taskq_connect::READY_AT_HEADER;
+use taskq_producer::{AsyncProducer, Error, NotSent, Producer, PutOptions, PutOutcome};
+use taskq_proto::nats::TlsFailure;
+use taskq_proto::Secret;
 use taskq_testkit::{ChaosProxy, Direction, NatsCluster, Toxic};
 
 /// Runs `f` on a current-thread runtime, bounded in time.

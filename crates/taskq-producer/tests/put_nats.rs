@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use taskq_producer::{Error, NotSent, Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::{
-    schedule, AckKind, ConsumerSpec, Delivery, HeaderBlock, MsgSelect, NatsConfig, NatsConnection,
-    NatsError, StreamInfo, StreamSpec,
+use taskq_connect::nats::{
+    ConsumerSpec, MsgSelect, NatsConfig, NatsConnection, StreamInfo, StreamSpec,
 };
-use taskq_proto::{Layout, SubjectKind};
+use taskq_connect::{Layout, SubjectKind};
+use taskq_producer::{Error, NotSent, Producer, PutOptions, PutOutcome};
+use taskq_proto::nats::{schedule, AckKind, Delivery, HeaderBlock, NatsError};
 use taskq_testkit::{current_node, oldest_node, ChaosProxy, Direction, NatsCluster, Toxic};
 
 fn admin(c: &NatsCluster) -> NatsConnection {

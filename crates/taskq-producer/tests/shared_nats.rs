@@ -8,8 +8,8 @@
 mod common;
 
 use common::shared::{check_against_record, cut_run, put_from_tasks, run, stalled_run, Record};
+use taskq_connect::nats::{MsgSelect, NatsConfig, NatsConnection};
 use taskq_producer::{Error, PutOptions, PutOutcome, SharedProducer};
-use taskq_proto::nats::{MsgSelect, NatsConfig, NatsConnection};
 use taskq_testkit::{ChaosProxy, Direction, NatsCluster};
 
 /// Every message of the stream: sequence → (tube, body).

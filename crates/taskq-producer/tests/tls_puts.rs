@@ -5,8 +5,8 @@
 //! out whole. Plain TCP stays at zero allocations per put
 //! (alloc_and_writes.rs).
 
+use taskq_connect::nats::{NatsAccess, TlsSettings};
 use taskq_producer::{Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::{NatsAccess, TlsSettings};
 use taskq_testkit::alloc::{self, CountingAllocator};
 use taskq_testkit::{NatsCluster, TempDir, TestCerts};
 

@@ -1,12 +1,12 @@
 //! The one set of connection defaults every taskq part reads: the blocking
 //! [`ConnectionConfig`](crate::ConnectionConfig) and
-//! [`NatsConfig`](crate::nats::NatsConfig), the producers' `Builder`, the
+//! `taskq_connect::nats::NatsConfig`, the producers' `Builder`, the
 //! worker's `Config` and the `taskq` command's flags. Each of those points
 //! here instead of holding a number of its own, so that no two parts of
 //! taskq disagree on how long to wait for a server.
 //!
 //! The fifth setting, access (credentials and TLS), has one type,
-//! [`NatsAccess`](crate::nats::NatsAccess), whose default is none: no
+//! `taskq_connect::nats::NatsAccess`, whose default is none: no
 //! credentials, TLS only when the address or the server asks for it.
 //!
 //! ```

@@ -7,14 +7,15 @@
 //! top that sends each request with one write call and reads each reply
 //! against a whole-reply deadline. NATS JetStream, in [`nats`]: the client
 //! protocol's codec and the [`NatsSession`](nats::NatsSession) (what is sent,
-//! which replies and PubAcks are owed, `PING`s, deliveries), and the blocking
-//! `NatsConnection` over it (feature `blocking`), with TLS and credentials
-//! (feature `secure`) and the JetStream management API (feature `jetstream`).
-//! What both engines share: [`Address`] (which engine an address selects),
-//! [`Layout`] (JetStream's names for a tube), [`Backoff`], and the one set of
-//! connection [`defaults`] every part of taskq reads. In steady state
-//! nothing allocates. Without the default features the crate is the codecs and
-//! sessions alone.
+//! which replies and PubAcks are owed, `PING`s, deliveries). What both
+//! engines share: [`Secret`], [`Backoff`] (the one reconnect rule) and the
+//! one set of connection [`defaults`] every part of taskq reads. In steady
+//! state nothing allocates. Without the default feature (`blocking`) the crate
+//! is the codecs and sessions alone, on memchr and itoa.
+//!
+//! What connecting needs beyond the protocol (addresses, TLS, credentials,
+//! the NATS drivers, the JetStream management API, the tokio drivers) is in
+//! the `taskq-connect` crate.
 //!
 //! ```
 //! use taskq_proto::{parse_reply, Command, Limits, Reply, Status};
@@ -30,7 +31,6 @@
 //! assert!(parse_reply(put.kind(), b"BURIED\r\n", &Limits::default()).is_err());
 //! ```
 
-mod address;
 mod backoff;
 mod command;
 #[cfg(feature = "blocking")]
@@ -38,7 +38,6 @@ mod conn;
 pub mod defaults;
 mod error;
 mod job_id;
-pub mod layout;
 pub mod nats;
 mod reply;
 mod secret;
@@ -47,16 +46,14 @@ pub mod server;
 pub mod session;
 pub mod yaml;
 
-pub use address::{redact_address, Address, AddressError, Engine, UserInfo, NATS_DEFAULT_PORT};
 pub use backoff::{Backoff, Jitter, Reconnect};
 pub use command::{
     is_tube_byte, secs_ceil, validate_tube, Command, CommandKind, MAX_RESERVE_TIMEOUT,
 };
 #[cfg(feature = "blocking")]
-pub use conn::{Connection, ConnectionConfig, Interrupter, IoCounts};
+pub use conn::{sock::SockIo, Connection, ConnectionConfig, Interrupter, IoCounts};
 pub use error::{ConnectionError, EncodeError, ReplyError, TubeNameError, YamlError};
 pub use job_id::JobId;
-pub use layout::{validate_subject_tube, Layout, SubjectKind, DEFAULT_STREAM, READY_AT_HEADER};
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
 pub use secret::Secret;
 pub use session::{Framed, RecvBuf, Request, Session, INLINE_REQUEST};

@@ -7,8 +7,8 @@ mod nats_common;
 
 use std::time::Duration;
 
-use taskq_proto::nats::session::{Event, Signed};
-use taskq_proto::nats::{AckKind, NatsAccess, NatsError, NatsProtoError as P, NatsSession, PubAck};
+use taskq_proto::nats::session::{Credentials, Event, Signed};
+use taskq_proto::nats::{AckKind, NatsError, NatsProtoError as P, NatsSession, PubAck};
 use taskq_proto::Secret;
 
 use nats_common::script::{cut_and_poll, feed, msg, session, PEER};
@@ -313,10 +313,7 @@ fn the_handshake_reads_info_cut_anywhere_and_connects_with_the_credentials_given
         );
         assert_eq!((s.server_id(), s.server_version()), ("S1", "2.9.10"));
     }
-    let access = NatsAccess {
-        user: Some(("alice".into(), Secret::new("pw\"1"))),
-        ..NatsAccess::default()
-    };
+    let pass = Secret::new("pw\"1");
     let signed = Signed {
         jwt: Some(Secret::new("eyJ.jwt")),
         nkey: None,
@@ -329,7 +326,14 @@ fn the_handshake_reads_info_cut_anywhere_and_connects_with_the_credentials_given
     let mut s = session();
     feed(&mut s, info.as_bytes());
     s.poll_info().unwrap().unwrap();
-    s.queue_connect("me", &access, Some(&signed), true).unwrap();
+    let creds = Credentials {
+        user: Some(("alice", &pass)),
+        signed: Some(&signed),
+        describe: "user alice",
+        ..Credentials::default()
+    };
+    assert!(!format!("{creds:?}").contains("pw"), "no password in Debug");
+    s.queue_connect("me", &creds, true).unwrap();
     let sent = String::from_utf8(s.queued().to_vec()).unwrap();
     for part in [
         "CONNECT {\"verbose\":false,\"pedantic\":false,\"tls_required\":true,",
@@ -344,14 +348,18 @@ fn the_handshake_reads_info_cut_anywhere_and_connects_with_the_credentials_given
     let wire = b"+OK\r\nPING\r\nPONG\r\n";
     for cut in 0..=wire.len() {
         let mut c = session();
-        c.queue_connect("me", &NatsAccess::default(), None, false)
+        c.queue_connect("me", &Credentials::default(), false)
             .unwrap();
         c.wipe_queue();
         cut_and_poll(&mut c, wire, cut, |c| Ok(c.poll_connected()?.then_some(()))).unwrap();
         assert_eq!(c.pongs_owed(), 1);
     }
     // -ERR before PONG: refused, naming what authenticated and no secret.
-    s.queue_connect("me", &access, None, false).unwrap();
+    let creds = Credentials {
+        signed: None,
+        ..creds
+    };
+    s.queue_connect("me", &creds, false).unwrap();
     feed(&mut s, b"-ERR 'Authorization Violation'\r\n");
     match s.poll_connected() {
         Err(e @ NatsError::Refused(_)) => {

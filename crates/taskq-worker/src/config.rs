@@ -3,11 +3,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use taskq_proto::nats::{ConsumerSpec, NatsAccess};
-use taskq_proto::{
-    redact_address, validate_subject_tube, validate_tube, Address, AddressError, Engine, Layout,
-    Limits, TubeNameError, DEFAULT_STREAM,
+use taskq_connect::nats::{ConsumerSpec, NatsAccess};
+use taskq_connect::{
+    redact_address, validate_subject_tube, Address, AddressError, Engine, Layout, DEFAULT_STREAM,
 };
+use taskq_proto::{validate_tube, Limits, TubeNameError};
 
 use taskq_proto::{defaults, Backoff, Jitter};
 
@@ -104,7 +104,7 @@ impl std::fmt::Debug for Config {
         } = self;
         let servers: Vec<String> = servers
             .iter()
-            .map(|s| taskq_proto::redact_address(s))
+            .map(|s| taskq_connect::redact_address(s))
             .collect();
         f.debug_struct("Config")
             .field("servers", &servers)
@@ -321,7 +321,7 @@ impl Config {
             })?;
         }
         if engine == Engine::Nats {
-            taskq_proto::Layout::new(&self.jetstream.stream).map_err(|error| {
+            taskq_connect::Layout::new(&self.jetstream.stream).map_err(|error| {
                 ConfigError::BadStream {
                     name: self.jetstream.stream.clone(),
                     error,

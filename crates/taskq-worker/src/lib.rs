@@ -93,7 +93,8 @@ pub use json::{DecodeError, DecodeErrorKind};
 /// What a program needs to reach a secured NATS cluster (credentials, TLS,
 /// in [`JetStreamConfig::access`]) and the shared connection defaults,
 /// re-exported so that it depends on this crate alone.
-pub use taskq_proto::nats::{NatsAccess, TlsSettings};
+pub use taskq_connect::nats::{NatsAccess, TlsSettings};
+pub use taskq_connect::{Address, AddressError, Engine};
 pub use taskq_proto::{defaults, Backoff, Jitter, JobId, Secret};
 pub use worker::{Control, Running, Worker};
 

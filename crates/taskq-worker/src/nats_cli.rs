@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use taskq_proto::nats::NatsAccess;
+use taskq_connect::nats::NatsAccess;
 use taskq_proto::Secret;
 
 /// The NATS options every connecting subcommand takes.

@@ -151,7 +151,7 @@ impl Worker {
                     .spawn(move || {
                         let sh = shared.clone();
                         match shared.cfg.engine() {
-                            Ok(taskq_proto::Engine::Nats) => {
+                            Ok(taskq_connect::Engine::Nats) => {
                                 Lanes::<Nats>::new(shared, handler, t).run()
                             }
                             _ => Lanes::<Beanstalkd>::new(shared, handler, t).run(),

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{js_admin, js_consumer};
+use taskq_connect::nats::{ConsumerSpec, MsgSelect};
 use taskq_producer::{Producer, PutOptions, PutOutcome};
-use taskq_proto::nats::{ConsumerSpec, MsgSelect};
 use taskq_testkit::NatsCluster;
 use taskq_worker::{Config, JetStreamConfig, Job, Outcome, Worker};
 

@@ -80,7 +80,7 @@ fn check_drained(
     if s.messages > 0 && strands {
         let floor = s.last_seq;
         for seq in s.first_seq..=s.last_seq {
-            let Ok(m) = a.msg_get("TASKQ", taskq_proto::nats::MsgSelect::Seq(seq)) else {
+            let Ok(m) = a.msg_get("TASKQ", taskq_connect::nats::MsgSelect::Seq(seq)) else {
                 continue;
             };
             assert!(
@@ -105,7 +105,7 @@ fn check_drained(
 }
 
 /// The stream sequence of consumer `taskq-TUBE`'s ack floor.
-fn ack_floor(a: &mut taskq_proto::nats::NatsConnection, tube: &str) -> u64 {
+fn ack_floor(a: &mut taskq_connect::nats::NatsConnection, tube: &str) -> u64 {
     let subject = format!("$JS.API.CONSUMER.INFO.TASKQ.taskq-{tube}");
     let reply = a.request(&subject, b"", Duration::from_secs(5)).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&reply).unwrap();

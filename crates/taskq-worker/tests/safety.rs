@@ -9,8 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use common::*;
+use taskq_connect::nats::MsgSelect;
 use taskq_producer::{Producer, PutOptions};
-use taskq_proto::nats::MsgSelect;
 use taskq_proto::{Backoff, Command as Cmd, Jitter, Reply};
 use taskq_testkit::{Beanstalkd, NatsCluster};
 use taskq_worker::{Config, JetStreamConfig, Job, Outcome, Snapshot, Worker};

@@ -17,7 +17,7 @@ use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
 
-use super::driver::AsyncConn;
+use taskq_connect::tokio::AsyncConn;
 
 /// The async producer's engine on beanstalkd: one connection, its tube, the
 /// reconnect rule (see [`AsyncProducer`](super::AsyncProducer)).

@@ -7,7 +7,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Address, ConnectionConfig, IoCounts};
+use taskq_connect::Address;
+use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::Builder;
 use crate::classify::{
@@ -20,7 +21,7 @@ use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
 
-use super::nats_conn::AsyncNatsConn;
+use taskq_connect::tokio::AsyncNatsConn;
 
 /// The async producer's engine on JetStream.
 #[derive(Debug)]
@@ -337,7 +338,7 @@ impl AsyncJetStream {
 
     /// The shared producer's driver: the message ids, the stream's layout
     /// and who holds delays on the connection opened last.
-    pub(crate) fn naming(&self) -> (&crate::nats::MsgIds, &taskq_proto::Layout, Delays) {
+    pub(crate) fn naming(&self) -> (&crate::nats::MsgIds, &taskq_connect::Layout, Delays) {
         (&self.setup.ids, &self.setup.layout, self.delays)
     }
 

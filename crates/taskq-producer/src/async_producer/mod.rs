@@ -11,10 +11,7 @@ use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
 
 mod beanstalkd;
-mod driver;
-mod io;
 mod jetstream;
-mod nats_conn;
 
 pub(crate) use beanstalkd::AsyncBeanstalkd;
 pub(crate) use jetstream::AsyncJetStream;
@@ -39,7 +36,7 @@ impl Builder {
     /// # }
     /// ```
     pub async fn connect_async(self, addr: &str) -> Result<AsyncProducer, Error> {
-        let engine = match taskq_proto::Address::parse(addr) {
+        let engine = match taskq_connect::Address::parse(addr) {
             Ok(a) if a.is_nats() => Engine::JetStream(AsyncJetStream::connect(self, a).await?),
             _ => Engine::Beanstalkd(AsyncBeanstalkd::connect(self, addr).await?),
         };

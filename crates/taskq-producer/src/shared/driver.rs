@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Command, ConnectionError, Layout, Reply};
+use taskq_connect::Layout;
+use taskq_proto::{Command, ConnectionError, Reply};
 
 use crate::async_producer::{AsyncBeanstalkd, AsyncJetStream};
 use crate::builder::Builder;
@@ -68,7 +69,7 @@ impl Link {
     /// Connects with the settings of `b`, the engine chosen by `addr` as
     /// [`Builder::connect_async`] chooses it.
     pub(crate) async fn connect(b: Builder, addr: &str) -> Result<Link, Error> {
-        match taskq_proto::Address::parse(addr) {
+        match taskq_connect::Address::parse(addr) {
             Ok(a) if a.is_nats() => {
                 let engine = AsyncJetStream::connect(b, a).await?;
                 let (ids, layout, _) = engine.naming();

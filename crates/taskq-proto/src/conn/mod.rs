@@ -18,7 +18,7 @@ use crate::session::Session;
 
 mod recv;
 mod send;
-pub(crate) mod sock;
+pub mod sock;
 
 pub use self::sock::IoCounts;
 use self::sock::SockIo;
@@ -177,7 +177,7 @@ pub struct Interrupter(Socket);
 
 impl Interrupter {
     /// A handle on a clone of `sock`.
-    pub(crate) fn new(sock: &Socket) -> io::Result<Interrupter> {
+    pub fn new(sock: &Socket) -> io::Result<Interrupter> {
         Ok(Interrupter(sock.try_clone()?))
     }
 

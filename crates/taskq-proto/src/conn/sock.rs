@@ -1,6 +1,5 @@
 //! The socket under a blocking driver, shared by the beanstalkd
-//! [`Connection`](crate::Connection) and the NATS
-//! [`NatsConnection`](crate::nats::NatsConnection): socket setup, reads held
+//! [`Connection`](crate::Connection) and the NATS driver of `taskq-connect`: socket setup, reads held
 //! to a whole-reply deadline, and writes of one send call per request, all
 //! counted in [`IoCounts`].
 
@@ -30,21 +29,25 @@ pub struct IoCounts {
     pub reads: u64,
 }
 
-/// A connected socket with its read-timeout state and its system-call counts.
-pub(crate) struct SockIo {
-    pub(crate) sock: Socket,
+/// A connected socket with its read-timeout state and its system-call counts:
+/// the blocking socket under both engines' blocking drivers (the beanstalkd
+/// [`Connection`](crate::Connection) here, the NATS one in `taskq-connect`).
+pub struct SockIo {
+    /// The socket.
+    pub sock: Socket,
     io_timeout: Duration,
     rcv_timeout: Duration,
     /// True while a deadline has the socket timeout below the I/O timeout; the
     /// next reply's first read restores it.
     rcv_lowered: bool,
-    pub(crate) counts: IoCounts,
+    /// The system calls made on it.
+    pub counts: IoCounts,
 }
 
 impl SockIo {
     /// Connects to `addr` within `connect_timeout`, with no Nagle delay,
     /// optional keepalive, and socket timeouts of `io_timeout`.
-    pub(crate) fn open(
+    pub fn open(
         addr: SocketAddr,
         connect_timeout: Duration,
         io_timeout: Duration,
@@ -76,13 +79,13 @@ impl SockIo {
 
     /// True while the socket timeout is below the I/O timeout.
     #[inline]
-    pub(crate) fn rcv_lowered(&self) -> bool {
+    pub fn rcv_lowered(&self) -> bool {
         self.rcv_lowered
     }
 
     /// One read with no deadline check: the hot path's first read of a reply.
     #[inline]
-    pub(crate) fn read_once(&mut self, room: &mut [u8]) -> io::Result<usize> {
+    pub fn read_once(&mut self, room: &mut [u8]) -> io::Result<usize> {
         self.counts.reads += 1;
         (&self.sock).read(room)
     }
@@ -93,7 +96,7 @@ impl SockIo {
     /// restores a lowered socket timeout; it is false afterwards.
     ///
     /// The caller marks its session broken on any error.
-    pub(crate) fn fill(
+    pub fn fill(
         &mut self,
         room: &mut [u8],
         started: Instant,
@@ -147,7 +150,7 @@ impl SockIo {
 
     /// Sends `bytes` with one send call (more only on a partial write).
     #[inline]
-    pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), ConnectionError> {
+    pub fn send(&mut self, bytes: &[u8]) -> Result<(), ConnectionError> {
         let r = self.sock.send_with_flags(bytes, SEND_FLAGS);
         self.counts.writes += 1;
         match r {
@@ -157,7 +160,7 @@ impl SockIo {
     }
 
     /// Writes every byte of `bufs`, one (vectored) send call per attempt.
-    pub(crate) fn write_all(&mut self, bufs: &mut [IoSlice<'_>]) -> Result<(), ConnectionError> {
+    pub fn write_all(&mut self, bufs: &mut [IoSlice<'_>]) -> Result<(), ConnectionError> {
         write_rest(&self.sock, &mut self.counts, bufs, 0)
     }
 }

@@ -13,8 +13,9 @@
 //! - [`schedule`] writes the headers of a delay the server holds (message
 //!   schedules, nats-server 2.12+), rounded up to the whole second.
 //! - [`NatsSession`] is one connection's state over all of these: what is
-//!   sent, which replies are owed, `PING`s to answer, deliveries. The
-//!   blocking [`NatsConnection`] (feature `blocking`) drives it over a socket.
+//!   sent, which replies are owed, `PING`s to answer, deliveries. Its
+//!   drivers (blocking, and tokio) are in the `taskq-connect` crate, with
+//!   TLS, credentials and the JetStream management API.
 //!
 //! ```
 //! use taskq_proto::nats::{parse_op, NatsLimits, ServerOp};
@@ -29,10 +30,7 @@
 //! assert_eq!(ack.ok().map(|a| a.seq), Some(1));
 //! ```
 
-pub mod access;
 mod ack;
-#[cfg(feature = "blocking")]
-mod client;
 mod encode;
 mod error;
 mod headers;
@@ -43,12 +41,7 @@ pub mod schedule;
 pub mod session;
 mod span;
 
-pub use access::{NatsAccess, TlsSettings};
 pub use ack::{AckInfo, AckKind};
-#[cfg(feature = "jetstream")]
-pub use client::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
-#[cfg(feature = "blocking")]
-pub use client::{NatsConfig, NatsConnection, Parts, TlsSession};
 pub use encode::{
     encode_connect, encode_hpub, encode_ping, encode_pong, encode_pub, encode_sub, encode_unsub,
     validate_subject, ConnectOptions, Headers, PutEncoder,
@@ -59,7 +52,7 @@ pub use json::{parse_info, parse_js_reply, ApiErrorRef, InfoRef, JsReply, PubAck
 pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp};
 pub use request_error::{ApiError, NatsError, Refusal, TlsError, TlsFailure, WAITING_FOR_INFO};
 pub use schedule::{holds_schedules, ScheduleAt};
-pub use session::{Delivery, Event, NatsSession, PubAck};
+pub use session::{Credentials, Delivery, Event, NatsSession, PubAck};
 pub use span::Span;
 
 /// True when subject pattern `pattern` (with `*` and `>`) matches every

@@ -7,7 +7,7 @@
 //! its body (and its other headers) to the target, in the same stream, then
 //! removes it. The schedule is named by its subject: a newer schedule on the
 //! same subject replaces the older one, so each delayed job gets a subject of
-//! its own (see [`Layout::delayed_subject`](crate::Layout::delayed_subject)).
+//! its own (see `Layout::delayed_subject` in `taskq-connect`).
 //!
 //! The time is written in whole seconds and rounded up, so that a job is
 //! never made ready before its delay is over.

@@ -25,7 +25,7 @@ struct Args {
     #[command(flatten)]
     nats: taskq_worker::nats_cli::NatsArgs,
     /// JetStream: the stream (capturing `<name in lower case>.>`).
-    #[arg(long, value_name = "NAME", default_value = taskq_proto::DEFAULT_STREAM)]
+    #[arg(long, value_name = "NAME", default_value = taskq_connect::DEFAULT_STREAM)]
     stream: String,
     /// JetStream: replicas of the stream if the worker creates it (default:
     /// 3 on a cluster of 3 or more nodes, else 1).
@@ -138,7 +138,7 @@ fn run(args: Args) -> Result<(), String> {
         match std::env::var("TASKQ_ADDR") {
             // One JetStream cluster (its seeds are comma-separated), or
             // beanstalkd servers separated by commas.
-            Ok(a) if taskq_proto::Address::parse(&a).is_ok_and(|a| a.is_nats()) => {
+            Ok(a) if taskq_connect::Address::parse(&a).is_ok_and(|a| a.is_nats()) => {
                 vec![a.trim().to_owned()]
             }
             Ok(a) if !a.trim().is_empty() => a.split(',').map(|s| s.trim().to_owned()).collect(),

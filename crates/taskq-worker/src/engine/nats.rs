@@ -34,10 +34,10 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use taskq_proto::nats::{
-    AckKind, Delivery, NatsConfig, NatsConnection, NatsError, NatsLimits, StreamSpec,
-};
-use taskq_proto::{Address, ConnectionError, Interrupter, IoCounts, Layout};
+use taskq_connect::nats::{NatsConfig, NatsConnection, StreamSpec};
+use taskq_connect::{Address, Layout};
+use taskq_proto::nats::{AckKind, Delivery, NatsError, NatsLimits};
+use taskq_proto::{ConnectionError, Interrupter, IoCounts};
 
 use super::seam::{
     Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Took, Unconfirmed, BODY_ROOM,

@@ -312,14 +312,17 @@ pub fn run_bounded(worker: taskq_worker::Worker, limit: Duration) -> taskq_worke
 }
 
 /// JetStream: a management connection to every node of `c` as seeds.
-pub fn js_admin(c: &taskq_testkit::NatsCluster) -> taskq_proto::nats::NatsConnection {
+pub fn js_admin(c: &taskq_testkit::NatsCluster) -> taskq_connect::nats::NatsConnection {
     let seeds: Vec<String> = (0..c.len()).map(|i| c.addr(i).to_string()).collect();
-    taskq_proto::nats::NatsConnection::connect(&seeds, taskq_proto::nats::NatsConfig::default())
+    taskq_connect::nats::NatsConnection::connect(&seeds, taskq_connect::nats::NatsConfig::default())
         .expect("admin connection")
 }
 
 /// JetStream: the record of tube `tube`'s consumer `taskq-TUBE` on stream `TASKQ`.
-pub fn js_consumer(c: &taskq_testkit::NatsCluster, tube: &str) -> taskq_proto::nats::ConsumerInfo {
+pub fn js_consumer(
+    c: &taskq_testkit::NatsCluster,
+    tube: &str,
+) -> taskq_connect::nats::ConsumerInfo {
     js_admin(c)
         .consumer_info("TASKQ", &format!("taskq-{tube}"))
         .expect("consumer info")
@@ -349,10 +352,11 @@ pub fn log_from_env() {
 /// longer to answer than a request's deadline: each is asked again, on a
 /// new connection, up to ten times (both calls look up before they create).
 pub fn js_setup(c: &taskq_testkit::NatsCluster, tube: &str, ack_wait: Option<Duration>) {
-    use taskq_proto::nats::{ConsumerSpec, NatsError, StreamSpec};
+    use taskq_connect::nats::{ConsumerSpec, StreamSpec};
+    use taskq_proto::nats::NatsError;
     let again =
         |what: &str,
-         f: &dyn Fn(&mut taskq_proto::nats::NatsConnection) -> Result<(), NatsError>| {
+         f: &dyn Fn(&mut taskq_connect::nats::NatsConnection) -> Result<(), NatsError>| {
             let mut last = None;
             for _ in 0..10 {
                 match f(&mut js_admin(c)) {

@@ -3,7 +3,6 @@
 //! `PONG` or refused with `-ERR`. Signing a nonce and TLS belong to the
 //! driver; the session only carries their results.
 
-use crate::nats::access::NatsAccess;
 use crate::nats::op::{parse_frame, Frame};
 use crate::nats::request_error::{NatsError, Refusal};
 use crate::nats::{encode_connect, encode_ping, encode_sub, ConnectOptions, NatsProtoError};
@@ -33,6 +32,30 @@ impl std::fmt::Debug for Signed {
     }
 }
 
+/// What `CONNECT` proves, as the driver gives it: a user and password or a
+/// token, and for nkey or JWT authentication the signed nonce. Reading these
+/// from files, the environment or an address is the driver's part.
+#[derive(Clone, Copy, Default)]
+pub struct Credentials<'a> {
+    /// A user and password.
+    pub user: Option<(&'a str, &'a Secret)>,
+    /// A token.
+    pub token: Option<&'a Secret>,
+    /// The JWT or nkey with the nonce's signature.
+    pub signed: Option<&'a Signed>,
+    /// How errors name these credentials (`user bob`, `token`, `nkey file
+    /// F`): never a secret.
+    pub describe: &'a str,
+}
+
+impl std::fmt::Debug for Credentials<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("describe", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
 impl NatsSession {
     /// Reads the server's first operation, which must be `INFO`; `None` when
     /// more bytes are needed. The `INFO` must offer message headers.
@@ -53,24 +76,23 @@ impl NatsSession {
         }
     }
 
-    /// Queues `CONNECT` (named `name`, with the user and password or token
-    /// of `access`, and the JWT or nkey with the nonce's signature from
-    /// `signed`), the inbox's `SUB` and a `PING`, for one write. `tls` says
-    /// the connection is encrypted. After the write, call
-    /// [`wipe_queue`](Self::wipe_queue): the line holds the credentials.
+    /// Queues `CONNECT` (named `name`, with `creds`), the inbox's `SUB` and
+    /// a `PING`, for one write. `tls` says the connection is encrypted. After
+    /// the write, call [`wipe_queue`](Self::wipe_queue): the line holds the
+    /// credentials.
     pub fn queue_connect(
         &mut self,
         name: &str,
-        access: &NatsAccess,
-        signed: Option<&Signed>,
+        creds: &Credentials<'_>,
         tls: bool,
     ) -> Result<(), NatsError> {
         self.usable()?;
+        let signed = creds.signed;
         let opts = ConnectOptions {
             name,
             version: env!("CARGO_PKG_VERSION"),
-            user_pass: access.user.as_ref().map(|(u, p)| (u.as_str(), p.expose())),
-            token: access.token.as_ref().map(|t| t.expose()),
+            user_pass: creds.user.map(|(u, p)| (u, p.expose())),
+            token: creds.token.map(|t| t.expose()),
             jwt: signed.and_then(|s| s.jwt.as_ref()).map(|j| j.expose()),
             nkey: signed.and_then(|s| s.nkey.as_deref()),
             sig: signed.map(|s| s.sig.as_str()),
@@ -82,7 +104,8 @@ impl NatsSession {
         self.scratch.push(b'*');
         encode_sub(&mut self.tx, &self.scratch, INBOX_SID)?;
         encode_ping(&mut self.tx);
-        self.auth = access.describe();
+        self.auth.clear();
+        self.auth.push_str(creds.describe);
         Ok(())
     }
 

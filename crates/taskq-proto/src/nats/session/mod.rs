@@ -7,7 +7,7 @@
 //! under way, PubAcks of queued publishes, ack confirmations, `PONG`s for
 //! the server's `PING`s), takes the bytes a driver read and yields what the
 //! driver waits for, borrowed from its receive buffer. A driver (the blocking
-//! [`NatsConnection`](crate::nats::NatsConnection), or the async producer's)
+//! or the tokio one of `taskq-connect`)
 //! owns the socket, TLS and the clock: it writes what the session encoded
 //! with one write, answers `PING`s, reads into the room the session gives,
 //! and holds each wait to a deadline.
@@ -41,7 +41,7 @@ mod pull;
 mod request;
 mod state;
 
-pub use handshake::Signed;
+pub use handshake::{Credentials, Signed};
 pub use publish::{PubAck, Put};
 pub use pull::{Delivery, DeliveryFrame};
 pub use state::{random_inbox, Event, Hello, NatsSession, PONG};

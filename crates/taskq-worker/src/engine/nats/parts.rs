@@ -5,9 +5,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use taskq_connect::nats::NatsConnection;
+use taskq_connect::READY_AT_HEADER;
 use taskq_proto::nats::schedule::SCHEDULER_HEADER;
-use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsConnection, NatsError};
-use taskq_proto::{ConnectionError, READY_AT_HEADER};
+use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError};
+use taskq_proto::ConnectionError;
 
 use crate::engine::seam::{Ask, Carry, Pool, Settle, Unconfirmed};
 use crate::fair::Want;

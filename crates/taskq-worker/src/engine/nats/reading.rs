@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, MsgSelect, NatsError};
+use taskq_connect::nats::MsgSelect;
+use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError};
 use taskq_proto::ConnectionError;
 
 use super::parts::{conn_error, keep_early, unix_ms, Early, End, Held, GIVEN_BACK_KEPT};

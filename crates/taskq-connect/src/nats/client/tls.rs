@@ -16,9 +16,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, CertificateError, ClientConfig, ClientConnection, RootCertStore};
 
-use crate::conn::sock::SockIo;
-use crate::error::ConnectionError;
 use crate::nats::access::TlsSettings;
+use taskq_proto::ConnectionError;
+use taskq_proto::SockIo;
 
 use super::NatsError;
 use super::{TlsError, TlsFailure};

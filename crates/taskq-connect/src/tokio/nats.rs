@@ -16,10 +16,10 @@ use std::io::IoSlice;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use taskq_proto::nats::{
-    Event, MsgFrame, NatsConnection, NatsError, NatsSession, PubAck, TlsSession,
-};
+use taskq_proto::nats::{Event, MsgFrame, NatsError, NatsSession, PubAck};
 use taskq_proto::{ConnectionError, IoCounts};
+
+use crate::nats::{NatsConnection, TlsSession};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -30,7 +30,7 @@ use super::io::{poll_read_into, write_all, write_rest, Deadline};
 const WHOLE_PUT: usize = 16 * 1024;
 
 /// A JetStream connection over tokio.
-pub(crate) struct AsyncNatsConn {
+pub struct AsyncNatsConn {
     stream: TcpStream,
     session: NatsSession,
     counts: IoCounts,
@@ -57,10 +57,7 @@ impl AsyncNatsConn {
     /// non-blocking and registered with the current runtime), its session
     /// and its TLS session. Errors are of setting the socket up: nothing of
     /// the caller's was sent.
-    pub(crate) fn adopt(
-        conn: NatsConnection,
-        io_timeout: Duration,
-    ) -> Result<AsyncNatsConn, NatsError> {
+    pub fn adopt(conn: NatsConnection, io_timeout: Duration) -> Result<AsyncNatsConn, NatsError> {
         let parts = conn.into_parts()?;
         parts
             .socket
@@ -80,22 +77,22 @@ impl AsyncNatsConn {
 
     /// True once the connection is out of step; it must be replaced.
     #[inline]
-    pub(crate) fn is_broken(&self) -> bool {
+    pub fn is_broken(&self) -> bool {
         self.session.is_broken() || self.writing
     }
 
     /// Marks the connection broken.
-    pub(crate) fn mark_broken(&mut self) {
+    pub fn mark_broken(&mut self) {
         self.session.mark_broken();
     }
 
     /// System calls that moved bytes (or failed) so far.
-    pub(crate) fn io_counts(&self) -> IoCounts {
+    pub fn io_counts(&self) -> IoCounts {
         self.counts
     }
 
     /// Server `PING`s answered so far.
-    pub(crate) fn pings_answered(&self) -> u64 {
+    pub fn pings_answered(&self) -> u64 {
         self.session.pings_answered()
     }
 
@@ -103,7 +100,7 @@ impl AsyncNatsConn {
     /// headers) and waits for its PubAck: one write, then reads until the
     /// reply with this put's token, answering `PING`s on the way.
     #[inline]
-    pub(crate) async fn publish(
+    pub async fn publish(
         &mut self,
         subject: &[u8],
         msg_id: &[u8],
@@ -188,7 +185,7 @@ impl AsyncNatsConn {
     /// Queues a publish for [`flush`](Self::flush) and returns its reply
     /// token; its PubAck is read by [`recv_puback`](Self::recv_puback), in
     /// the order of queueing, or by [`recv_any_puback`](Self::recv_any_puback).
-    pub(crate) fn queue_publish(
+    pub fn queue_publish(
         &mut self,
         subject: &[u8],
         msg_id: &[u8],
@@ -204,7 +201,7 @@ impl AsyncNatsConn {
     /// future dropped while waiting and made again keeps the same deadline;
     /// `wait` other than the I/O timeout (`Duration::MAX`: none, for an
     /// idle connection answering `PING`s).
-    pub(crate) async fn recv_any_puback(
+    pub async fn recv_any_puback(
         &mut self,
         started: &mut Option<Instant>,
         wait: Option<Duration>,
@@ -231,7 +228,7 @@ impl AsyncNatsConn {
     }
 
     /// Sends everything queued with one write.
-    pub(crate) async fn flush(&mut self) -> Result<(), NatsError> {
+    pub async fn flush(&mut self) -> Result<(), NatsError> {
         if self.writing {
             self.session.mark_broken();
         }
@@ -251,7 +248,7 @@ impl AsyncNatsConn {
     }
 
     /// Reads the PubAck of the oldest queued publish (after [`flush`](Self::flush)).
-    pub(crate) async fn recv_puback(&mut self) -> Result<PubAck, NatsError> {
+    pub async fn recv_puback(&mut self) -> Result<PubAck, NatsError> {
         let token = self.session.next_puback()?;
         let m = self.wait_reply(token).await?;
         self.session.take_puback(m)

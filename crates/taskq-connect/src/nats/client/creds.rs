@@ -9,10 +9,10 @@
 use std::path::Path;
 
 use crate::nats::access::NatsAccess;
-use crate::secret::Secret;
+use taskq_proto::Secret;
 
 use super::NatsError;
-use crate::nats::session::Signed;
+use taskq_proto::nats::session::Signed;
 
 /// Signs `nonce` with the credentials file or nkey seed file of `access`;
 /// `None` when neither is given.

@@ -8,7 +8,8 @@ use std::net::{TcpListener, TcpStream};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use taskq_proto::nats::{NatsConfig, NatsConnection, NatsError, NatsProtoError};
+use taskq_connect::nats::{NatsConfig, NatsConnection};
+use taskq_proto::nats::{NatsError, NatsProtoError};
 
 const INFO: &str = "INFO {\"server_id\":\"FAKE\",\"max_payload\":1048576,\"headers\":true,\"connect_urls\":[\"127.0.0.1:1\"]}\r\n";
 

@@ -17,8 +17,8 @@
 //!   server publishes it to `taskq.T` at second `S`. No consumer filters on
 //!   these subjects either.
 
-use crate::error::TubeNameError;
-use crate::MAX_TUBE_NAME;
+use taskq_proto::TubeNameError;
+use taskq_proto::MAX_TUBE_NAME;
 
 /// The header that carries a delayed job's ready time, in Unix milliseconds.
 /// Before nats-server 2.12 JetStream has no scheduled publish, so the worker
@@ -207,7 +207,7 @@ mod tests {
     fn delayed_subjects_are_covered_by_the_stream_and_by_no_tube_consumer() {
         let l = Layout::default();
         let s = format!("{}1796171537.abc-1", l.delayed_prefix("t"));
-        let covers = crate::nats::subject_covers;
+        let covers = taskq_proto::nats::subject_covers;
         assert!(covers(&l.capture(), &s), "the stream captures it");
         assert!(covers(&l.delayed_filter("t"), &s));
         assert!(!covers(&l.subject("t"), &s), "the tube's consumer does not");

@@ -33,12 +33,19 @@ use tokio::net::TcpStream;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 /// The kept timer of a connection (see the module docs for the rule).
-pub(crate) struct Deadline {
+pub struct Deadline {
     sleep: Pin<Box<Sleep>>,
 }
 
+impl Default for Deadline {
+    fn default() -> Self {
+        Deadline::new()
+    }
+}
+
 impl Deadline {
-    pub(crate) fn new() -> Deadline {
+    /// A kept timer, due at once: the first wait arms it at its own deadline.
+    pub fn new() -> Deadline {
         // Elapsed from the start: the first wait arms it at its own deadline.
         Deadline {
             sleep: Box::pin(sleep_until(Instant::now())),
@@ -47,7 +54,7 @@ impl Deadline {
 
     /// True once `due` has passed; otherwise the task is woken at `due` at
     /// the latest (the kept sleep is registered with this context's waker).
-    pub(crate) fn passed(&mut self, due: Instant, cx: &mut Context<'_>) -> bool {
+    pub fn passed(&mut self, due: Instant, cx: &mut Context<'_>) -> bool {
         if self.sleep.deadline() > due {
             self.sleep.as_mut().reset(due);
         }
@@ -65,7 +72,7 @@ impl Deadline {
 
 /// The wait started at `started` ends `wait` later (a wait too long for the
 /// clock to represent stands for "no deadline").
-pub(crate) fn due(started: Instant, wait: Duration) -> Instant {
+pub fn due(started: Instant, wait: Duration) -> Instant {
     const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
     started
         .checked_add(wait)
@@ -77,7 +84,7 @@ pub(crate) fn due(started: Instant, wait: Duration) -> Instant {
 /// is when the first read of the reply had to wait (set here then). The
 /// counts take each read that moved bytes or failed; a read of nothing is
 /// the peer's close.
-pub(crate) fn poll_read_into(
+pub fn poll_read_into(
     stream: &mut TcpStream,
     room: &mut [u8],
     counts: &mut IoCounts,
@@ -115,7 +122,7 @@ pub(crate) fn poll_read_into(
 }
 
 /// TCP_NODELAY (each request is one whole write) and keepalive.
-pub(crate) fn setup(stream: TcpStream, cfg: &ConnectionConfig) -> io::Result<TcpStream> {
+pub fn setup(stream: TcpStream, cfg: &ConnectionConfig) -> io::Result<TcpStream> {
     stream.set_nodelay(true)?;
     if let Some(idle) = cfg.keepalive {
         socket2::SockRef::from(&stream).set_tcp_keepalive(
@@ -130,7 +137,7 @@ pub(crate) fn setup(stream: TcpStream, cfg: &ConnectionConfig) -> io::Result<Tcp
 /// Writes every byte, one write call per attempt; a partial write continues
 /// where it stopped, waiting (against the I/O timeout) for room. The counts
 /// take each call that moved bytes or failed.
-pub(crate) async fn write_all(
+pub async fn write_all(
     stream: &TcpStream,
     counts: &mut IoCounts,
     deadline: &mut Deadline,
@@ -141,7 +148,7 @@ pub(crate) async fn write_all(
 }
 
 /// [`write_all`] for a request of which `sent` bytes already left.
-pub(crate) async fn write_rest(
+pub async fn write_rest(
     stream: &TcpStream,
     counts: &mut IoCounts,
     deadline: &mut Deadline,

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{ApiError, NatsConnection, NatsError};
-use crate::nats::schedule::rfc3339_utc_at;
-use crate::nats::subject_covers;
+use taskq_proto::nats::schedule::rfc3339_utc_at;
+use taskq_proto::nats::subject_covers;
 
 /// The work-queue stream taskq needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -350,7 +350,7 @@ impl NatsConnection {
         loop {
             match f(self) {
                 Err(e) if is_transient(&e) && Instant::now() < until => {
-                    std::thread::sleep(crate::defaults::API_RETRY_PAUSE);
+                    std::thread::sleep(taskq_proto::defaults::API_RETRY_PAUSE);
                 }
                 r => return r,
             }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::{NatsConnection, NatsError};
-use crate::nats::{AckKind, Delivery, NatsSession};
+use taskq_proto::nats::{AckKind, Delivery, NatsSession};
 
 impl NatsConnection {
     /// Asks consumer `consumer` of `stream` for up to `batch` messages,

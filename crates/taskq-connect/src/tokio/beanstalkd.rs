@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::io::{poll_read_into, setup, write_all, write_rest, Deadline};
 
 /// A connection to a beanstalkd-protocol server over tokio.
-pub(crate) struct AsyncConn {
+pub struct AsyncConn {
     stream: TcpStream,
     session: Session,
     counts: IoCounts,
@@ -37,7 +37,7 @@ impl std::fmt::Debug for AsyncConn {
 
 impl AsyncConn {
     /// Connects to the first of `addrs` that accepts within the connect timeout.
-    pub(crate) async fn connect(
+    pub async fn connect(
         addrs: &[SocketAddr],
         cfg: &ConnectionConfig,
     ) -> Result<AsyncConn, ConnectionError> {
@@ -68,23 +68,23 @@ impl AsyncConn {
 
     /// True once the connection is out of step; it must be replaced.
     #[inline]
-    pub(crate) fn is_broken(&self) -> bool {
+    pub fn is_broken(&self) -> bool {
         self.session.is_broken()
     }
 
     /// Marks the connection broken (a reply the caller cannot accept).
-    pub(crate) fn mark_broken(&mut self) {
+    pub fn mark_broken(&mut self) {
         self.session.mark_broken();
     }
 
     /// System calls that moved bytes (or failed) so far.
-    pub(crate) fn io_counts(&self) -> IoCounts {
+    pub fn io_counts(&self) -> IoCounts {
         self.counts
     }
 
     /// Sends one request with one write (looping only on a partial write).
     #[inline]
-    pub(crate) async fn send(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
+    pub async fn send(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         // The enqueue hot path: a put whose line repeats goes out whole from
         // the session's inline buffer.
         if let Command::Put {
@@ -162,18 +162,18 @@ impl AsyncConn {
     }
 
     /// Appends a request to the pipeline; [`flush`](Self::flush) sends all of them in one write.
-    pub(crate) fn queue(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
+    pub fn queue(&mut self, cmd: &Command<'_>) -> Result<(), ConnectionError> {
         self.session.queue(cmd)
     }
 
     /// Drops what [`queue`](Self::queue) gathered without sending it.
-    pub(crate) fn clear_queue(&mut self) {
+    pub fn clear_queue(&mut self) {
         self.session.clear_queue();
     }
 
     /// Sends everything queued with one write; on a broken connection drops
     /// the queue and sends nothing.
-    pub(crate) async fn flush(&mut self) -> Result<(), ConnectionError> {
+    pub async fn flush(&mut self) -> Result<(), ConnectionError> {
         let Some(queued) = self.session.to_flush()? else {
             return Ok(());
         };
@@ -191,7 +191,7 @@ impl AsyncConn {
 
     /// Reads the next owed reply, against one deadline for the whole of it.
     #[inline]
-    pub(crate) async fn recv(&mut self) -> Result<Reply<'_>, ConnectionError> {
+    pub async fn recv(&mut self) -> Result<Reply<'_>, ConnectionError> {
         self.recv_since(&mut None).await
     }
 
@@ -200,7 +200,7 @@ impl AsyncConn {
     /// progress), so a future dropped while waiting and made again keeps
     /// the same deadline.
     #[inline]
-    pub(crate) async fn recv_since(
+    pub async fn recv_since(
         &mut self,
         started: &mut Option<Instant>,
     ) -> Result<Reply<'_>, ConnectionError> {

@@ -8,7 +8,8 @@ mod nats_common;
 use std::time::{Duration, Instant};
 
 use nats_common::{consumer_spec, stream_spec, CONSUMER, STREAM, SUBJECT};
-use taskq_proto::nats::{AckKind, Delivery, NatsConfig, NatsConnection, NatsError, StreamSpec};
+use taskq_connect::nats::{NatsConfig, NatsConnection, StreamSpec};
+use taskq_proto::nats::{AckKind, Delivery, NatsError};
 use taskq_testkit::NatsCluster;
 
 #[test]

@@ -13,13 +13,13 @@ use std::io::IoSlice;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use crate::conn::sock::SockIo;
-use crate::conn::{Interrupter, IoCounts};
-use crate::defaults;
 use crate::nats::access::NatsAccess;
-use crate::nats::request_error::WAITING_FOR_INFO;
-use crate::nats::session::{NatsSession, Signed};
-use crate::nats::NatsLimits;
+use taskq_proto::defaults;
+use taskq_proto::nats::session::{NatsSession, Signed};
+use taskq_proto::nats::NatsLimits;
+use taskq_proto::nats::WAITING_FOR_INFO;
+use taskq_proto::SockIo;
+use taskq_proto::{Interrupter, IoCounts};
 
 #[cfg(feature = "secure")]
 mod creds;
@@ -35,13 +35,13 @@ mod wire;
 pub use self::wire::TlsSession;
 use self::wire::Wire;
 #[cfg(feature = "jetstream")]
-use crate::nats::request_error::ApiError;
-use crate::nats::request_error::{NatsError, TlsError, TlsFailure};
-#[cfg(feature = "jetstream")]
 pub use js::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
+#[cfg(feature = "jetstream")]
+use taskq_proto::nats::ApiError;
+use taskq_proto::nats::{NatsError, TlsError, TlsFailure};
 
 /// Settings of a NATS connection. The defaults are the shared ones of
-/// [`defaults`](crate::defaults).
+/// [`defaults`](taskq_proto::defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NatsConfig {
     /// Limit on each connect attempt, per address.
@@ -231,8 +231,9 @@ impl NatsConnection {
         }
         let signed = self.sign(hello.nonce.as_bytes())?;
         let tls = self.io.is_tls();
-        self.s
-            .queue_connect(&self.cfg.name, &self.cfg.access, signed.as_ref(), tls)?;
+        let describe = self.cfg.access.describe();
+        let creds = self.cfg.access.credentials(signed.as_ref(), &describe);
+        self.s.queue_connect(&self.cfg.name, &creds, tls)?;
         self.step = "sending CONNECT";
         let sent = self.io.write_all(&mut [IoSlice::new(self.s.queued())]);
         // The CONNECT line holds the credentials: leave no copy behind.
@@ -288,7 +289,7 @@ impl NatsConnection {
     /// True when the server can hold a message until its time (message
     /// schedules): its `INFO` says 2.12 or later.
     pub fn holds_schedules(&self) -> bool {
-        crate::nats::holds_schedules(self.server_version())
+        taskq_proto::nats::holds_schedules(self.server_version())
     }
 
     /// True when the connection is encrypted.
@@ -453,7 +454,7 @@ impl NatsConnection {
         token: u64,
         started: Instant,
         wait: Duration,
-    ) -> Result<crate::nats::op::MsgFrame, NatsError> {
+    ) -> Result<taskq_proto::nats::MsgFrame, NatsError> {
         // The first read needs no clock when the socket timeout (the I/O
         // timeout) fits in the wait.
         let mut first = wait >= self.cfg.io_timeout;

@@ -9,7 +9,8 @@ mod nats_common;
 use std::time::Duration;
 
 use nats_common::{ready, CONSUMER, STREAM, SUBJECT};
-use taskq_proto::nats::{AckKind, Delivery, NatsConnection};
+use taskq_connect::nats::NatsConnection;
+use taskq_proto::nats::{AckKind, Delivery};
 use taskq_testkit::alloc::{self, CountingAllocator};
 
 #[global_allocator]

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::secret::Secret;
+use taskq_proto::Secret;
 
 /// The queue server an address selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,8 +6,10 @@
 
 use std::path::PathBuf;
 
+use taskq_proto::nats::session::{Credentials, Signed};
+use taskq_proto::Secret;
+
 use crate::address::{Address, UserInfo};
-use crate::secret::Secret;
 
 /// Credentials and TLS settings for a NATS connection.
 ///
@@ -76,6 +78,21 @@ impl NatsAccess {
         }
         a.tls.required |= addr.requires_tls();
         a
+    }
+
+    /// What `CONNECT` carries of these settings, with the nonce's signature
+    /// where one was made, named in errors as `describe` says.
+    pub fn credentials<'a>(
+        &'a self,
+        signed: Option<&'a Signed>,
+        describe: &'a str,
+    ) -> Credentials<'a> {
+        Credentials {
+            user: self.user.as_ref().map(|(u, p)| (u.as_str(), p)),
+            token: self.token.as_ref(),
+            signed,
+            describe,
+        }
     }
 
     /// What authenticates, for messages: `user alice`, `token`, `nkey file

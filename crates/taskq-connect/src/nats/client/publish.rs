@@ -6,7 +6,7 @@ use std::io::IoSlice;
 use std::time::Instant;
 
 use super::{NatsConnection, NatsError};
-use crate::nats::PubAck;
+use taskq_proto::nats::PubAck;
 
 impl NatsConnection {
     /// Publishes `body` to `subject` with dedup id `msg_id` and waits for
@@ -94,7 +94,7 @@ impl NatsConnection {
             Instant::now(),
             self.cfg.io_timeout,
             &mut first,
-            crate::nats::NatsSession::poll_puback,
+            taskq_proto::nats::NatsSession::poll_puback,
         )
     }
 }

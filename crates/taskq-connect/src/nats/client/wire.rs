@@ -4,8 +4,8 @@
 use std::io::IoSlice;
 use std::time::{Duration, Instant};
 
-use crate::conn::sock::SockIo;
-use crate::conn::IoCounts;
+use taskq_proto::IoCounts;
+use taskq_proto::SockIo;
 
 use super::NatsError;
 

@@ -7,11 +7,12 @@ mod nats_common;
 use std::time::{Duration, Instant};
 
 use nats_common::{connect, consumer_spec, node, ready, stream_spec, CONSUMER, STREAM, SUBJECT};
-use taskq_proto::nats::{AckKind, Delivery, MsgSelect, NatsError, StreamSpec};
+use taskq_connect::nats::{MsgSelect, StreamSpec};
+use taskq_proto::nats::{AckKind, Delivery, NatsError};
 
 /// Pulls one message and returns its ack subject and delivery count.
 fn pull_one(
-    conn: &mut taskq_proto::nats::NatsConnection,
+    conn: &mut taskq_connect::nats::NatsConnection,
     expires: Duration,
 ) -> Option<(Vec<u8>, u64, Vec<u8>)> {
     conn.pull(STREAM, CONSUMER, 1, expires, None).unwrap();
@@ -385,7 +386,7 @@ fn server_facts_the_ensure_calls_rely_on() {
     // A work queue refuses a second consumer with an overlapping filter (10100)
     // and an unfiltered one (10099).
     // The config ensure_consumer sends (consumer_spec) but for a 5 s ack wait.
-    let create = |conn: &mut taskq_proto::nats::NatsConnection, name: &str, filter: &str| {
+    let create = |conn: &mut taskq_connect::nats::NatsConnection, name: &str, filter: &str| {
         let f = if filter.is_empty() {
             String::new()
         } else {

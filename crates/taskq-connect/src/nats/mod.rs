@@ -1,0 +1,13 @@
+//! NATS beyond the protocol: how a client authenticates and encrypts
+//! ([`NatsAccess`], [`TlsSettings`]), the blocking driver
+//! [`NatsConnection`] over `taskq_proto::nats::NatsSession`, and the
+//! JetStream management API on it (feature `jetstream`: [`StreamSpec`],
+//! [`ConsumerSpec`] and what the server reports of them).
+
+pub mod access;
+mod client;
+
+pub use access::{NatsAccess, TlsSettings};
+#[cfg(feature = "jetstream")]
+pub use client::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
+pub use client::{NatsConfig, NatsConnection, Parts, TlsSession};
