@@ -94,7 +94,7 @@ impl AsyncWorker {
         F: Future<Output = Outcome> + Send + 'static,
     {
         cfg.validate()?;
-        if cfg.engine()? != taskq_proto::Engine::Beanstalkd {
+        if cfg.engine()? != taskq_connect::Engine::Beanstalkd {
             return Err(ConfigError::MixedEngines);
         }
         Ok(AsyncWorker {

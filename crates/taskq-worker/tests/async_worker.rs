@@ -1,1 +1,437 @@
-//! AsyncWorker against a real beanstalkd.
+//! `AsyncWorker` against a real beanstalkd: throughput at concurrency 1,000
+//! on one connection and the runtime's threads alone, panicking handlers,
+//! the two stops, a job kept past its TTR by touches, an oversized job, and
+//! connection resets at fixed byte counts through the chaos proxy.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use taskq_proto::{Command as Cmd, Reply, ServerStats};
+use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, Toxic};
+use taskq_worker::{AsyncJob, AsyncWorker, Backoff, Config, Jitter, Outcome, Snapshot};
+
+/// A multi-thread runtime of two workers (the machine has two cores).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn cfg(addr: SocketAddr, concurrency: usize) -> Config {
+    Config {
+        servers: vec![addr.to_string()],
+        concurrency,
+        io_timeout: Duration::from_millis(1000),
+        reconnect_backoff: Backoff {
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(100),
+            jitter: Jitter::Full,
+        },
+        ..Config::default()
+    }
+}
+
+/// This process's threads now.
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+    line[8..].trim().parse().unwrap()
+}
+
+/// The server's (current, total) connections, this query's own included.
+fn connections(addr: SocketAddr) -> (u64, u64) {
+    let mut c = connect(addr);
+    match c.request(&Cmd::Stats).unwrap() {
+        Reply::Ok { yaml } => {
+            let s = ServerStats::parse(yaml).unwrap();
+            (s.current_connections, s.total_connections)
+        }
+        r => panic!("stats: {r:?}"),
+    }
+}
+
+/// Runs `worker` on `rt` until `done` holds (polled from this thread), then
+/// stops it and returns its counters; bounded by `limit`.
+fn run_until_drained(
+    rt: &tokio::runtime::Runtime,
+    worker: AsyncWorker,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+) -> Snapshot {
+    let control = worker.control();
+    let h = rt.spawn(worker.run());
+    let drained = wait_until(limit, &mut done);
+    control.shutdown();
+    let counts = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), h)
+            .await
+            .expect("the worker ends after a stop")
+            .unwrap()
+    });
+    assert!(drained, "not drained within {limit:?}: {counts}");
+    counts
+}
+
+fn drained(addr: SocketAddr) -> bool {
+    let r = record(addr);
+    r.ready + r.reserved + r.delayed == 0
+}
+
+#[test]
+fn ten_thousand_jobs_of_50_ms_at_concurrency_1000_on_one_connection_and_the_runtimes_threads() {
+    let server = Beanstalkd::start().unwrap();
+    let n = 10_000;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+
+    // The largest thread count seen while the worker runs.
+    let peak = Arc::new(AtomicUsize::new(0));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        std::thread::spawn(move || {
+            while sampling.load(Ordering::SeqCst) {
+                peak.fetch_max(threads(), Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let before_threads = threads();
+    let (_, total_before) = connections(server.addr());
+
+    let rt = runtime();
+    let cfg = Config {
+        max_jobs: Some(n),
+        ..cfg(server.addr(), 1000)
+    };
+    let worker = AsyncWorker::new(cfg, |_job: AsyncJob| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Outcome::Done
+    })
+    .unwrap();
+    let t = Instant::now();
+    let counts = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), worker.run())
+            .await
+            .expect("bounded")
+    });
+    let took = t.elapsed();
+    sampling.store(false, Ordering::SeqCst);
+    sampler.join().unwrap();
+    let (_, total_after) = connections(server.addr());
+    drop(rt);
+
+    let ideal = Duration::from_millis(50) * (n as u32 / 1000);
+    let ratio = took.as_secs_f64() / ideal.as_secs_f64();
+    // The query after the run is one connection of the total.
+    let opened = total_after - total_before - 1;
+    let peak = peak.load(Ordering::SeqCst);
+    eprintln!(
+        "{n} jobs of 50 ms at 1,000: {took:?} ({ratio:.2} of ideal), {opened} connection(s), threads {before_threads} before, {peak} at most; {counts}"
+    );
+    assert_eq!(counts.deleted, n);
+    assert!(drained(server.addr()));
+    assert!(ratio <= 1.3, "{ratio:.2} of the ideal time");
+    assert!((1..=2).contains(&opened), "{opened} connections");
+    assert!(
+        peak <= before_threads + 2,
+        "{peak} threads: more than the runtime's 2 beyond {before_threads}"
+    );
+}
+
+#[test]
+fn a_panic_in_the_closure_or_its_future_is_a_failed_attempt_and_poison_jobs_are_buried() {
+    let server = Beanstalkd::start().unwrap();
+    let n = 2000;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    let ids = put_all(server.addr(), "default", 60, &bodies);
+    let poison: Vec<u64> = (0..n).filter(|i| i % 100 == 0).map(|i| ids[i]).collect();
+    let concurrency = 8;
+    let cfg = Config {
+        max_attempts: 3,
+        retry_backoff: Backoff {
+            initial: Duration::ZERO,
+            max: Duration::ZERO,
+            jitter: Jitter::None,
+        },
+        ..cfg(server.addr(), concurrency)
+    };
+    let running = Arc::new(AtomicUsize::new(0));
+    let panics = Arc::new(AtomicU64::new(0));
+    // The most handlers running at once after the last panic.
+    let late_peak = Arc::new(AtomicUsize::new(0));
+    let done_good = Arc::new(AtomicU64::new(0));
+    let (r, p, lp, dg) = (
+        running.clone(),
+        panics.clone(),
+        late_peak.clone(),
+        done_good.clone(),
+    );
+    let worker = AsyncWorker::new(cfg, move |job: AsyncJob| {
+        let i: usize = std::str::from_utf8(job.body()).unwrap().parse().unwrap();
+        if i % 200 == 0 {
+            // In the closure itself.
+            p.fetch_add(1, Ordering::SeqCst);
+            panic!("poison {i} in the closure");
+        }
+        let (r, p, lp, dg) = (r.clone(), p.clone(), lp.clone(), dg.clone());
+        async move {
+            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+            if p.load(Ordering::SeqCst) == 60 {
+                lp.fetch_max(now, Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            r.fetch_sub(1, Ordering::SeqCst);
+            if i % 100 == 0 {
+                // In the future, after an await.
+                p.fetch_add(1, Ordering::SeqCst);
+                panic!("poison {i} in the future");
+            }
+            dg.fetch_add(1, Ordering::SeqCst);
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let rt = runtime();
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(60), || {
+        drained(server.addr()) && record(server.addr()).buried == 20
+    });
+    eprintln!("{counts}");
+    assert_eq!(counts.deleted, 1980);
+    assert_eq!(done_good.load(Ordering::SeqCst), 1980);
+    assert_eq!(counts.panicked, 60, "each poison job three times");
+    assert_eq!(panics.load(Ordering::SeqCst), 60);
+    assert_eq!((counts.released, counts.buried), (40, 20));
+    for id in poison {
+        let (state, _, _, releases) = job_state(server.addr(), id).unwrap();
+        assert_eq!((state.as_str(), releases), ("buried", 2), "job {id}");
+    }
+    assert_eq!(
+        late_peak.load(Ordering::SeqCst),
+        concurrency,
+        "full concurrency after the last panic"
+    );
+}
+
+#[test]
+fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
+    let server = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..20).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let started: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let ended = Arc::new(AtomicU64::new(0));
+    let (s, e) = (started.clone(), ended.clone());
+    let worker = AsyncWorker::new(cfg(server.addr(), 4), move |_job: AsyncJob| {
+        s.lock().unwrap().push(Instant::now());
+        let e = e.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            e.fetch_add(1, Ordering::SeqCst);
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let rt = runtime();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopped_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let h = {
+        let (stop, at) = (stop.clone(), stopped_at.clone());
+        rt.spawn(worker.run_until(async move {
+            stop.notified().await;
+            *at.lock().unwrap() = Some(Instant::now());
+        }))
+    };
+    assert!(wait_until(Duration::from_secs(5), || started
+        .lock()
+        .unwrap()
+        .len()
+        == 4));
+    stop.notify_one();
+    let counts = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), h)
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    let at = stopped_at.lock().unwrap().unwrap();
+    let started = started.lock().unwrap();
+    assert_eq!(started.len(), 4, "no job started after the stop");
+    assert!(started.iter().all(|&t| t < at));
+    assert_eq!(ended.load(Ordering::SeqCst), 4, "the running jobs finished");
+    assert_eq!(counts.deleted, 4);
+    let r = record(server.addr());
+    assert_eq!((r.ready, r.reserved), (16, 0));
+}
+
+#[test]
+fn a_second_stop_gives_running_jobs_back_at_once() {
+    let server = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..20).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let started = Arc::new(AtomicU64::new(0));
+    let s = started.clone();
+    let worker = AsyncWorker::new(cfg(server.addr(), 4), move |_job: AsyncJob| {
+        s.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let control = worker.control();
+    let rt = runtime();
+    let h = rt.spawn(worker.run());
+    assert!(wait_until(Duration::from_secs(5), || started
+        .load(Ordering::SeqCst)
+        == 4));
+    control.shutdown();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(record(server.addr()).reserved, 4, "the first stop waits");
+    let t = Instant::now();
+    control.abort();
+    let counts = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), h)
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!((counts.deleted, counts.released), (0, 4), "{counts}");
+    assert_eq!(started.load(Ordering::SeqCst), 4);
+    let r = record(server.addr());
+    assert_eq!((r.ready, r.reserved), (20, 0));
+}
+
+#[test]
+fn a_job_three_times_its_ttr_is_kept_by_touches() {
+    let server = Beanstalkd::start().unwrap();
+    put_all(server.addr(), "default", 2, &[b"long".to_vec()]);
+    let before = record(server.addr());
+    let touches = Arc::new(AtomicU64::new(0));
+    let t2 = touches.clone();
+    let worker = AsyncWorker::new(cfg(server.addr(), 2), move |job: AsyncJob| {
+        let t2 = t2.clone();
+        async move {
+            let end = Instant::now() + Duration::from_secs(6);
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                job.touch().await.expect("touch");
+                t2.fetch_add(1, Ordering::SeqCst);
+            }
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let rt = runtime();
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(20), || {
+        drained(server.addr())
+    });
+    let after = record(server.addr());
+    assert_eq!(after.job_timeouts - before.job_timeouts, 0, "{counts}");
+    assert_eq!((counts.deleted, counts.reserved), (1, 1), "{counts}");
+    assert!(counts.touched >= 11, "{counts}");
+    assert_eq!(counts.touched, touches.load(Ordering::SeqCst));
+    assert!(after.cmd_touch - before.cmd_touch >= 11);
+}
+
+#[test]
+fn a_job_over_the_limit_is_buried_once_and_the_small_ones_are_done() {
+    let server = Beanstalkd::start_with(&["-z", "1048576"]).unwrap();
+    let mut bodies = vec![vec![b'x'; 100_000]];
+    bodies.extend((0..5).map(|i| format!("small {i}").into_bytes()));
+    let ids = put_all(server.addr(), "default", 60, &bodies);
+    let ran: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let r = ran.clone();
+    let worker = AsyncWorker::new(cfg(server.addr(), 4), move |job: AsyncJob| {
+        r.lock().unwrap().push(job.id().get());
+        async { Outcome::Done }
+    })
+    .unwrap();
+    let rt = runtime();
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(10), || {
+        drained(server.addr())
+    });
+    assert_eq!(
+        (counts.too_big, counts.buried, counts.deleted),
+        (1, 1, 5),
+        "{counts}"
+    );
+    assert!(!ran.lock().unwrap().contains(&ids[0]), "never run");
+    let (state, reserves, _, _) = job_state(server.addr(), ids[0]).unwrap();
+    assert_eq!((state.as_str(), reserves), ("buried", 1), "settled once");
+}
+
+#[test]
+fn resets_at_fixed_byte_counts_lose_nothing_and_counts_bracket_the_servers() {
+    let server = Beanstalkd::start().unwrap();
+    let proxy = ChaosProxy::start_seeded(server.addr(), 7).unwrap();
+    let n = 2000;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    let ids: HashSet<u64> = put_all(server.addr(), "default", 60, &bodies)
+        .into_iter()
+        .collect();
+    let before = record(server.addr());
+    // Every connection is reset once 8,000 bytes of replies went down it:
+    // about three windows of ten jobs (each job's reserve, lookup and
+    // delete take some 230 bytes of replies), so each connection makes
+    // progress and every one is cut, wherever the cut falls.
+    proxy.add(
+        Toxic::ResetAfterData { bytes: 8000 },
+        Direction::Downstream,
+        1.0,
+    );
+    let runs: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let r2 = runs.clone();
+    let worker = AsyncWorker::new(cfg(proxy.addr(), 10), move |job: AsyncJob| {
+        *r2.lock().unwrap().entry(job.id().get()).or_default() += 1;
+        async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let rt = runtime();
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(60), || {
+        drained(server.addr())
+    });
+    proxy.clear();
+    let after = record(server.addr());
+    let runs = runs.lock().unwrap();
+    let lost = ids.iter().filter(|id| !runs.contains_key(id)).count();
+    let unexpected = runs.keys().filter(|id| !ids.contains(id)).count();
+    let duplicates: u64 = runs.values().map(|&k| u64::from(k - 1)).sum();
+    let cmd_delete = after.cmd_delete - before.cmd_delete;
+    eprintln!(
+        "{} resets; lost {lost}, unexpected {unexpected}, duplicates {duplicates}; {counts}; cmd-delete {cmd_delete}",
+        counts.reconnects
+    );
+    assert_eq!((lost, unexpected), (0, 0));
+    assert_eq!(after.buried, 0);
+    // 2,000 jobs at some 230 bytes of replies each: over 50 connections cut.
+    assert!(counts.reconnects >= 50, "{counts}");
+    assert!(
+        duplicates
+            <= counts.lease_dropped
+                + counts.ack_unknown
+                + counts.lost_lease
+                + counts.lost_lease_on_release,
+        "duplicates {duplicates} beyond the faults that hit a held job: {counts}"
+    );
+    assert!(counts.deleted + counts.lost_lease <= cmd_delete, "{counts}");
+    assert!(
+        cmd_delete <= counts.deleted + counts.lost_lease + counts.ack_unknown,
+        "{counts} vs {cmd_delete}"
+    );
+    // Each job deleted once: confirmed, or by a delete whose reply was cut.
+    assert!(counts.deleted <= n as u64, "{counts}");
+    assert!(counts.deleted + counts.ack_unknown >= n as u64, "{counts}");
+}

@@ -1,14 +1,21 @@
 //! The socket under one machine: a tokio `TcpStream` and the protocol
-//! session, with one write per flush and reads into the session's room.
-//! It keeps no deadline of its own: the machine owns the reply deadline,
-//! and the driver wakes at it (writes alone wait against the I/O timeout).
+//! session, set up and written with taskq-connect's tokio I/O (one write
+//! per flush, against the I/O timeout). Reads go straight into the
+//! session's room and carry no deadline here: the machine owns the reply
+//! deadline, and the driver wakes at it.
+//!
+//! Not `taskq_connect::tokio::AsyncConn`: the worker needs the session
+//! itself (the kind of each owed reply, `WATCHING` replies of tube
+//! switches, jobs over the limit skipped unread) and a read that can be
+//! polled beside the slots' messages, with the deadline left to the machine.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use taskq_proto::{Address, ConnectionError, Session};
+use taskq_connect::tokio::{setup, write_all, Deadline};
+use taskq_connect::Address;
+use taskq_proto::{ConnectionConfig, ConnectionError, IoCounts, Session};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -16,16 +23,31 @@ use crate::config::Config;
 use crate::counters::Counters;
 
 /// One connection to one beanstalkd.
-#[derive(Debug)]
 pub(super) struct Conn {
     stream: TcpStream,
     pub(super) session: Session,
+    counts: IoCounts,
+    deadline: Deadline,
+    cfg: ConnectionConfig,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("session", &self.session)
+            .finish()
+    }
 }
 
 impl Conn {
     /// Connects to `server` (as configured) within the connect timeout.
     pub(super) async fn open(cfg: &Config, server: &str) -> Result<Conn, ConnectionError> {
-        let not_sent = ConnectionError::NotSent;
+        let pcfg = ConnectionConfig {
+            connect_timeout: cfg.connect_timeout,
+            io_timeout: cfg.io_timeout,
+            limits: cfg.limits,
+            ..ConnectionConfig::default()
+        };
         let host = Address::parse(server)
             .ok()
             .and_then(|a| a.hosts().first().cloned())
@@ -34,7 +56,7 @@ impl Conn {
             let mut last = None;
             for addr in tokio::net::lookup_host(host.as_str()).await? {
                 match TcpStream::connect(addr).await {
-                    Ok(s) => return Ok(s),
+                    Ok(s) => return setup(s, &pcfg),
                     Err(e) => last = Some(e),
                 }
             }
@@ -43,65 +65,53 @@ impl Conn {
             }))
         };
         let stream = match tokio::time::timeout(cfg.connect_timeout, attempt).await {
-            Ok(r) => r.map_err(not_sent)?,
+            Ok(r) => r.map_err(ConnectionError::NotSent)?,
             Err(_) => {
                 return Err(ConnectionError::Timeout {
                     waited: cfg.connect_timeout,
                 })
             }
         };
-        // Each write is a whole pipeline of requests.
-        stream.set_nodelay(true).map_err(not_sent)?;
         let mut session = Session::new(cfg.limits);
         // A job over the limit is held by id and buried, its body unread.
         session.skip_large_jobs();
-        Ok(Conn { stream, session })
+        Ok(Conn {
+            stream,
+            session,
+            counts: IoCounts::default(),
+            deadline: Deadline::new(),
+            cfg: pcfg,
+        })
     }
 
     /// Writes what the session queued, in one write call when the socket
-    /// takes it all; waits for room against `timeout` otherwise.
-    pub(super) async fn flush(
-        &mut self,
-        counters: &Counters,
-        timeout: Duration,
-    ) -> Result<(), ConnectionError> {
-        let mut sent = 0;
-        loop {
-            let Some(queued) = self.session.to_flush()? else {
-                return Ok(());
-            };
-            if sent == queued.len() {
-                self.session.queue_sent();
-                return Ok(());
-            }
-            let err = match self.stream.try_write(&queued[sent..]) {
-                Ok(0) => io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes"),
-                Ok(n) => {
-                    Counters::add(&counters.writes);
-                    sent += n;
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    match tokio::time::timeout(timeout, self.stream.writable()).await {
-                        Ok(Ok(())) => continue,
-                        Ok(Err(e)) => e,
-                        Err(_) => io::Error::new(io::ErrorKind::TimedOut, "write timed out"),
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => e,
-            };
+    /// takes it all (waiting for room against the I/O timeout otherwise).
+    pub(super) async fn flush(&mut self, counters: &Counters) -> Result<(), ConnectionError> {
+        let Some(queued) = self.session.to_flush()? else {
+            return Ok(());
+        };
+        let before = self.counts.writes;
+        let r = write_all(
+            &self.stream,
+            &mut self.counts,
+            &mut self.deadline,
+            self.cfg.io_timeout,
+            &mut [IoSlice::new(queued)],
+        )
+        .await;
+        self.session.queue_sent();
+        counters.writes.fetch_add(
+            self.counts.writes - before,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        if r.is_err() {
             self.session.mark_broken();
-            return Err(if sent == 0 {
-                ConnectionError::NotSent(err)
-            } else {
-                ConnectionError::Io(err)
-            });
         }
+        r
     }
 
-    /// One read into the session's room. `Ok(n)`: `n` bytes came (the
-    /// session took them); a read of nothing is the peer's close.
+    /// One read into the session's room; the session takes what came. A
+    /// read of nothing is the peer's close.
     pub(super) fn poll_read(
         &mut self,
         cx: &mut Context<'_>,

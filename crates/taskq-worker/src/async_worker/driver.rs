@@ -99,7 +99,7 @@ pub(super) async fn drive(
         if let Some(c) = conn.as_mut() {
             let sent = m.transmit(&sh, Instant::now(), &mut c.session).map(|_| ());
             let sent = match sent {
-                Ok(()) => c.flush(&sh.counters, sh.cfg.io_timeout).await,
+                Ok(()) => c.flush(&sh.counters).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = sent {
