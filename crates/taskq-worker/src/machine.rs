@@ -340,17 +340,31 @@ impl Machine {
                     .push_back((slot, Err(JobError::Connection(ConnectionError::Broken)))),
             }
         }
-        for s in &self.slots {
-            if let Slot::Running { id, epoch, .. } = *s {
-                if epoch == self.epoch {
-                    Counters::add(&sh.counters.lease_dropped);
-                    sh.give_ticket();
-                    tracing::warn!(
-                        job = id,
-                        server = self.name(sh),
-                        "connection broke while the job ran"
-                    );
-                }
+        for k in 0..self.slots.len() {
+            let Slot::Running { id, epoch, info } = self.slots[k] else {
+                continue;
+            };
+            if epoch != self.epoch {
+                continue;
+            }
+            Counters::add(&sh.counters.lease_dropped);
+            sh.give_ticket();
+            if info.is_none() {
+                // Taken, never started (its lookup was not answered): no
+                // handler will end it, so its slot is free now.
+                self.slots[k] = Slot::Free;
+                self.free.push(k);
+                tracing::warn!(
+                    job = id,
+                    server = self.name(sh),
+                    "connection broke before the job ran"
+                );
+            } else {
+                tracing::warn!(
+                    job = id,
+                    server = self.name(sh),
+                    "connection broke while the job ran"
+                );
             }
         }
         self.asks = 0;

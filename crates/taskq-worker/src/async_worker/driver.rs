@@ -169,7 +169,7 @@ fn take_replies(
         };
         // A job's body lies in the session's buffer until the next read.
         let body: &[u8] = match &answer {
-            Answer::Took(Ok(Took::Job { body, .. })) => *body,
+            Answer::Took(Ok(Took::Job { body, .. })) => body,
             _ => &[],
         };
         match m.on_reply(sh, Instant::now(), answer, fastrand::u64(..)) {

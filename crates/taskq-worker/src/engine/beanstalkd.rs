@@ -289,6 +289,7 @@ impl crate::machine::Sink for Session {
 /// Takes the `WATCHING` replies owed to a weighted schedule's tube
 /// switches (queued before their reserve), as far as they have come.
 /// `Ok(true)` once the next owed reply is the machine's.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 pub(crate) fn skip_watching(s: &mut Session) -> Result<bool, ConnectionError> {
     while let Some(CommandKind::Watch | CommandKind::Ignore) = s.next_owed() {
         let Some(f) = s.frame_reply()? else {
@@ -312,6 +313,7 @@ pub(crate) fn skip_watching(s: &mut Session) -> Result<bool, ConnectionError> {
 /// kind it `expect`s, or `None` until more bytes come. A reply that does
 /// not decode is an answer too: a fault of its kind. A lookup's reply
 /// leaves the job's tube name in `tube`.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 pub(crate) fn next_answer<'s>(
     s: &'s mut Session,
     expect: Expect,

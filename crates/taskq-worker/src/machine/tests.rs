@@ -331,6 +331,26 @@ fn a_handlers_touch_goes_out_and_its_answer_comes_back_to_its_slot() {
 }
 
 #[test]
+fn a_break_frees_the_slots_of_jobs_taken_and_not_started() {
+    let mut r = Rig::new(cfg(2));
+    r.send(0);
+    let (s, _) = r.reply(1, &[reserved(1), reserved(2)].concat());
+    assert_eq!(r.send(1), ["stats-job 1", "stats-job 2"]);
+    r.reply(2, &stats(0));
+    assert_eq!(r.runs, [(s[0].slot, 1)]);
+    assert_eq!(r.m.running(), 2);
+    // Job 2's lookup is owed when the connection breaks: no handler will
+    // ever end it, so its slot is free at once; job 1's when it ends.
+    r.m.broke(&r.sh, r.at(3), 0);
+    assert_eq!(r.m.running(), 1);
+    assert_eq!(r.counts().lease_dropped, 2);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert_eq!(r.m.running(), 0);
+    r.m.connected(&r.sh, r.at(4));
+    assert_eq!(r.send(4), ["reserve-with-timeout 0"; 2]);
+}
+
+#[test]
 fn a_job_whose_lease_ran_out_before_its_lookup_is_never_run() {
     let mut r = Rig::new(cfg(1));
     r.send(0);
