@@ -11,6 +11,7 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -124,6 +125,9 @@ impl AsyncWorker {
         let mut drivers = Vec::with_capacity(sh.cfg.servers.len());
         let mut slots = Vec::with_capacity(n * sh.cfg.servers.len());
         let mut cells_all = Vec::with_capacity(n * sh.cfg.servers.len());
+        let idle: Arc<[AtomicBool]> = (0..sh.cfg.servers.len())
+            .map(|_| AtomicBool::new(false))
+            .collect();
         for server in 0..sh.cfg.servers.len() {
             let inbox = Arc::new(Inbox::with_room(n));
             let cells: Vec<Arc<SlotCell>> = (0..n)
@@ -138,6 +142,7 @@ impl AsyncWorker {
                 server,
                 cells,
                 inbox,
+                idle.clone(),
             )));
         }
         let mut shutdown = pin!(shutdown);

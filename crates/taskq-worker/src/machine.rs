@@ -473,6 +473,14 @@ impl Machine {
                     if let Some(Slot::Running { info: i, .. }) = self.slots.get_mut(slot) {
                         *i = Some(info);
                     }
+                    if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        // Not started before the stop: given back untouched.
+                        let back = Outcome::Retry {
+                            delay: Duration::ZERO,
+                        };
+                        self.finished(sh, slot, back, false);
+                        return Ok(Step::Nothing);
+                    }
                     let n = crate::worker::settle::attempt(sh, self.server, id, info.releases);
                     let attempt = u32::try_from(n).unwrap_or(u32::MAX);
                     Ok(Step::Run { slot, id, attempt })
@@ -771,7 +779,9 @@ impl Machine {
     /// When the machine next wants [`handle_timeout`](Self::handle_timeout)
     /// or [`transmit`](Self::transmit): the front reply's deadline, the next
     /// probe, the next connect, the idle exit.
-    pub(crate) fn poll_timeout(&self, sh: &Shared) -> Option<Instant> {
+    /// (The idle exit's only while still ahead of `now`: once passed, the
+    /// driver asks [`is_idle`](Self::is_idle) after each event.)
+    pub(crate) fn poll_timeout(&self, sh: &Shared, now: Instant) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
         if self.up {
@@ -791,14 +801,17 @@ impl Machine {
             at(r);
         }
         if let Some(idle) = sh.cfg.exit_when_idle {
-            at(self.last_busy + idle);
+            let due = self.last_busy + idle;
+            if due > now {
+                at(due);
+            }
         }
         t
     }
 
     /// Acts on the deadlines passed at `now`: a reply overdue breaks the
-    /// connection (`true`: the driver closes it); an idle spell long
-    /// enough stops the worker.
+    /// connection (`true`: the driver closes it). (The idle exit's deadline
+    /// is the driver's to act on: see [`is_idle`](Self::is_idle).)
     pub(crate) fn handle_timeout(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
         let mut broke = false;
         if self.up && !self.owed.is_empty() {
@@ -815,21 +828,21 @@ impl Machine {
                 broke = true;
             }
         }
-        if let Some(idle) = sh.cfg.exit_when_idle {
-            let working = self.running() > 0
-                || !self.quiet
-                || self.owed.iter().any(|o| !matches!(o, Owed::Ask { .. }));
-            if crate::shared::idle_over(
-                now.saturating_duration_since(self.last_busy),
-                idle,
-                working,
-            ) && !sh.stop.load(std::sync::atomic::Ordering::SeqCst)
-            {
-                tracing::debug!("idle: stopping");
-                sh.shutdown();
-            }
-        }
         broke
+    }
+
+    /// The idle-exit rule for this connection at `now`: quiet (no job taken,
+    /// no connect) for `exit_when_idle`, holding no job, owing no settle,
+    /// and its last blocking reserve found nothing. The worker stops once
+    /// every server's machine says so (the driver keeps their answers).
+    pub(crate) fn is_idle(&self, sh: &Shared, now: Instant) -> bool {
+        let Some(idle) = sh.cfg.exit_when_idle else {
+            return false;
+        };
+        let working = self.running() > 0
+            || !self.quiet
+            || self.owed.iter().any(|o| !matches!(o, Owed::Ask { .. }));
+        crate::shared::idle_over(now.saturating_duration_since(self.last_busy), idle, working)
     }
 
     /// True once the worker stops and this connection has nothing left to

@@ -434,3 +434,95 @@ fn resets(direction: Direction, bytes: u64, min_resets: u64) {
     assert!(counts.deleted <= n as u64, "{counts}");
     assert!(counts.deleted + counts.ack_unknown >= n as u64, "{counts}");
 }
+
+#[test]
+fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resumes() {
+    log_from_env();
+    let server = Beanstalkd::start().unwrap();
+    let proxy = ChaosProxy::start(server.addr()).unwrap();
+    let n = 400;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    let ids: HashSet<u64> = put_all(server.addr(), "default", 60, &bodies)
+        .into_iter()
+        .collect();
+    let before = record(server.addr());
+    let runs: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let r2 = runs.clone();
+    let worker = AsyncWorker::new(cfg(proxy.addr(), 10), move |job: AsyncJob| {
+        *r2.lock().unwrap().entry(job.id().get()).or_default() += 1;
+        async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let control = worker.control();
+    let rt = runtime();
+    let h = rt.spawn(worker.run());
+    assert!(wait_until(Duration::from_secs(5), || control
+        .counters()
+        .deleted
+        >= 50));
+    // Replies stop coming, on this connection and the next ones, while
+    // jobs are held and requests owed.
+    let t = Instant::now();
+    proxy.add(Toxic::Silence, Direction::Downstream, 1.0);
+    assert!(wait_until(Duration::from_secs(5), || control
+        .counters()
+        .io_timeouts
+        >= 1));
+    let detected = t.elapsed();
+    proxy.clear();
+    // The I/O timeout (1 s) plus a blocking reserve's slice, at most.
+    assert!(detected <= Duration::from_millis(2500), "{detected:?}");
+    assert!(wait_until(Duration::from_secs(30), || drained(
+        server.addr()
+    )));
+    control.shutdown();
+    let counts = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), h)
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    let after = record(server.addr());
+    let runs = runs.lock().unwrap();
+    let what = format!("silence detected after {detected:?}");
+    check_ledger(
+        &ids,
+        &runs,
+        &counts,
+        after.cmd_delete - before.cmd_delete,
+        &what,
+    );
+    assert!(counts.reconnects >= 1, "{counts}");
+}
+
+#[test]
+fn an_idle_worker_exits_once_the_queue_is_empty_and_nothing_is_held() {
+    let server = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..50).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let cfg = Config {
+        exit_when_idle: Some(Duration::from_millis(300)),
+        ..cfg(server.addr(), 8)
+    };
+    let worker = AsyncWorker::new(cfg, |_job: AsyncJob| async {
+        // Longer than the idle spell: a running job is not idle time.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Outcome::Done
+    })
+    .unwrap();
+    let rt = runtime();
+    let t = Instant::now();
+    let counts = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), worker.run())
+            .await
+            .expect("exits by itself")
+    });
+    let took = t.elapsed();
+    assert_eq!(counts.deleted, 50, "{counts}");
+    assert!(drained(server.addr()));
+    // Seven rounds of 400 ms, then an empty slice (1 s) and the idle spell.
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}

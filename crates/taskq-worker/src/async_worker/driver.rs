@@ -14,7 +14,7 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
@@ -44,6 +44,7 @@ pub(super) async fn drive(
     server: usize,
     cells: Vec<Arc<SlotCell>>,
     inbox: Arc<Inbox>,
+    idle: Arc<[AtomicBool]>,
 ) {
     let addr = sh.cfg.servers[server].clone();
     let mut m = Machine::new(&sh, server, Instant::now());
@@ -109,7 +110,7 @@ pub(super) async fn drive(
                 continue;
             }
         }
-        let due = m.poll_timeout(&sh);
+        let due = m.poll_timeout(&sh, Instant::now());
         if let Some(t) = due {
             sleep.as_mut().reset(tokio::time::Instant::from_std(t));
         }
@@ -144,8 +145,15 @@ pub(super) async fn drive(
             }
             Woke::Told | Woke::Due => {}
         }
-        if m.handle_timeout(&sh, Instant::now(), fastrand::u64(..)) {
+        let now = Instant::now();
+        if m.handle_timeout(&sh, now, fastrand::u64(..)) {
             conn = None;
+        }
+        // The idle exit: once every server's machine is idle.
+        idle[server].store(m.is_idle(&sh, now), Ordering::SeqCst);
+        if idle.iter().all(|i| i.load(Ordering::SeqCst)) && !sh.stop.load(Ordering::SeqCst) {
+            tracing::debug!("idle: stopping");
+            sh.shutdown();
         }
     }
     // Closing the connection gives back any job the server handed out to

@@ -172,11 +172,14 @@ fn a_dry_server_is_probed_with_a_growing_wait_while_jobs_run_and_waited_on_once_
         r.send(2).is_empty(),
         "no probe before its wait: no tight loop"
     );
-    let due = r.m.poll_timeout(&r.sh).unwrap();
+    let due = r.m.poll_timeout(&r.sh, r.at(0)).unwrap();
     assert_eq!(due, r.at(1) + PROBE_MIN);
     assert_eq!(r.send(11), ["reserve-with-timeout 0"]);
     r.reply(12, b"TIMED_OUT\r\n");
-    assert_eq!(r.m.poll_timeout(&r.sh).unwrap(), r.at(11) + 2 * PROBE_MIN);
+    assert_eq!(
+        r.m.poll_timeout(&r.sh, r.at(0)).unwrap(),
+        r.at(11) + 2 * PROBE_MIN
+    );
     // The job ends: its delete goes alone (nothing may wait behind a
     // blocking reserve); once it is answered, one blocking reserve.
     r.m.finished(&r.sh, starts[0].slot, Outcome::Done, false);
@@ -187,7 +190,7 @@ fn a_dry_server_is_probed_with_a_growing_wait_while_jobs_run_and_waited_on_once_
     // The blocking reserve's deadline is the slice plus the I/O timeout.
     let io = r.sh.cfg.io_timeout;
     assert_eq!(
-        r.m.poll_timeout(&r.sh),
+        r.m.poll_timeout(&r.sh, r.at(0)),
         Some(r.at(31) + io + Duration::from_secs(1))
     );
     r.reply(1031, b"TIMED_OUT\r\n");
@@ -234,7 +237,7 @@ fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
     r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
     assert_eq!(r.send(2), ["delete 1", "reserve-with-timeout 0"]);
     let io = r.sh.cfg.io_timeout;
-    let due = r.m.poll_timeout(&r.sh).unwrap();
+    let due = r.m.poll_timeout(&r.sh, r.at(0)).unwrap();
     assert_eq!(due, r.at(2) + io);
     assert!(!r.m.handle_timeout(&r.sh, due - MS, 0));
     assert!(r.m.handle_timeout(&r.sh, due, 0));
@@ -251,32 +254,52 @@ fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
     // A connection that breaks before any reply: the next waits the backoff.
     r.m.broke(&r.sh, r.at(3001), 0);
     assert!(!r.m.wants_connect(&r.sh, r.at(3001)));
-    assert!(r.m.poll_timeout(&r.sh).unwrap() > r.at(3001));
+    assert!(r.m.poll_timeout(&r.sh, r.at(0)).unwrap() > r.at(3001));
     assert_eq!(r.counts().reconnects, 1);
 }
 
 #[test]
 fn after_a_stop_no_reserve_goes_out_running_jobs_settle_and_a_late_job_goes_back() {
-    let mut r = Rig::new(cfg(3));
+    let mut r = Rig::new(cfg(2));
     r.send(0);
     let (s, _) = r.reply(1, &reserved(1));
+    assert_eq!(r.send(1), ["stats-job 1"]);
+    r.reply(2, &[b"TIMED_OUT\r\n".to_vec(), stats(0)].concat());
+    assert_eq!(r.runs, [(s[0].slot, 1)]);
+    // Job 1 runs; the server had nothing else: a probe goes out.
+    assert_eq!(r.send(2), ["reserve-with-timeout 0"]);
     r.sh.shutdown();
-    // A reserve sent before the stop brings a job: given back untouched.
-    r.reply(2, &[reserved(2), b"TIMED_OUT\r\n".to_vec()].concat());
-    assert_eq!(r.send(2), ["stats-job 1", "stats-job 2"]);
-    r.reply(3, &[stats(0), stats(0)].concat());
-    assert_eq!(r.runs, [(s[0].slot, 1)], "job 1 runs, job 2 does not");
-    assert_eq!(r.send(3), ["release 2 9 0"]);
-    r.reply(4, b"RELEASED\r\n");
+    // The probe brings a job after the stop: given back untouched.
+    r.reply(3, &reserved(2));
+    assert_eq!(r.send(3), ["stats-job 2"]);
+    r.reply(4, &stats(0));
+    assert_eq!(r.send(4), ["release 2 9 0"]);
+    r.reply(5, b"RELEASED\r\n");
+    assert_eq!(r.runs.len(), 1, "job 2 never ran");
     assert!(!r.m.is_done(&r.sh), "job 1 still runs");
     r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
-    assert_eq!(r.send(5), ["delete 1"]);
+    assert_eq!(r.send(6), ["delete 1"]);
     assert!(!r.m.is_done(&r.sh), "its delete is owed");
-    r.reply(6, b"DELETED\r\n");
+    r.reply(7, b"DELETED\r\n");
     assert!(r.m.is_done(&r.sh));
-    assert!(r.send(7).is_empty());
+    assert!(r.send(8).is_empty());
     let c = r.counts();
     assert_eq!((c.reserved, c.deleted, c.released), (2, 1, 1));
+}
+
+#[test]
+fn a_job_taken_and_not_started_before_a_stop_goes_back_untouched() {
+    let mut r = Rig::new(cfg(1));
+    r.send(0);
+    r.reply(1, &reserved(3));
+    assert_eq!(r.send(1), ["stats-job 3"]);
+    r.sh.shutdown();
+    r.reply(2, &stats(0));
+    assert!(r.runs.is_empty(), "never run");
+    assert_eq!(r.send(2), ["release 3 9 0"]);
+    r.reply(3, b"RELEASED\r\n");
+    assert!(r.m.is_done(&r.sh));
+    assert_eq!(r.counts().released, 1);
 }
 
 #[test]
@@ -440,16 +463,18 @@ fn the_idle_exit_waits_for_quiet_and_no_job_held() {
     let mut r = Rig::new(cfg);
     r.send(0);
     let s = r.take(1, &reserved(1), 0);
-    r.m.handle_timeout(&r.sh, r.at(500), 0);
-    assert!(!r.sh.stop.load(Ordering::SeqCst), "a job is held");
+    assert!(!r.m.is_idle(&r.sh, r.at(500)), "a job is held");
     r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
     assert_eq!(r.send(500), ["delete 1", "reserve-with-timeout 0"]);
     r.reply(501, b"DELETED\r\nTIMED_OUT\r\n");
     assert_eq!(r.send(501), ["reserve-with-timeout 1"]);
-    r.m.handle_timeout(&r.sh, r.at(600), 0);
-    assert!(!r.sh.stop.load(Ordering::SeqCst), "no empty slice seen yet");
+    assert!(!r.m.is_idle(&r.sh, r.at(600)), "no empty slice seen yet");
     r.reply(1501, b"TIMED_OUT\r\n");
-    r.m.handle_timeout(&r.sh, r.at(1501), 0);
-    assert!(r.sh.stop.load(Ordering::SeqCst));
+    assert!(r.m.is_idle(&r.sh, r.at(1501)));
+    // Quiet since the job was taken: the idle deadline is passed, and not
+    // one the driver is woken for again.
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1501)), None);
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(50)), Some(r.at(101)));
+    r.sh.shutdown();
     assert!(r.m.is_done(&r.sh));
 }
