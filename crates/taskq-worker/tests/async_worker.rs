@@ -84,6 +84,23 @@ fn run_until_drained(
     counts
 }
 
+/// A worker at concurrency 10 on `addr` whose handler notes each job's
+/// runs and takes `ms` milliseconds.
+type Runs = Arc<Mutex<HashMap<u64, u32>>>;
+fn counted_worker(addr: SocketAddr, ms: u64) -> (AsyncWorker, Runs) {
+    let runs: Runs = Arc::default();
+    let r2 = runs.clone();
+    let worker = AsyncWorker::new(cfg(addr, 10), move |job: AsyncJob| {
+        *r2.lock().unwrap().entry(job.id().get()).or_default() += 1;
+        async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    (worker, runs)
+}
+
 fn drained(addr: SocketAddr) -> bool {
     let r = record(addr);
     r.ready + r.reserved + r.delayed == 0
@@ -405,16 +422,7 @@ fn resets(direction: Direction, bytes: u64, min_resets: u64) {
     // Each connection makes progress (a few windows of ten jobs) before
     // its cut, and every one is cut.
     proxy.add(Toxic::ResetAfterData { bytes }, direction, 1.0);
-    let runs: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
-    let r2 = runs.clone();
-    let worker = AsyncWorker::new(cfg(proxy.addr(), 10), move |job: AsyncJob| {
-        *r2.lock().unwrap().entry(job.id().get()).or_default() += 1;
-        async {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            Outcome::Done
-        }
-    })
-    .unwrap();
+    let (worker, runs) = counted_worker(proxy.addr(), 1);
     let rt = runtime();
     let counts = run_until_drained(&rt, worker, Duration::from_secs(15), || {
         drained(server.addr())
@@ -446,16 +454,7 @@ fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resum
         .into_iter()
         .collect();
     let before = record(server.addr());
-    let runs: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
-    let r2 = runs.clone();
-    let worker = AsyncWorker::new(cfg(proxy.addr(), 10), move |job: AsyncJob| {
-        *r2.lock().unwrap().entry(job.id().get()).or_default() += 1;
-        async {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            Outcome::Done
-        }
-    })
-    .unwrap();
+    let (worker, runs) = counted_worker(proxy.addr(), 5);
     let control = worker.control();
     let rt = runtime();
     let h = rt.spawn(worker.run());
@@ -465,13 +464,7 @@ fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resum
         >= 50));
     // Replies stop coming, on this connection and the next ones, while
     // jobs are held and requests owed.
-    let t = Instant::now();
-    proxy.add(Toxic::Silence, Direction::Downstream, 1.0);
-    assert!(wait_until(Duration::from_secs(5), || control
-        .counters()
-        .io_timeouts
-        >= 1));
-    let detected = t.elapsed();
+    let detected = silence_until_detected(&proxy, || control.counters());
     proxy.clear();
     // The I/O timeout (1 s) plus a blocking reserve's slice, at most.
     assert!(detected <= Duration::from_millis(2500), "{detected:?}");

@@ -133,13 +133,7 @@ fn silence_during_reserve_is_detected_then_work_resumes() {
     assert!(wait_until(Duration::from_secs(5), || record(server.addr())
         .cmd_reserve_with_timeout
         >= 1));
-    let t = Instant::now();
-    proxy.add(Toxic::Silence, Direction::Downstream, 1.0);
-    assert!(wait_until(Duration::from_secs(5), || control
-        .counters()
-        .io_timeouts
-        >= 1));
-    let detected = t.elapsed();
+    let detected = silence_until_detected(&proxy, || control.counters());
     // Deadline: the 1 s slice plus the 0.5 s I/O timeout; allowed 0.5 s more.
     assert!(
         detected <= Duration::from_millis(2000),

@@ -483,3 +483,24 @@ pub fn check_ledger(
     );
     duplicates
 }
+
+/// Silences the replies through `proxy` and waits (5 s at most) until the
+/// worker whose counters `counters` reads counts a reply deadline missed;
+/// returns how long that took.
+pub fn silence_until_detected(
+    proxy: &taskq_testkit::ChaosProxy,
+    counters: impl Fn() -> taskq_worker::Snapshot,
+) -> Duration {
+    let t = Instant::now();
+    proxy.add(
+        taskq_testkit::Toxic::Silence,
+        taskq_testkit::Direction::Downstream,
+        1.0,
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || counters().io_timeouts >= 1),
+        "silence never detected: {}",
+        counters()
+    );
+    t.elapsed()
+}
