@@ -519,3 +519,39 @@ fn an_idle_worker_exits_once_the_queue_is_empty_and_nothing_is_held() {
     // Seven rounds of 400 ms, then an empty slice (1 s) and the idle spell.
     assert!(took < Duration::from_secs(6), "{took:?}");
 }
+
+#[test]
+fn weighted_tubes_four_to_one_give_standard_its_share_on_one_connection() {
+    let server = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..1000).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "vip", 60, &bodies);
+    put_all(server.addr(), "standard", 60, &bodies);
+    let mut cfg = Config {
+        max_jobs: Some(1000),
+        ..cfg(server.addr(), 10)
+    };
+    cfg.set_tubes(&["vip:4", "standard:1"]).unwrap();
+    let tubes: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let t2 = tubes.clone();
+    let worker = AsyncWorker::new(cfg, move |job: AsyncJob| {
+        *t2.lock().unwrap().entry(job.tube().to_owned()).or_default() += 1;
+        async { Outcome::Done }
+    })
+    .unwrap();
+    let rt = runtime();
+    let counts = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), worker.run())
+            .await
+            .expect("bounded")
+    });
+    assert_eq!(counts.deleted, 1000, "{counts}");
+    let tubes = tubes.lock().unwrap();
+    let standard = tubes.get("standard").copied().unwrap_or(0);
+    let vip = tubes.get("vip").copied().unwrap_or(0);
+    assert_eq!(standard + vip, 1000, "{tubes:?}");
+    let share = standard as f64 / 1000.0;
+    assert!(
+        (0.15..=0.25).contains(&share),
+        "standard's share {share}: {tubes:?}"
+    );
+}
