@@ -68,7 +68,10 @@ where
 ///     println!("job {} from {}: {} bytes", job.id(), job.tube(), job.body().len());
 ///     Outcome::Done
 /// })?;
-/// let counts = worker.run_until(async { let _ = tokio::signal::ctrl_c().await; }).await;
+/// // Stops (as a first `Control::shutdown`) when `stop` is sent, or dropped.
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # drop(stop);
+/// let counts = worker.run_until(async { let _ = stopped.await; }).await;
 /// println!("{counts}");
 /// # Ok(()) }
 /// ```
