@@ -555,3 +555,66 @@ fn weighted_tubes_four_to_one_give_standard_its_share_on_one_connection() {
         "standard's share {share}: {tubes:?}"
     );
 }
+
+#[test]
+fn an_empty_queue_costs_one_blocking_reserve_a_slice() {
+    let server = Beanstalkd::start().unwrap();
+    let before = record(server.addr());
+    let worker = AsyncWorker::new(cfg(server.addr(), 100), |_job: AsyncJob| async {
+        Outcome::Done
+    })
+    .unwrap();
+    let control = worker.control();
+    let rt = runtime();
+    let h = rt.spawn(worker.run());
+    std::thread::sleep(Duration::from_secs(3));
+    let reserves = record(server.addr()).cmd_reserve_with_timeout - before.cmd_reserve_with_timeout;
+    control.shutdown();
+    let counts = rt.block_on(h).unwrap();
+    // The window's first no-wait reserves (100), then one blocking reserve
+    // of a 1 s slice at a time: 3 in 3 s, one more at the edge.
+    assert!(reserves <= 100 + 4, "{reserves} reserves: {counts}");
+    assert!(counts.reserve_timeouts >= 2, "{counts}");
+}
+
+#[test]
+fn a_server_down_is_retried_with_backoff_and_work_resumes_when_it_is_back() {
+    let port = taskq_testkit::beanstalkd::free_port().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // The shipped reconnect backoff: 50 ms doubling to 2 s.
+    let cfg = Config {
+        reconnect_backoff: Config::default().reconnect_backoff,
+        ..cfg(addr, 10)
+    };
+    let worker = AsyncWorker::new(cfg, |_job: AsyncJob| async { Outcome::Done }).unwrap();
+    let control = worker.control();
+    let rt = runtime();
+    let cpu0 = cpu_ticks();
+    let h = rt.spawn(worker.run());
+    std::thread::sleep(Duration::from_secs(3));
+    let down = control.counters();
+    let cpu = cpu_ticks() - cpu0;
+    // At most 9 tries in 3 s (as the blocking worker's thread), and no CPU
+    // to speak of.
+    assert!((2..=12).contains(&down.connect_failures), "{down}");
+    assert!(cpu <= 20, "CPU ticks while the server was down: {cpu}");
+    let mut child = std::process::Command::new("beanstalkd")
+        .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    }));
+    put_all(
+        addr,
+        "default",
+        60,
+        &[b"a".to_vec(), b"b".to_vec(), b"c".to_vec()],
+    );
+    let resumed = wait_until(Duration::from_secs(5), || control.counters().deleted == 3);
+    control.shutdown();
+    let counts = rt.block_on(h).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(resumed, "{counts}");
+}
