@@ -618,3 +618,66 @@ fn a_server_down_is_retried_with_backoff_and_work_resumes_when_it_is_back() {
     let _ = child.wait();
     assert!(resumed, "{counts}");
 }
+
+#[test]
+fn two_servers_are_each_served_on_their_own_connection() {
+    let a = Beanstalkd::start().unwrap();
+    let b = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..300).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(a.addr(), "default", 60, &bodies);
+    put_all(b.addr(), "default", 60, &bodies);
+    let cfg = Config {
+        servers: vec![a.addr().to_string(), b.addr().to_string()],
+        max_jobs: Some(600),
+        ..cfg(a.addr(), 20)
+    };
+    let worker = AsyncWorker::new(cfg, |_job: AsyncJob| async {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Outcome::Done
+    })
+    .unwrap();
+    let rt = runtime();
+    let counts = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), worker.run())
+            .await
+            .expect("bounded")
+    });
+    assert_eq!(counts.deleted, 600, "{counts}");
+    assert!(drained(a.addr()) && drained(b.addr()));
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn a_typed_body_decodes_and_a_bad_one_is_a_typed_error_that_buries_it() {
+    #[derive(serde::Deserialize)]
+    struct Email {
+        to: String,
+    }
+    let server = Beanstalkd::start().unwrap();
+    let ids = put_all(
+        server.addr(),
+        "default",
+        60,
+        &[br#"{"to":"a@example.com"}"#.to_vec(), b"not json".to_vec()],
+    );
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s2 = seen.clone();
+    let worker = AsyncWorker::new(cfg(server.addr(), 2), move |job: AsyncJob| {
+        let outcome = match job.json::<Email>() {
+            Ok(e) => {
+                s2.lock().unwrap().push(e.to);
+                Outcome::Done
+            }
+            Err(e) => e.into(),
+        };
+        async move { outcome }
+    })
+    .unwrap();
+    let rt = runtime();
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(10), || {
+        drained(server.addr())
+    });
+    assert_eq!(*seen.lock().unwrap(), ["a@example.com"]);
+    assert_eq!((counts.deleted, counts.buried), (1, 1), "{counts}");
+    assert_eq!(job_state(server.addr(), ids[1]).unwrap().0, "buried");
+}
