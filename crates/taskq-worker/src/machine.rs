@@ -55,6 +55,15 @@ use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
 /// while jobs run; it doubles up to the reserve slice.
 pub(crate) const PROBE_MIN: Duration = Duration::from_millis(10);
 
+/// With `max_jobs`: how soon a machine that found no ticket free looks
+/// again (another server's machine may give one back).
+pub(crate) const TICKET_RETRY: Duration = Duration::from_millis(10);
+
+/// With `max_jobs`: how long a machine whose blocking reserve came back
+/// empty leaves its ticket free before taking it again, so that another
+/// server's machine, which may have jobs to reserve, can take it.
+pub(crate) const TICKET_YIELD: Duration = Duration::from_millis(50);
+
 /// Where the requests [`Machine::transmit`] decides go: a driver's
 /// encoder for its engine, queued for one write.
 pub(crate) trait Sink {
@@ -194,6 +203,9 @@ pub(crate) struct Machine {
     dry: bool,
     probe_wait: Duration,
     probe_at: Option<Instant>,
+    /// With `max_jobs`: no reserve before this (see [`TICKET_RETRY`] and
+    /// [`TICKET_YIELD`]).
+    ticket_at: Option<Instant>,
     /// When the reply at the front of the pipeline started to be waited for.
     front_since: Instant,
     /// The last moment the worker was busy (a job taken, a connect).
@@ -224,6 +236,7 @@ impl Machine {
             dry: false,
             probe_wait: PROBE_MIN,
             probe_at: None,
+            ticket_at: None,
             front_since: now,
             last_busy: now,
             quiet: false,
@@ -539,6 +552,9 @@ impl Machine {
                 Took::TimedOut => {
                     Counters::add(&sh.counters.reserve_timeouts);
                     self.quiet = true;
+                    if sh.cfg.max_jobs.is_some() {
+                        self.ticket_at = Some(now + TICKET_YIELD);
+                    }
                 }
                 Took::TurnEmpty => {
                     if let Some(s) = self.sched.as_mut() {
@@ -720,7 +736,11 @@ impl Machine {
             queued += 1;
         }
         let stopping = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
-        if !stopping && !self.blocking {
+        let ticket_due = self.ticket_at.is_none_or(|t| t <= now);
+        if ticket_due {
+            self.ticket_at = None;
+        }
+        if !stopping && !self.blocking && ticket_due {
             let room = self.free.len().saturating_sub(self.asks);
             let probe_due = self.probe_at.is_none_or(|t| t <= now);
             let want = if !self.dry {
@@ -731,6 +751,8 @@ impl Machine {
                     self.ask(sink, sh.cfg.reserve_secs(), &sh.cfg.tubes)?;
                     self.blocking = true;
                     queued += 1;
+                } else {
+                    self.ticket_at = Some(now + TICKET_RETRY);
                 }
                 0
             } else if self.running() > 0 && self.asks == 0 && probe_due {
@@ -743,6 +765,7 @@ impl Machine {
             };
             for _ in 0..want {
                 if !sh.take_ticket() {
+                    self.ticket_at = Some(now + TICKET_RETRY);
                     break;
                 }
                 self.ask(sink, 0, &sh.cfg.tubes)?;
@@ -796,6 +819,9 @@ impl Machine {
                 if let Some(p) = self.probe_at {
                     at(p);
                 }
+            }
+            if let Some(t) = self.ticket_at {
+                at(t);
             }
         } else if let Some(r) = self.reconnect.retry_at() {
             at(r);

@@ -478,3 +478,38 @@ fn the_idle_exit_waits_for_quiet_and_no_job_held() {
     r.sh.shutdown();
     assert!(r.m.is_done(&r.sh));
 }
+
+#[test]
+fn with_max_jobs_a_machine_waiting_on_an_empty_server_leaves_the_last_ticket_to_another() {
+    let cfg = Config {
+        servers: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+        max_jobs: Some(1),
+        ..cfg(1)
+    };
+    let mut a = Rig::new(cfg);
+    let mut b = Rig {
+        m: Machine::new(&a.sh, 1, a.t0),
+        wire: Session::new(a.sh.cfg.limits),
+        sh: a.sh.clone(),
+        t0: a.t0,
+        runs: Vec::new(),
+        tube: String::new(),
+    };
+    b.m.connected(&b.sh, b.t0);
+    // A takes the one ticket; B finds none and looks again soon.
+    assert_eq!(a.send(0), ["reserve-with-timeout 0"]);
+    assert!(b.send(0).is_empty());
+    assert_eq!(
+        b.m.poll_timeout(&b.sh, b.at(0)),
+        Some(b.at(0) + TICKET_RETRY)
+    );
+    // A's server is empty: its blocking reserve holds the ticket a slice.
+    a.reply(1, b"TIMED_OUT\r\n");
+    assert_eq!(a.send(1), ["reserve-with-timeout 1"]);
+    assert!(b.send(11).is_empty());
+    a.reply(1001, b"TIMED_OUT\r\n");
+    // A leaves the ticket free a while; B takes it on its next look.
+    assert!(a.send(1001).is_empty());
+    assert_eq!(b.send(1011), ["reserve-with-timeout 0"]);
+    assert!(a.send(1051).is_empty(), "no ticket left for A");
+}
