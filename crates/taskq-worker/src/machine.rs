@@ -213,8 +213,8 @@ pub(crate) struct Machine {
     /// No job may be out: the last blocking reserve found none.
     quiet: bool,
     sched: Option<Schedule>,
-    /// Answers for handlers' touches: (slot, result).
-    touches: VecDeque<(usize, Result<(), JobError>)>,
+    /// Answers for handlers' touches: (slot, job, result).
+    touches: VecDeque<(usize, u64, Result<(), JobError>)>,
 }
 
 impl Machine {
@@ -335,9 +335,7 @@ impl Machine {
                     Counters::add(&sh.counters.lease_dropped);
                     sh.give_ticket();
                 }
-                Owed::Touch { slot, .. } => self
-                    .touches
-                    .push_back((slot, Err(JobError::Connection(ConnectionError::Broken)))),
+                Owed::Touch { slot, id } => self.touch_failed(slot, id),
             }
         }
         while let Some(o) = self.out.pop_front() {
@@ -348,9 +346,7 @@ impl Machine {
                     sh.give_ticket();
                 }
                 Out::Lookup(..) => {}
-                Out::Touch(slot, _) => self
-                    .touches
-                    .push_back((slot, Err(JobError::Connection(ConnectionError::Broken)))),
+                Out::Touch(slot, id) => self.touch_failed(slot, id),
             }
         }
         for k in 0..self.slots.len() {
@@ -469,9 +465,9 @@ impl Machine {
                     self.reconnect.progress();
                     if ok {
                         Counters::add(&sh.counters.touched);
-                        self.touches.push_back((slot, Ok(())));
+                        self.touches.push_back((slot, id, Ok(())));
                     } else {
-                        self.touches.push_back((slot, Err(JobError::LeaseLost)));
+                        self.touches.push_back((slot, id, Err(JobError::LeaseLost)));
                     }
                     Ok(Step::Nothing)
                 }
@@ -686,14 +682,20 @@ impl Machine {
             {
                 self.out.push_back(Out::Touch(slot, id));
             }
-            _ => self
-                .touches
-                .push_back((slot, Err(JobError::Connection(ConnectionError::Broken)))),
+            _ => self.touch_failed(slot, job),
         }
     }
 
-    /// The next answer to a handler's touch: its slot, and the result.
-    pub(crate) fn touched(&mut self) -> Option<(usize, Result<(), JobError>)> {
+    /// The touch of job `id` in `slot` cannot be answered: its connection
+    /// broke (or the job is no longer the slot's).
+    fn touch_failed(&mut self, slot: usize, id: u64) {
+        let e = JobError::Connection(ConnectionError::Broken);
+        self.touches.push_back((slot, id, Err(e)));
+    }
+
+    /// The next answer to a handler's touch: its slot, its job, and the
+    /// result.
+    pub(crate) fn touched(&mut self) -> Option<(usize, u64, Result<(), JobError>)> {
         self.touches.pop_front()
     }
 

@@ -74,8 +74,8 @@ pub(super) async fn drive(
                 Msg::Touch { slot, id } => m.touch(slot, id),
             }
         }
-        while let Some((slot, r)) = m.touched() {
-            cells[slot].answer_touch(r);
+        while let Some((slot, id, r)) = m.touched() {
+            cells[slot].answer_touch(id, r);
         }
         if m.is_done(&sh) {
             break;

@@ -83,8 +83,9 @@ struct SlotState {
     body: Vec<u8>,
     /// The tube of the job held, or a spare string.
     tube: String,
-    /// The answer to the running job's touch.
-    touched: Option<Result<(), JobError>>,
+    /// Answers to touches: the job's id, and the result (two at most: the
+    /// running job's, and one of a job its handler kept past its end).
+    touched: Vec<(u64, Result<(), JobError>)>,
     /// The worker is over: the slot's task ends.
     closed: bool,
 }
@@ -109,6 +110,7 @@ impl SlotCell {
             inbox,
             state: Mutex::new(SlotState {
                 body: Vec::with_capacity(crate::engine::BODY_ROOM),
+                touched: Vec::with_capacity(2),
                 ..SlotState::default()
             }),
             wake: Notify::new(),
@@ -129,15 +131,16 @@ impl SlotCell {
         let mut st = lock(&self.state);
         st.tube.clear();
         st.tube.push_str(tube);
-        st.touched = None;
+        // Answers nobody waits for (a touch given up by an earlier job).
+        st.touched.clear();
         st.given = Some(Given { id, attempt });
         drop(st);
         self.wake.notify_one();
     }
 
-    /// The answer to the running job's touch.
-    pub(super) fn answer_touch(&self, r: Result<(), JobError>) {
-        lock(&self.state).touched = Some(r);
+    /// The answer to job `id`'s touch.
+    pub(super) fn answer_touch(&self, id: u64, r: Result<(), JobError>) {
+        lock(&self.state).touched.push((id, r));
         self.wake.notify_one();
     }
 
@@ -246,16 +249,18 @@ impl AsyncJob {
     /// [`JobError::Connection`] when that connection broke (the server has
     /// the job back).
     pub async fn touch(&self) -> Result<(), JobError> {
-        {
-            lock(&self.cell.state).touched = None;
-        }
         self.cell.inbox.send(Msg::Touch {
             slot: self.cell.index,
             id: self.id,
         });
         loop {
-            if let Some(r) = lock(&self.cell.state).touched.take() {
-                return r;
+            {
+                let mut st = lock(&self.cell.state);
+                // A job kept past its handler's end shares the slot with
+                // the next job: each takes only its own answer.
+                if let Some(k) = st.touched.iter().position(|(id, _)| *id == self.id) {
+                    return st.touched.swap_remove(k).1;
+                }
             }
             self.cell.wake.notified().await;
         }

@@ -332,23 +332,26 @@ fn a_handlers_touch_goes_out_and_its_answer_comes_back_to_its_slot() {
     r.m.touch(s[0].slot, 4);
     assert_eq!(r.send(2), ["touch 4"]);
     r.reply(3, b"TOUCHED\r\n");
-    assert!(matches!(r.m.touched(), Some((0, Ok(())))));
+    assert!(matches!(r.m.touched(), Some((0, 4, Ok(())))));
     r.m.touch(s[0].slot, 4);
     r.send(4);
     r.reply(5, b"NOT_FOUND\r\n");
-    assert!(matches!(r.m.touched(), Some((0, Err(JobError::LeaseLost)))));
+    assert!(matches!(
+        r.m.touched(),
+        Some((0, 4, Err(JobError::LeaseLost)))
+    ));
     // A touch owed when the connection breaks is answered too.
     r.m.touch(s[0].slot, 4);
     r.send(6);
     r.m.broke(&r.sh, r.at(7), 0);
     assert!(matches!(
         r.m.touched(),
-        Some((0, Err(JobError::Connection(_))))
+        Some((0, 4, Err(JobError::Connection(_))))
     ));
     r.m.touch(s[0].slot, 4);
     assert!(matches!(
         r.m.touched(),
-        Some((0, Err(JobError::Connection(_))))
+        Some((0, 4, Err(JobError::Connection(_))))
     ));
     assert_eq!(r.counts().touched, 1);
 }
