@@ -9,6 +9,10 @@
 //! first it stops taking jobs and lets the running ones finish, and on a second
 //! request it gives them back at once.
 //!
+//! With feature `tokio`, `AsyncWorker` runs async handlers on the
+//! program's tokio runtime instead, with all its jobs in flight on one
+//! connection per server (beanstalkd; see docs/async-worker.md).
+//!
 //! Each thread holds its own connection to each server. After a job it sends
 //! the job's `delete` and the next `reserve-with-timeout` in one write, so one
 //! round trip serves both.
