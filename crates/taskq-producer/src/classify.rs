@@ -263,19 +263,84 @@ impl BatchRetry {
     }
 }
 
+/// Which engine's rule applies to a put whose outcome is unknown or that
+/// could not be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// beanstalkd: sent again this many times (at-least-once mode).
+    Retries(u32),
+    /// JetStream: sent again with its message id until this long after its
+    /// first failure.
+    Resolve(Duration),
+}
+
+/// The one rule for a single put after an attempt, for every producer
+/// (blocking, async, shared) on both engines, with no I/O: whether it goes
+/// again, after what pause, and what its outcome is when it does not. The
+/// drivers only send, wait and reconnect as it says.
+#[derive(Debug)]
+pub(crate) struct Attempts {
+    rule: Rule,
+    /// Retries left (beanstalkd).
+    retries: u32,
+    /// JetStream: the resolution under way, from the first failure on.
+    resolve: Option<Resolve>,
+}
+
+impl Attempts {
+    /// A put's attempts under `rule`, none failed yet.
+    pub(crate) fn new(rule: Rule) -> Attempts {
+        Attempts {
+            rule,
+            retries: match rule {
+                Rule::Retries(n) => n,
+                Rule::Resolve(_) => 0,
+            },
+            resolve: None,
+        }
+    }
+
+    /// After attempt `r` at `now`: `Some` to send again (and how), `None`
+    /// when `r` is the last word (answered, refused, invalid, or no tries
+    /// or time left).
+    pub(crate) fn again(&mut self, r: &Result<JobId, Error>, now: Instant) -> Option<SendAgain> {
+        match self.rule {
+            Rule::Retries(_) => {
+                if self.retries > 0 && matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
+                    self.retries -= 1;
+                    return Some(SendAgain::Now);
+                }
+                None
+            }
+            Rule::Resolve(d) => self
+                .resolve
+                .get_or_insert_with(|| Resolve::new(now + d))
+                .again(r, now),
+        }
+    }
+
+    /// The put's outcome, given the last attempt's `r`.
+    pub(crate) fn outcome(self, r: Result<JobId, Error>) -> Result<JobId, Error> {
+        match self.resolve {
+            Some(resolve) => resolve.outcome(r),
+            None => r,
+        }
+    }
+}
+
 /// JetStream's resolution of one put whose outcome is unknown or that was
 /// not sent: it goes again with its message id until the stream answers or
 /// time runs out, for the blocking and the async producer alike. Once a send
 /// may have reached the stream, the put stays unknown however the later
 /// re-sends fail.
 #[derive(Debug)]
-pub(crate) struct Resolve {
+struct Resolve {
     until: Instant,
     maybe_stored: bool,
 }
 
 impl Resolve {
-    pub(crate) fn new(until: Instant) -> Resolve {
+    fn new(until: Instant) -> Resolve {
         Resolve {
             until,
             maybe_stored: false,
@@ -284,7 +349,7 @@ impl Resolve {
 
     /// After attempt `r`: `Some` to send again (and how), `None` when `r`
     /// is the last word (answered, refused, or out of time).
-    pub(crate) fn again(&mut self, r: &Result<JobId, Error>, now: Instant) -> Option<SendAgain> {
+    fn again(&mut self, r: &Result<JobId, Error>, now: Instant) -> Option<SendAgain> {
         match r {
             Err(e @ (Error::Unknown(_) | Error::NotSent(_))) => {
                 self.maybe_stored |= matches!(e, Error::Unknown(_));
@@ -295,7 +360,7 @@ impl Resolve {
     }
 
     /// The put's outcome, given the last attempt's `r`.
-    pub(crate) fn outcome(self, r: Result<JobId, Error>) -> Result<JobId, Error> {
+    fn outcome(self, r: Result<JobId, Error>) -> Result<JobId, Error> {
         match r {
             Err(Error::NotSent(e)) if self.maybe_stored => Err(Error::Unknown(
                 taskq_proto::ConnectionError::Io(std::io::Error::other(format!(
@@ -397,10 +462,11 @@ mod tests {
     #[test]
     fn a_put_resolves_until_answered_and_stays_unknown_once_it_may_be_stored() {
         let t0 = Instant::now();
-        let until = t0 + Duration::from_secs(1);
-        let late = until + Duration::from_millis(1);
+        let rule = Rule::Resolve(Duration::from_secs(1));
+        // The window runs from the first failure.
+        let late = t0 + Duration::from_secs(1) + Duration::from_millis(1);
 
-        let mut r = Resolve::new(until);
+        let mut r = Attempts::new(rule);
         assert_eq!(
             r.again(&Err(Error::NotSent(NotSent::Broken)), t0),
             Some(SendAgain::Now)
@@ -413,13 +479,14 @@ mod tests {
         assert_eq!(r.outcome(Ok(JobId::new(3))).unwrap().get(), 3);
 
         // Never sent at all: not sent, out of time.
-        let mut r = Resolve::new(until);
+        let mut r = Attempts::new(rule);
         let last = Err(Error::NotSent(NotSent::Broken));
+        assert_eq!(r.again(&last, t0), Some(SendAgain::Now));
         assert_eq!(r.again(&last, late), None);
         assert!(r.outcome(last).unwrap_err().not_sent());
 
         // Sent once with no reply, then no re-send got through: unknown.
-        let mut r = Resolve::new(until);
+        let mut r = Attempts::new(rule);
         assert_eq!(r.again(&Err(unknown()), t0), Some(SendAgain::Now));
         let last = Err(Error::NotSent(NotSent::Broken));
         assert_eq!(r.again(&last, late), None);
@@ -427,11 +494,37 @@ mod tests {
         assert!(e.outcome_unknown() && !e.not_sent(), "{e}");
 
         // A rejection ends it at once.
-        let mut r = Resolve::new(until);
+        let mut r = Attempts::new(rule);
         assert_eq!(
             r.again(&Err(Error::Rejected(Rejection::Draining)), t0),
             None
         );
+    }
+
+    #[test]
+    fn a_put_goes_again_as_many_times_as_retries_allow_and_never_after_an_answer() {
+        let t0 = Instant::now();
+        let mut a = Attempts::new(Rule::Retries(2));
+        assert_eq!(a.again(&Err(unknown()), t0), Some(SendAgain::Now));
+        assert_eq!(
+            a.again(&Err(Error::NotSent(NotSent::Broken)), t0),
+            Some(SendAgain::Now)
+        );
+        let last = Err(unknown());
+        assert_eq!(a.again(&last, t0), None);
+        assert!(a.outcome(last).unwrap_err().outcome_unknown());
+        // Not at-least-once: the first failure is the outcome.
+        let mut a = Attempts::new(Rule::Retries(0));
+        assert_eq!(a.again(&Err(unknown()), t0), None);
+        // An answer, or a refusal, is never sent again.
+        let mut a = Attempts::new(Rule::Retries(5));
+        assert_eq!(
+            a.again(&Err(Error::Rejected(Rejection::Draining)), t0),
+            None
+        );
+        assert_eq!(a.again(&Ok(JobId::new(1)), t0), None);
+        let invalid = Err(Error::Invalid(crate::Invalid::NoServers));
+        assert_eq!(a.again(&invalid, t0), None);
     }
 
     #[test]

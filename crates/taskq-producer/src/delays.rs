@@ -19,10 +19,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use taskq_connect::nats::{NatsConnection, StreamInfo, StreamSpec};
+use taskq_connect::nats::{ApiLink, JetStream, StreamInfo, StreamSpec};
 use taskq_connect::{Layout, READY_AT_HEADER};
 use taskq_proto::nats::schedule::{SCHEDULE_HEADER, SCHEDULE_TARGET_HEADER};
-use taskq_proto::nats::{NatsError, ScheduleAt};
+use taskq_proto::nats::{holds_schedules, NatsError, ScheduleAt};
 
 /// The longest message id a producer makes (see `MsgIds`).
 const MAX_MSG_ID: usize = 40;
@@ -42,17 +42,20 @@ pub(crate) enum Delays {
 /// unless `keep_config`, or unless the server refuses the update (an API
 /// error: the stream or the account cannot have them). Delays are the
 /// server's only on such a server and such a stream.
-pub(crate) fn stream_and_delays(
-    conn: &mut NatsConnection,
+///
+/// One rule for both drivers: the blocking producer runs it with
+/// `run_blocking`, the async one awaits it.
+pub(crate) async fn stream_and_delays<L: ApiLink>(
+    js: &mut JetStream<'_, L>,
     spec: &StreamSpec,
     keep_config: bool,
 ) -> Result<Delays, NatsError> {
-    let mut info: StreamInfo = conn.ensure_stream_with_schedules(spec)?;
-    if !conn.holds_schedules() {
+    let mut info: StreamInfo = js.ensure_stream_with_schedules(spec).await?;
+    if !holds_schedules(js.0.server_version()) {
         return Ok(Delays::Client);
     }
     if !info.allow_msg_schedules && !keep_config {
-        match conn.allow_msg_schedules(&spec.name) {
+        match js.allow_msg_schedules(&spec.name).await {
             Ok(updated) => info = updated,
             // Not allowed here: the stream stays as it was, and so does the
             // client-side way.

@@ -17,7 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskq_connect::nats::{NatsAccess, NatsConfig, NatsConnection, StreamSpec};
+use taskq_connect::nats::{
+    run_blocking, JetStream, NatsAccess, NatsConfig, NatsConnection, StreamSpec,
+};
+#[cfg(feature = "tokio")]
+use taskq_connect::tokio::AsyncNatsConn;
 use taskq_connect::Layout;
 use taskq_proto::nats::NatsError;
 use taskq_proto::{ConnectionConfig, ConnectionError};
@@ -252,6 +256,45 @@ impl NatsLink {
     }
 }
 
+impl NatsSetup {
+    /// The nodes to try, in order (the seeds as given, then the nodes the
+    /// last connection learned), and the connection's settings.
+    fn plan(&self, seeds: &[SocketAddr], cfg: NatsConfig) -> (Vec<String>, NatsConfig) {
+        let mut nodes: Vec<String> = if self.seeds.is_empty() {
+            seeds.iter().map(SocketAddr::to_string).collect()
+        } else {
+            self.seeds.clone()
+        };
+        for k in &self.known {
+            if !nodes.contains(k) {
+                nodes.push(k.clone());
+            }
+        }
+        let cfg = NatsConfig {
+            access: self.access.clone(),
+            api_patience: self.api_patience,
+            ..cfg
+        };
+        (nodes, cfg)
+    }
+
+    /// A connection opened on a cluster announcing `servers`: remembers
+    /// them for the next connect, and says the stream to make sure of.
+    fn opened(&mut self, servers: &[String]) -> StreamSpec {
+        self.known.clear();
+        self.known.extend(servers.iter().cloned());
+        let replicas = self
+            .replicas
+            .unwrap_or(if servers.len() >= 3 { 3 } else { 1 });
+        StreamSpec {
+            name: self.layout.stream().to_owned(),
+            subjects: vec![self.layout.capture()],
+            replicas,
+            duplicate_window: None,
+        }
+    }
+}
+
 /// Connects to the first seed that answers (the seeds as given, then the
 /// nodes the last connection learned) and makes sure the stream exists,
 /// creating it when missing; one that does not fit is an error. Says who
@@ -262,35 +305,33 @@ pub(crate) fn connect_stream(
     cfg: NatsConfig,
     setup: &mut NatsSetup,
 ) -> Result<(NatsConnection, Delays), Error> {
-    let mut nodes: Vec<String> = if setup.seeds.is_empty() {
-        seeds.iter().map(SocketAddr::to_string).collect()
-    } else {
-        setup.seeds.clone()
-    };
-    let cfg = NatsConfig {
-        access: setup.access.clone(),
-        api_patience: setup.api_patience,
-        ..cfg
-    };
-    for k in &setup.known {
-        if !nodes.contains(k) {
-            nodes.push(k.clone());
-        }
-    }
+    let (nodes, cfg) = setup.plan(seeds, cfg);
     let mut conn =
         NatsConnection::connect(&nodes, cfg).map_err(|e| setup_failed("connecting", e))?;
-    setup.known.clear();
-    setup.known.extend(conn.servers().iter().cloned());
-    let replicas = setup
-        .replicas
-        .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
-    let spec = StreamSpec {
-        name: setup.layout.stream().to_owned(),
-        subjects: vec![setup.layout.capture()],
-        replicas,
-        duplicate_window: None,
-    };
-    let delays = stream_and_delays(&mut conn, &spec, setup.keep_stream_config)
+    let spec = setup.opened(conn.servers());
+    let keep = setup.keep_stream_config;
+    let delays = run_blocking(stream_and_delays(&mut JetStream(&mut conn), &spec, keep))
+        .map_err(|e| setup_failed("looking up the stream", e))?;
+    Ok((conn, delays))
+}
+
+/// [`connect_stream`] on tokio: the same steps and rules, by the async
+/// driver (name resolution, connect, TLS, credentials and the stream's
+/// lookup all awaited on the runtime).
+#[cfg(feature = "tokio")]
+pub(crate) async fn connect_stream_async(
+    seeds: &[SocketAddr],
+    cfg: NatsConfig,
+    setup: &mut NatsSetup,
+) -> Result<(AsyncNatsConn, Delays), Error> {
+    let (nodes, cfg) = setup.plan(seeds, cfg);
+    let mut conn = AsyncNatsConn::connect(&nodes, &cfg)
+        .await
+        .map_err(|e| setup_failed("connecting", e))?;
+    let spec = setup.opened(conn.servers());
+    let keep = setup.keep_stream_config;
+    let delays = stream_and_delays(&mut conn.js(), &spec, keep)
+        .await
         .map_err(|e| setup_failed("looking up the stream", e))?;
     Ok((conn, delays))
 }

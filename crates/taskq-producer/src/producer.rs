@@ -8,10 +8,10 @@ use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::{Builder, DEFAULT_RESOLVE_FOR};
 use crate::classify::{
-    check_tube, chunk_end, in_backoff, start_batch, too_big, BatchRetry, Resolve,
+    check_tube, chunk_end, in_backoff, start_batch, too_big, Attempts, BatchRetry, Rule,
 };
 use crate::engine::Link;
-use crate::error::{Error, NotSent};
+use crate::error::{Error, Invalid, NotSent};
 use crate::nats::{open_again, NatsSetup};
 use crate::outcome::{BatchError, BatchReport, Position, PutOutcome};
 use crate::reconnects::Reconnects;
@@ -255,48 +255,63 @@ impl Producer {
             self.drop_if_broken();
             return self.put_cold(body, opts);
         }
-        let r = Err(e);
-        if !matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
-            return r;
-        }
-        if let Some(Link::Nats(n)) = &self.conn {
-            let k = n.last();
-            self.drop_if_broken();
-            return self.resolve(k, body, opts, r);
-        }
+        let k = match &self.conn {
+            Some(Link::Nats(n)) => Some(n.last()),
+            _ => None,
+        };
         self.drop_if_broken();
-        self.put_again(body, opts, r)
+        self.attempt_again(k, body, opts, Err(e))
     }
 
-    /// JetStream: sends the put of counter `k` again, with the same message
-    /// id, until the stream answers or `resolve_for` runs out. The stream
-    /// stores it once however many copies reach it.
+    /// The rule a put of this producer goes again by: at-least-once
+    /// retries on beanstalkd, resolution within `resolve_for` on JetStream.
+    fn rule(&self) -> Rule {
+        match self.nats {
+            Some(_) => Rule::Resolve(self.resolve_for),
+            None => Rule::Retries(self.retries),
+        }
+    }
+
+    /// After attempt `r`, sends the put again while the one put rule
+    /// ([`Attempts`]) says so: on JetStream with the message id of counter
+    /// `k` (`Some`), which the stream stores once however many copies reach
+    /// it.
     #[cold]
-    fn resolve(
+    fn attempt_again(
         &mut self,
-        k: u64,
+        k: Option<u64>,
         body: &[u8],
         opts: PutOptions,
         mut r: Result<JobId, Error>,
     ) -> Result<JobId, Error> {
-        let mut resolve = Resolve::new(Instant::now() + self.resolve_for);
-        while let Some(again) = resolve.again(&r, Instant::now()) {
+        let mut attempts = Attempts::new(self.rule());
+        while let Some(again) = attempts.again(&r, Instant::now()) {
             if let Some(pause) = again.pause() {
                 std::thread::sleep(pause);
             }
-            r = match self.connected(true) {
-                Ok(Link::Nats(n)) => n.put_as(k, body, opts),
-                Ok(Link::Beanstalkd(_)) => {
-                    unreachable!("a JetStream producer opens JetStream links")
-                }
-                Err(e) => Err(e),
+            r = match k {
+                Some(k) => self.put_once_as(k, body, opts),
+                None => self.put_once(body, opts, true),
             };
-            match &r {
-                Ok(_) | Err(Error::Rejected(_)) => self.reconnects.progress(),
-                Err(_) => self.drop_if_broken(),
-            }
         }
-        resolve.outcome(r)
+        attempts.outcome(r)
+    }
+
+    /// JetStream: one attempt at the put of counter `k` (its message id),
+    /// reconnecting first if needed.
+    fn put_once_as(&mut self, k: u64, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
+        let r = match self.connected(true) {
+            Ok(Link::Nats(n)) => n.put_as(k, body, opts),
+            Ok(Link::Beanstalkd(_)) => Err(Error::Invalid(Invalid::Unsupported {
+                what: "a message id on a beanstalkd connection",
+            })),
+            Err(e) => Err(e),
+        };
+        match &r {
+            Ok(_) | Err(Error::Rejected(_)) => self.reconnects.progress(),
+            Err(_) => self.drop_if_broken(),
+        }
+        r
     }
 
     /// A put that needs a connection first (or a body refused before that).
@@ -307,26 +322,12 @@ impl Producer {
             return Err(too_big(body.len(), max));
         }
         if let Some(setup) = &self.nats {
+            // The first send is the resolution's own: nothing was sent yet.
             let k = setup.ids.take(1);
-            return self.resolve(k, body, opts, Err(Error::NotSent(NotSent::Broken)));
+            return self.attempt_again(Some(k), body, opts, Err(Error::NotSent(NotSent::Broken)));
         }
         let r = self.put_once(body, opts, true);
-        self.put_again(body, opts, r)
-    }
-
-    /// At-least-once mode: sends again while the outcome is unknown or not sent.
-    fn put_again(
-        &mut self,
-        body: &[u8],
-        opts: PutOptions,
-        mut r: Result<JobId, Error>,
-    ) -> Result<JobId, Error> {
-        let mut retries = self.retries;
-        while retries > 0 && matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
-            retries -= 1;
-            r = self.put_once(body, opts, true);
-        }
-        r
+        self.attempt_again(None, body, opts, r)
     }
 
     /// One attempt at a put; `wait` says whether to sleep out a reconnect backoff.

@@ -19,17 +19,33 @@ use taskq_proto::nats::TlsFailure;
 use taskq_proto::Secret;
 use taskq_testkit::{ChaosProxy, Direction, NatsCluster, Toxic};
 
-/// Runs `f` on a current-thread runtime, bounded in time.
+/// Runs `f` on a current-thread runtime, bounded in time, and checks that
+/// nothing of it ran on tokio's blocking pool: connecting (TLS and
+/// credentials included) and the stream's setup are all on the runtime. A
+/// current-thread runtime starts no thread but its blocking pool's, so the
+/// count of threads it started is that pool's.
 fn run<T>(f: impl Future<Output = T>) -> T {
+    let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = started.clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_start(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
         .build()
         .unwrap();
-    rt.block_on(async {
+    let out = rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(60), f)
             .await
             .expect("the test's async part ends within 60 s")
-    })
+    });
+    drop(rt);
+    assert_eq!(
+        started.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "threads started on tokio's blocking pool"
+    );
+    out
 }
 
 fn admin(c: &NatsCluster) -> NatsConnection {

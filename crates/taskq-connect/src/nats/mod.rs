@@ -5,9 +5,15 @@
 //! [`ConsumerSpec`] and what the server reports of them).
 
 pub mod access;
-mod client;
+#[cfg(feature = "jetstream")]
+pub mod api;
+pub(crate) mod client;
 
 pub use access::{NatsAccess, TlsSettings};
+#[cfg(feature = "jetstream")]
+pub use api::{run_blocking, ApiLink, JetStream};
+#[cfg(feature = "secure")]
+pub use client::tls::TlsStep;
 #[cfg(feature = "jetstream")]
 pub use client::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
 pub use client::{NatsConfig, NatsConnection, Parts, TlsSession};

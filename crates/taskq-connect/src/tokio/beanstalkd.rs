@@ -15,7 +15,7 @@ use taskq_proto::{Command, ConnectionConfig, ConnectionError, IoCounts, Reply, R
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::io::{poll_read_into, setup, write_all, write_rest, Deadline};
+use super::io::{open_stream, poll_read_into, write_all, write_rest, Deadline};
 
 /// A connection to a beanstalkd-protocol server over tokio.
 pub struct AsyncConn {
@@ -43,12 +43,7 @@ impl AsyncConn {
     ) -> Result<AsyncConn, ConnectionError> {
         let mut last = None;
         for &addr in addrs {
-            let attempt = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr));
-            let r = match attempt.await {
-                Ok(r) => r.and_then(|s| setup(s, cfg)),
-                Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
-            };
-            match r {
+            match open_stream(addr, cfg.connect_timeout, cfg.keepalive).await {
                 Ok(stream) => {
                     return Ok(AsyncConn {
                         stream,

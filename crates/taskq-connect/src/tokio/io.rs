@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use taskq_proto::{ConnectionConfig, ConnectionError, IoCounts};
+use taskq_proto::{ConnectionError, IoCounts};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{sleep_until, Instant, Sleep};
@@ -121,10 +121,23 @@ pub fn poll_read_into(
     }
 }
 
+/// Opens a TCP connection to `addr` within `connect_timeout`, with
+/// TCP_NODELAY and keepalive as [`setup`] sets them.
+pub async fn open_stream(
+    addr: std::net::SocketAddr,
+    connect_timeout: Duration,
+    keepalive: Option<Duration>,
+) -> io::Result<TcpStream> {
+    match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+        Ok(r) => r.and_then(|s| setup(s, keepalive)),
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
+    }
+}
+
 /// TCP_NODELAY (each request is one whole write) and keepalive.
-pub fn setup(stream: TcpStream, cfg: &ConnectionConfig) -> io::Result<TcpStream> {
+pub fn setup(stream: TcpStream, keepalive: Option<Duration>) -> io::Result<TcpStream> {
     stream.set_nodelay(true)?;
-    if let Some(idle) = cfg.keepalive {
+    if let Some(idle) = keepalive {
         socket2::SockRef::from(&stream).set_tcp_keepalive(
             &socket2::TcpKeepalive::new()
                 .with_time(idle)

@@ -8,5 +8,5 @@ mod io;
 mod nats;
 
 pub use beanstalkd::AsyncConn;
-pub use io::{due, poll_read_into, setup, write_all, write_rest, Deadline};
+pub use io::{due, open_stream, poll_read_into, setup, write_all, write_rest, Deadline};
 pub use nats::AsyncNatsConn;

@@ -4,26 +4,29 @@
 //! on each whole reply, `PING`s answered as they come, broken for good after
 //! a timeout, an I/O error, a server `-ERR` or bytes it cannot decode).
 //!
-//! A connection starts as a blocking one (handshake, credentials, TLS, the
-//! stream's setup: the cold path, run on tokio's blocking pool) and is then
-//! taken over here with its session and, when encrypted, its TLS session
-//! ([`TlsSession`], whose records are read and written here): the hot path
-//! is all tokio. (tokio-rustls cannot adopt a session set up elsewhere, and
-//! a second handshake here would repeat the blocking driver's.)
+//! [`AsyncNatsConn::connect`] opens a connection on tokio: name resolution,
+//! the TCP connect, and the handshake as the proto's [`Handshake`] orders it
+//! (the same steps the blocking driver takes), with TLS run by the
+//! [`TlsSession`]'s own handshake steps over the tokio stream. A connected
+//! blocking connection can also be taken over ([`AsyncNatsConn::adopt`]).
 
 use std::future::poll_fn;
 use std::io::IoSlice;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use taskq_proto::nats::{Event, MsgFrame, NatsError, NatsSession, PubAck};
+use taskq_proto::nats::{
+    Event, Handshake, HandshakeStep, MsgFrame, NatsError, NatsSession, PubAck,
+};
 use taskq_proto::{ConnectionError, IoCounts};
 
-use crate::nats::{NatsConnection, TlsSession};
+use crate::nats::client::tls::TlsStep;
+use crate::nats::client::{ends_search, new_tls, no_seed, sign, tls_names};
+use crate::nats::{ApiLink, JetStream, NatsConfig, NatsConnection, TlsSession};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::io::{poll_read_into, write_all, write_rest, Deadline};
+use super::io::{open_stream, poll_read_into, write_all, write_rest, Deadline};
 
 /// Bodies up to this size are copied behind their header block and sent
 /// from one buffer; larger ones go out as a vectored write of three parts.
@@ -41,6 +44,8 @@ pub struct AsyncNatsConn {
     writing: bool,
     /// The TLS session every byte goes through, when encrypted.
     tls: Option<Box<TlsSession>>,
+    /// How long JetStream calls are tried again while the cluster has no leader.
+    api_patience: Duration,
 }
 
 impl std::fmt::Debug for AsyncNatsConn {
@@ -53,6 +58,183 @@ impl std::fmt::Debug for AsyncNatsConn {
 }
 
 impl AsyncNatsConn {
+    /// Connects to the first of `seeds` (`host:port`) that completes the
+    /// handshake, as the blocking `NatsConnection::connect` does and by the
+    /// same rules (the seeds in order, each one's TLS name, credentials
+    /// refused by one node ending the search), all on tokio.
+    pub async fn connect<S: AsRef<str>>(
+        seeds: &[S],
+        cfg: &NatsConfig,
+    ) -> Result<AsyncNatsConn, NatsError> {
+        let mut last = None;
+        for (seed, tls_name) in tls_names(seeds) {
+            let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host(seed).await {
+                Ok(a) => a.collect(),
+                Err(e) => {
+                    last = Some(NatsError::NotSent(e));
+                    continue;
+                }
+            };
+            for a in addrs {
+                match AsyncNatsConn::open(a, tls_name, cfg).await {
+                    Ok(c) => return Ok(c),
+                    Err(e) if ends_search(&e) => return Err(e),
+                    Err(e) => last = Some(e),
+                }
+            }
+        }
+        Err(last.unwrap_or_else(no_seed))
+    }
+
+    /// Connects to `addr`, the node named `host` (for TLS), and runs the handshake.
+    async fn open(
+        addr: std::net::SocketAddr,
+        host: &str,
+        cfg: &NatsConfig,
+    ) -> Result<AsyncNatsConn, NatsError> {
+        let stream = open_stream(addr, cfg.connect_timeout, cfg.keepalive)
+            .await
+            .map_err(NatsError::NotSent)?;
+        let peer = addr.to_string();
+        let mut c = AsyncNatsConn {
+            stream,
+            session: NatsSession::new(cfg.limits, &peer),
+            counts: IoCounts::default(),
+            io_timeout: cfg.io_timeout,
+            deadline: Deadline::new(),
+            writing: false,
+            tls: None,
+            api_patience: cfg.api_patience,
+        };
+        let started = Instant::now();
+        let tls = &cfg.access.tls;
+        let mut hs = Handshake::new(
+            started.into_std(),
+            cfg.io_timeout,
+            tls.first,
+            tls.wanted(),
+            &peer,
+        );
+        if let Err(e) = c.handshake(&mut hs, started, host, cfg).await {
+            c.session.mark_broken();
+            return Err(if e.outcome_unknown() {
+                NatsError::Handshake {
+                    during: hs.during(),
+                    error: Box::new(e),
+                }
+            } else {
+                e
+            });
+        }
+        Ok(c)
+    }
+
+    /// The handshake's steps, each read held to the handshake's deadline.
+    async fn handshake(
+        &mut self,
+        hs: &mut Handshake,
+        started: Instant,
+        host: &str,
+        cfg: &NatsConfig,
+    ) -> Result<(), NatsError> {
+        let wait = hs.wait();
+        let mut started = Some(started);
+        loop {
+            let step = hs.step(&mut self.session);
+            if self.session.pongs_owed() > 0 {
+                self.answer_pings().await?;
+            }
+            match step? {
+                HandshakeStep::Read => {
+                    let n = poll_fn(|cx| self.poll_read(cx, &mut started, wait)).await?;
+                    self.session.received(n);
+                }
+                HandshakeStep::StartTls => {
+                    let mut tls = new_tls(&cfg.access.tls, host)?;
+                    self.tls_handshake(&mut tls, &mut started, wait).await?;
+                    self.tls = Some(tls);
+                    hs.tls_started();
+                }
+                HandshakeStep::Connect { nonce } => {
+                    let signed = sign(&cfg.access, nonce.as_bytes())?;
+                    let describe = cfg.access.describe();
+                    let creds = cfg.access.credentials(signed.as_ref(), &describe);
+                    hs.connect(&mut self.session, &cfg.name, &creds)?;
+                }
+                HandshakeStep::Write => {
+                    let r = write_parts(
+                        (&self.stream, self.tls.as_deref_mut()),
+                        &mut self.counts,
+                        &mut self.deadline,
+                        self.io_timeout,
+                        [self.session.queued(), &[], &[], &[]],
+                    )
+                    .await;
+                    // The CONNECT line holds the credentials: leave no copy behind.
+                    self.session.wipe_queue();
+                    r.map_err(NatsError::from)?;
+                }
+                HandshakeStep::Done => return Ok(()),
+            }
+        }
+    }
+
+    /// The TLS handshake by the session's own steps, over the tokio stream.
+    async fn tls_handshake(
+        &mut self,
+        tls: &mut TlsSession,
+        started: &mut Option<Instant>,
+        wait: Duration,
+    ) -> Result<(), NatsError> {
+        loop {
+            match tls.handshake_step()? {
+                TlsStep::Send(records) => write_all(
+                    &self.stream,
+                    &mut self.counts,
+                    &mut self.deadline,
+                    self.io_timeout,
+                    &mut [IoSlice::new(records)],
+                )
+                .await
+                .map_err(NatsError::from)?,
+                TlsStep::Read => {
+                    let n = poll_fn(|cx| {
+                        poll_read_into(
+                            &mut self.stream,
+                            tls.cipher_room(),
+                            &mut self.counts,
+                            &mut self.deadline,
+                            cx,
+                            (&mut *started, wait),
+                        )
+                    })
+                    .await
+                    .map_err(|e| match e {
+                        ConnectionError::Closed => NatsError::Closed,
+                        e => NatsError::from(e),
+                    })?;
+                    tls.cipher_read(n);
+                }
+                TlsStep::Done => return Ok(()),
+            }
+        }
+    }
+
+    /// The server's release as its `INFO` gave it (`2.9.10`).
+    pub fn server_version(&self) -> &str {
+        self.session.server_version()
+    }
+
+    /// The cluster's nodes (`host:port`) as the server last announced them.
+    pub fn servers(&self) -> &[String] {
+        self.session.servers()
+    }
+
+    /// True when the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// Takes over a connected blocking connection: its socket (made
     /// non-blocking and registered with the current runtime), its session
     /// and its TLS session. Errors are of setting the socket up: nothing of
@@ -72,6 +254,7 @@ impl AsyncNatsConn {
             deadline: Deadline::new(),
             writing: false,
             tls: parts.tls,
+            api_patience: taskq_proto::defaults::API_PATIENCE,
         })
     }
 
@@ -225,6 +408,21 @@ impl AsyncNatsConn {
                 }
             }
         }
+    }
+
+    /// Sends `payload` to `subject` with a reply token and returns the
+    /// reply's payload, within the I/O timeout. A `503` status is
+    /// [`NatsError::NoResponders`].
+    pub async fn request(&mut self, subject: &str, payload: &[u8]) -> Result<Vec<u8>, NatsError> {
+        let token = self.session.queue_request(subject.as_bytes(), payload)?;
+        self.flush().await?;
+        let m = self.wait_reply(token).await?;
+        self.session.reply_payload(m).map(<[u8]>::to_vec)
+    }
+
+    /// The JetStream management API on this connection.
+    pub fn js(&mut self) -> JetStream<'_, AsyncNatsConn> {
+        JetStream(self)
     }
 
     /// Sends everything queued with one write.
@@ -392,5 +590,27 @@ async fn write_parts(
             )
             .await
         }
+    }
+}
+
+impl ApiLink for AsyncNatsConn {
+    fn request(
+        &mut self,
+        subject: &str,
+        payload: &[u8],
+    ) -> impl std::future::Future<Output = Result<Vec<u8>, NatsError>> + Send {
+        AsyncNatsConn::request(self, subject, payload)
+    }
+
+    fn pause(&mut self, pause: Duration) -> impl std::future::Future<Output = ()> + Send {
+        tokio::time::sleep(pause)
+    }
+
+    fn server_version(&self) -> &str {
+        self.session.server_version()
+    }
+
+    fn api_patience(&self) -> Duration {
+        self.api_patience
     }
 }

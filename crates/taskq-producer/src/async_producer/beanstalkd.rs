@@ -10,7 +10,7 @@ use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
 use crate::builder::Builder;
 use crate::classify::{
     check_tube, chunk_end, not_inserted, record, start_batch, too_big, use_failed_on_reconnect,
-    using, BatchRetry,
+    using, Attempts, BatchRetry, Rule,
 };
 use crate::error::{Error, NotSent};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
@@ -133,18 +133,21 @@ impl AsyncBeanstalkd {
         self.put_again(cmd, r).await
     }
 
-    /// At-least-once mode: sends again while the outcome is unknown or not sent.
+    /// Sends the put again while the one put rule ([`Attempts`]) says so:
+    /// at-least-once mode's retries.
     async fn put_again(
         &mut self,
         cmd: &Command<'_>,
         mut r: Result<JobId, Error>,
     ) -> Result<JobId, Error> {
-        let mut retries = self.retries;
-        while retries > 0 && matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
-            retries -= 1;
+        let mut attempts = Attempts::new(Rule::Retries(self.retries));
+        while let Some(again) = attempts.again(&r, Instant::now()) {
+            if let Some(pause) = again.pause() {
+                tokio::time::sleep(pause).await;
+            }
             r = self.put_once(cmd).await;
         }
-        r
+        attempts.outcome(r)
     }
 
     /// One attempt at a put, reconnecting first if needed.

@@ -12,11 +12,12 @@ use taskq_proto::{ConnectionConfig, IoCounts};
 
 use crate::builder::Builder;
 use crate::classify::{
-    check_tube, chunk_end, chunk_write_failed, record, start_batch, too_big, BatchRetry, Resolve,
+    check_tube, chunk_end, chunk_write_failed, record, start_batch, too_big, Attempts, BatchRetry,
+    Rule,
 };
 use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
-use crate::nats::{connect_stream, from_nats, nats_config, IdBuf, NatsSetup};
+use crate::nats::{connect_stream_async, from_nats, nats_config, IdBuf, NatsSetup};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
@@ -152,9 +153,9 @@ impl AsyncJetStream {
         opts: PutOptions,
         failed: Error,
     ) -> Result<JobId, Error> {
-        let mut resolve = Resolve::new(Instant::now() + self.resolve_for);
+        let mut attempts = Attempts::new(Rule::Resolve(self.resolve_for));
         let mut r = Err(failed);
-        while let Some(again) = resolve.again(&r, Instant::now()) {
+        while let Some(again) = attempts.again(&r, Instant::now()) {
             if let Some(pause) = again.pause() {
                 tokio::time::sleep(pause).await;
             }
@@ -170,7 +171,7 @@ impl AsyncJetStream {
                 Err(_) => self.drop_if_broken(),
             }
         }
-        resolve.outcome(r)
+        attempts.outcome(r)
     }
 
     /// Puts many jobs with one write per chunk and reads the PubAcks in
@@ -291,36 +292,24 @@ impl AsyncJetStream {
         Box::pin(self.reconnect()).await
     }
 
-    /// Opens a connection: the blocking driver connects, authenticates,
-    /// starts TLS and sets the stream up on tokio's blocking pool (the cold
-    /// path, as name resolution is), then this driver takes the socket and
-    /// the sessions over.
+    /// Opens a connection: connects, authenticates, starts TLS and sets the
+    /// stream up, all on tokio, as the blocking producer does
+    /// ([`connect_stream_async`]).
     async fn reconnect(&mut self) -> Result<(), Error> {
         self.conn = None;
         if let Some(left) = self.reconnects.wait_left() {
             tokio::time::sleep(left).await;
         }
-        let addrs = self.addrs.clone();
         let cfg = nats_config(&self.cfg);
-        let mut setup = self.setup.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            let r = connect_stream(&addrs, cfg, &mut setup);
-            (r, setup.known)
-        })
-        .await;
-        let opened = match joined {
-            Ok((r, known)) => {
-                self.setup.known = known;
-                r.and_then(|(c, delays)| {
-                    if delays != self.delays {
-                        self.delays = delays;
-                        self.route = Route::new(&self.setup.layout, self.tube(), delays);
-                    }
-                    AsyncNatsConn::adopt(c, self.cfg.io_timeout).map_err(from_nats)
-                })
-            }
-            Err(e) => Err(Error::NotSent(NotSent::Io(std::io::Error::other(e)))),
-        };
+        let opened = connect_stream_async(&self.addrs, cfg, &mut self.setup)
+            .await
+            .map(|(c, delays)| {
+                if delays != self.delays {
+                    self.delays = delays;
+                    self.route = Route::new(&self.setup.layout, self.tube(), delays);
+                }
+                c
+            });
         self.reconnects.opened(&mut self.conn, opened).map(|_| ())
     }
 

@@ -19,9 +19,10 @@
 
 use std::collections::VecDeque;
 use std::task::Waker;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::classify::{Resolve, SendAgain};
+use crate::classify::Attempts;
+pub(crate) use crate::classify::Rule;
 use crate::error::{Error, NotSent};
 use crate::{JobId, PutOptions};
 
@@ -53,10 +54,8 @@ pub(crate) struct Slot {
     /// JetStream: the message id's counter, fixed at the first write so
     /// every copy carries the same id (0: not written yet).
     pub(crate) msg: u64,
-    /// At-least-once re-sends left (beanstalkd).
-    retries: u32,
-    /// JetStream: the resolution under way since the first failure.
-    resolve: Option<Resolve>,
+    /// Whether a failed attempt goes again: the rule every producer keeps.
+    attempts: Attempts,
     /// The caller's future was dropped after the put was written: its reply
     /// is still read, and handed to nobody.
     abandoned: bool,
@@ -74,8 +73,7 @@ impl Slot {
             opts: PutOptions::default(),
             weight: 0,
             msg: 0,
-            retries: 0,
-            resolve: None,
+            attempts: Attempts::new(Rule::Retries(0)),
             abandoned: false,
             outcome: None,
             waker: None,
@@ -97,17 +95,6 @@ pub(crate) enum Owed {
     Use,
     /// A put; `token` is its reply subject's token on JetStream.
     Put { ticket: Ticket, token: u64 },
-}
-
-/// Which engine's rule applies to a put whose outcome is unknown or that
-/// could not be sent.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Rule {
-    /// beanstalkd: sent again this many times (at-least-once mode).
-    Retries(u32),
-    /// JetStream: sent again with its message id until this long after its
-    /// first failure.
-    Resolve(Duration),
 }
 
 /// The shared producer's state: every slot, the queue of puts to write,
@@ -195,11 +182,7 @@ impl Pipeline {
         s.opts = opts;
         s.weight = weight;
         s.msg = 0;
-        s.retries = match self.rule {
-            Rule::Retries(n) => n,
-            Rule::Resolve(_) => 0,
-        };
-        s.resolve = None;
+        s.attempts = Attempts::new(self.rule);
         s.abandoned = false;
         s.outcome = None;
         s.waker = None;
@@ -472,28 +455,14 @@ impl Pipeline {
 
     /// The rule for put `t` after failed attempt `r`.
     fn again_queued(&mut self, t: Ticket, r: &Result<JobId, Error>, now: Instant) -> bool {
-        let rule = self.rule;
-        let s = &mut self.slots[t.slot as usize];
-        match rule {
-            Rule::Retries(_) => {
-                if s.retries > 0 && matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
-                    s.retries -= 1;
-                    return true;
+        match self.slots[t.slot as usize].attempts.again(r, now) {
+            Some(again) => {
+                if let Some(pause) = again.pause() {
+                    self.pause_until = Some(now + pause);
                 }
-                false
+                true
             }
-            Rule::Resolve(d) => {
-                let resolve = s.resolve.get_or_insert_with(|| Resolve::new(now + d));
-                match resolve.again(r, now) {
-                    Some(SendAgain::Now) => true,
-                    Some(SendAgain::AfterPause) => {
-                        let pause = SendAgain::AfterPause.pause().unwrap_or_default();
-                        self.pause_until = Some(now + pause);
-                        true
-                    }
-                    None => false,
-                }
-            }
+            None => false,
         }
     }
 
@@ -505,10 +474,7 @@ impl Pipeline {
             self.release_abandoned(t.slot);
             return;
         }
-        let r = match s.resolve.take() {
-            Some(resolve) => resolve.outcome(r),
-            None => r,
-        };
+        let r = std::mem::replace(&mut s.attempts, Attempts::new(self.rule)).outcome(r);
         s.outcome = Some(r);
         s.phase = Phase::Done;
         if let Some(w) = s.waker.take() {
@@ -581,6 +547,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::task::Wake;
+    use std::time::Duration;
 
     struct Count(AtomicUsize);
     impl Wake for Count {

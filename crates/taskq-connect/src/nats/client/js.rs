@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{ApiError, NatsConnection, NatsError};
+use crate::nats::api::{run_blocking, ApiLink, JetStream};
 use taskq_proto::nats::schedule::rfc3339_utc_at;
 use taskq_proto::nats::subject_covers;
 
@@ -300,6 +301,23 @@ fn rfc3339(t: SystemTime) -> Value {
     json!(String::from_utf8_lossy(&rfc3339_utc_at(t)))
 }
 
+/// Runs `$call` (an async block, made again for each try) again while the
+/// cluster answers "no responders" or 503, until the API patience runs out.
+macro_rules! patiently {
+    ($js:expr, $call:expr) => {{
+        let until = Instant::now() + $js.0.api_patience();
+        loop {
+            let r: Result<_, NatsError> = $call.await;
+            match r {
+                Err(e) if is_transient(&e) && Instant::now() < until => {
+                    $js.0.pause(taskq_proto::defaults::API_RETRY_PAUSE).await
+                }
+                r => break r,
+            }
+        }
+    }};
+}
+
 fn is_not_found(e: &NatsError) -> bool {
     matches!(e, NatsError::Api(a) if a.code == 404)
 }
@@ -310,9 +328,9 @@ fn is_transient(e: &NatsError) -> bool {
         || matches!(e, NatsError::Api(a) if a.code == 503 || a.err_code == 10008)
 }
 
-impl NatsConnection {
+impl<L: ApiLink> JetStream<'_, L> {
     /// A JetStream API call: the reply's `error` object becomes [`NatsError::Api`].
-    fn api<T: serde::de::DeserializeOwned>(
+    async fn api<T: serde::de::DeserializeOwned>(
         &mut self,
         subject: &str,
         body: &Value,
@@ -322,7 +340,7 @@ impl NatsConnection {
         } else {
             body.to_string().into_bytes()
         };
-        let reply = self.request(subject, &payload, self.cfg.io_timeout)?;
+        let reply = self.0.request(subject, &payload).await?;
         let v: Value = serde_json::from_slice(&reply)
             .map_err(|e| NatsError::Mismatch(format!("unreadable JetStream reply: {e}")))?;
         if let Some(e) = v.get("error") {
@@ -340,34 +358,19 @@ impl NatsConnection {
             .map_err(|e| NatsError::Mismatch(format!("unexpected JetStream reply: {e}")))
     }
 
-    /// Runs `f` again while the cluster answers "no responders" or 503,
-    /// until the API patience runs out.
-    fn patiently<T>(
-        &mut self,
-        mut f: impl FnMut(&mut Self) -> Result<T, NatsError>,
-    ) -> Result<T, NatsError> {
-        let until = Instant::now() + self.cfg.api_patience;
-        loop {
-            match f(self) {
-                Err(e) if is_transient(&e) && Instant::now() < until => {
-                    std::thread::sleep(taskq_proto::defaults::API_RETRY_PAUSE);
-                }
-                r => return r,
-            }
-        }
-    }
-
     /// Any JetStream API request (`$JS.API.…`) with a JSON body (`null`:
     /// none), asked again while the cluster has no leader, for up to the
     /// [API patience](crate::nats::NatsConfig::api_patience). The reply's `error` object
     /// becomes [`NatsError::Api`]; anything else is the reply as it came.
-    pub fn api_request(&mut self, subject: &str, body: &Value) -> Result<Value, NatsError> {
-        self.patiently(|c| c.api(subject, body))
+    pub async fn api_request(&mut self, subject: &str, body: &Value) -> Result<Value, NatsError> {
+        patiently!(self, async { self.api(subject, body).await })
     }
 
     /// The stream `name`.
-    pub fn stream_info(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
-        let raw: RawStream = self.api(&format!("$JS.API.STREAM.INFO.{name}"), &Value::Null)?;
+    pub async fn stream_info(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
+        let raw: RawStream = self
+            .api(&format!("$JS.API.STREAM.INFO.{name}"), &Value::Null)
+            .await?;
         Ok(raw.into())
     }
 
@@ -375,20 +378,20 @@ impl NatsConnection {
     /// creates it when missing, and retries while the cluster has no leader.
     /// An existing stream that is not a work queue, or does not capture all
     /// of `spec.subjects`, is [`NatsError::Mismatch`] and is left unchanged.
-    pub fn ensure_stream(&mut self, spec: &StreamSpec) -> Result<StreamInfo, NatsError> {
-        self.ensure_stream_as(spec, false)
+    pub async fn ensure_stream(&mut self, spec: &StreamSpec) -> Result<StreamInfo, NatsError> {
+        self.ensure_stream_as(spec, false).await
     }
 
     /// [`ensure_stream`](Self::ensure_stream), and a stream it creates
     /// allows message schedules (`allow_msg_schedules`) when the server
     /// holds them ([`holds_schedules`](Self::holds_schedules): nats-server
     /// 2.12+). An existing stream is left as it is.
-    pub fn ensure_stream_with_schedules(
+    pub async fn ensure_stream_with_schedules(
         &mut self,
         spec: &StreamSpec,
     ) -> Result<StreamInfo, NatsError> {
-        let schedules = self.holds_schedules();
-        self.ensure_stream_as(spec, schedules)
+        let schedules = taskq_proto::nats::holds_schedules(self.0.server_version());
+        self.ensure_stream_as(spec, schedules).await
     }
 
     /// Turns message schedules on for the existing stream `name`: its
@@ -397,26 +400,30 @@ impl NatsConnection {
     /// (it answers 10052). An API error (a server or a stream that cannot
     /// have them, an account not allowed to update streams) leaves the
     /// stream as it was.
-    pub fn allow_msg_schedules(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
-        self.patiently(|c| {
-            let info: Value = c.api(&format!("$JS.API.STREAM.INFO.{name}"), &Value::Null)?;
+    pub async fn allow_msg_schedules(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
+        patiently!(self, async {
+            let info: Value = self
+                .api(&format!("$JS.API.STREAM.INFO.{name}"), &Value::Null)
+                .await?;
             let mut cfg = info
                 .get("config")
                 .cloned()
                 .ok_or_else(|| NatsError::Mismatch(format!("stream {name} has no config")))?;
             cfg["allow_msg_schedules"] = json!(true);
-            let raw: RawStream = c.api(&format!("$JS.API.STREAM.UPDATE.{name}"), &cfg)?;
+            let raw: RawStream = self
+                .api(&format!("$JS.API.STREAM.UPDATE.{name}"), &cfg)
+                .await?;
             Ok(raw.into())
         })
     }
 
-    fn ensure_stream_as(
+    async fn ensure_stream_as(
         &mut self,
         spec: &StreamSpec,
         schedules: bool,
     ) -> Result<StreamInfo, NatsError> {
-        self.patiently(|c| {
-            let info = match c.stream_info(&spec.name) {
+        patiently!(self, async {
+            let info = match self.stream_info(&spec.name).await {
                 Ok(info) => info,
                 Err(e) if is_not_found(&e) => {
                     let mut cfg = json!({
@@ -432,13 +439,14 @@ impl NatsConnection {
                     if schedules {
                         cfg["allow_msg_schedules"] = json!(true);
                     }
-                    let created: Result<RawStream, _> =
-                        c.api(&format!("$JS.API.STREAM.CREATE.{}", spec.name), &cfg);
+                    let created: Result<RawStream, _> = self
+                        .api(&format!("$JS.API.STREAM.CREATE.{}", spec.name), &cfg)
+                        .await;
                     match created {
                         Ok(raw) => raw.into(),
                         // Created meanwhile by someone else: look again.
                         Err(NatsError::Api(a)) if a.err_code == 10058 => {
-                            c.stream_info(&spec.name)?
+                            self.stream_info(&spec.name).await?
                         }
                         Err(e) => return Err(e),
                     }
@@ -466,15 +474,17 @@ impl NatsConnection {
     }
 
     /// The consumer `durable` of `stream`.
-    pub fn consumer_info(
+    pub async fn consumer_info(
         &mut self,
         stream: &str,
         durable: &str,
     ) -> Result<ConsumerInfo, NatsError> {
-        let raw: RawConsumer = self.api(
-            &format!("$JS.API.CONSUMER.INFO.{stream}.{durable}"),
-            &Value::Null,
-        )?;
+        let raw: RawConsumer = self
+            .api(
+                &format!("$JS.API.CONSUMER.INFO.{stream}.{durable}"),
+                &Value::Null,
+            )
+            .await?;
         Ok(raw.into())
     }
 
@@ -482,13 +492,14 @@ impl NatsConnection {
     /// creates it only when missing. An existing consumer is never changed
     /// (creating it again with another ack wait would silently update it), so
     /// the answer is its actual configuration: read the real ack wait there.
-    pub fn ensure_consumer(
+    pub async fn ensure_consumer(
         &mut self,
         stream: &str,
         durable: &str,
         spec: &ConsumerSpec,
     ) -> Result<ConsumerInfo, NatsError> {
         self.ensure_consumer_paused(stream, durable, spec, None)
+            .await
     }
 
     /// [`ensure_consumer`](Self::ensure_consumer), and a consumer this call
@@ -497,16 +508,21 @@ impl NatsConnection {
     /// Consumer pause needs nats-server 2.11 or later (JetStream API level 1).
     /// An existing consumer is left as it is, its pause too: see
     /// [`pause_consumer`](Self::pause_consumer).
-    pub fn ensure_consumer_paused(
+    pub async fn ensure_consumer_paused(
         &mut self,
         stream: &str,
         durable: &str,
         spec: &ConsumerSpec,
         pause_until: Option<SystemTime>,
     ) -> Result<ConsumerInfo, NatsError> {
-        self.patiently(|c| match c.consumer_info(stream, durable) {
-            Err(e) if is_not_found(&e) => c.create_consumer(stream, durable, spec, pause_until),
-            r => r,
+        patiently!(self, async {
+            match self.consumer_info(stream, durable).await {
+                Err(e) if is_not_found(&e) => {
+                    self.create_consumer(stream, durable, spec, pause_until)
+                        .await
+                }
+                r => r,
+            }
         })
     }
 
@@ -519,7 +535,7 @@ impl NatsConnection {
     /// [`ensure_consumer`](Self::ensure_consumer) unless the update is meant.
     ///
     /// [`ensure_consumer_paused`]: Self::ensure_consumer_paused
-    pub fn create_consumer(
+    pub async fn create_consumer(
         &mut self,
         stream: &str,
         durable: &str,
@@ -542,10 +558,12 @@ impl NatsConnection {
             cfg["pause_until"] = rfc3339(t);
         }
         let body = json!({ "stream_name": stream, "config": cfg });
-        let raw: RawConsumer = self.api(
-            &format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}"),
-            &body,
-        )?;
+        let raw: RawConsumer = self
+            .api(
+                &format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}"),
+                &body,
+            )
+            .await?;
         Ok(raw.into())
     }
 
@@ -554,7 +572,7 @@ impl NatsConnection {
     /// replaces an earlier one. Answers whether it is paused now. Needs
     /// nats-server 2.11 or later (JetStream API level 1); a missing consumer
     /// is the API's 404.
-    pub fn pause_consumer(
+    pub async fn pause_consumer(
         &mut self,
         stream: &str,
         durable: &str,
@@ -569,21 +587,29 @@ impl NatsConnection {
             Some(t) => json!({ "pause_until": rfc3339(t) }),
             None => json!({}),
         };
-        self.patiently(|c| {
-            let p: Paused = c.api(&format!("$JS.API.CONSUMER.PAUSE.{stream}.{durable}"), &body)?;
+        patiently!(self, async {
+            let p: Paused = self
+                .api(&format!("$JS.API.CONSUMER.PAUSE.{stream}.{durable}"), &body)
+                .await?;
             Ok(p.paused)
         })
     }
 
     /// Reads a stored message.
-    pub fn msg_get(&mut self, stream: &str, which: MsgSelect<'_>) -> Result<StoredMsg, NatsError> {
+    pub async fn msg_get(
+        &mut self,
+        stream: &str,
+        which: MsgSelect<'_>,
+    ) -> Result<StoredMsg, NatsError> {
         let body = match which {
             MsgSelect::Seq(seq) => json!({ "seq": seq }),
             MsgSelect::NextBySubject { subject, seq } => {
                 json!({ "next_by_subj": subject, "seq": seq })
             }
         };
-        let raw: RawMsg = self.api(&format!("$JS.API.STREAM.MSG.GET.{stream}"), &body)?;
+        let raw: RawMsg = self
+            .api(&format!("$JS.API.STREAM.MSG.GET.{stream}"), &body)
+            .await?;
         let m = raw.message;
         Ok(StoredMsg {
             subject: m.subject,
@@ -595,27 +621,130 @@ impl NatsConnection {
     }
 
     /// Deletes a stored message; true when it was there.
-    pub fn msg_delete(&mut self, stream: &str, seq: u64) -> Result<bool, NatsError> {
+    pub async fn msg_delete(&mut self, stream: &str, seq: u64) -> Result<bool, NatsError> {
         #[derive(Deserialize)]
         struct Done {
             #[serde(default)]
             success: bool,
         }
-        let d: Done = self.api(
-            &format!("$JS.API.STREAM.MSG.DELETE.{stream}"),
-            &json!({ "seq": seq }),
-        )?;
+        let d: Done = self
+            .api(
+                &format!("$JS.API.STREAM.MSG.DELETE.{stream}"),
+                &json!({ "seq": seq }),
+            )
+            .await?;
         Ok(d.success)
     }
 
     /// Deletes a stream; true when it was there.
-    pub fn stream_delete(&mut self, stream: &str) -> Result<bool, NatsError> {
+    pub async fn stream_delete(&mut self, stream: &str) -> Result<bool, NatsError> {
         #[derive(Deserialize)]
         struct Done {
             #[serde(default)]
             success: bool,
         }
-        let d: Done = self.api(&format!("$JS.API.STREAM.DELETE.{stream}"), &Value::Null)?;
+        let d: Done = self
+            .api(&format!("$JS.API.STREAM.DELETE.{stream}"), &Value::Null)
+            .await?;
         Ok(d.success)
+    }
+}
+
+/// The JetStream API on the blocking driver: each call is the one of
+/// [`JetStream`], run to its end here (every request on this connection is
+/// a blocking call, so the call never waits on anything else).
+impl NatsConnection {
+    /// [`JetStream::api_request`] on this connection.
+    pub fn api_request(&mut self, subject: &str, body: &Value) -> Result<Value, NatsError> {
+        run_blocking(JetStream(self).api_request(subject, body))
+    }
+
+    /// [`JetStream::stream_info`] on this connection.
+    pub fn stream_info(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
+        run_blocking(JetStream(self).stream_info(name))
+    }
+
+    /// [`JetStream::ensure_stream`] on this connection.
+    pub fn ensure_stream(&mut self, spec: &StreamSpec) -> Result<StreamInfo, NatsError> {
+        run_blocking(JetStream(self).ensure_stream(spec))
+    }
+
+    /// [`JetStream::ensure_stream_with_schedules`] on this connection.
+    pub fn ensure_stream_with_schedules(
+        &mut self,
+        spec: &StreamSpec,
+    ) -> Result<StreamInfo, NatsError> {
+        run_blocking(JetStream(self).ensure_stream_with_schedules(spec))
+    }
+
+    /// [`JetStream::allow_msg_schedules`] on this connection.
+    pub fn allow_msg_schedules(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
+        run_blocking(JetStream(self).allow_msg_schedules(name))
+    }
+
+    /// [`JetStream::consumer_info`] on this connection.
+    pub fn consumer_info(
+        &mut self,
+        stream: &str,
+        durable: &str,
+    ) -> Result<ConsumerInfo, NatsError> {
+        run_blocking(JetStream(self).consumer_info(stream, durable))
+    }
+
+    /// [`JetStream::ensure_consumer`] on this connection.
+    pub fn ensure_consumer(
+        &mut self,
+        stream: &str,
+        durable: &str,
+        spec: &ConsumerSpec,
+    ) -> Result<ConsumerInfo, NatsError> {
+        run_blocking(JetStream(self).ensure_consumer(stream, durable, spec))
+    }
+
+    /// [`JetStream::ensure_consumer_paused`] on this connection.
+    pub fn ensure_consumer_paused(
+        &mut self,
+        stream: &str,
+        durable: &str,
+        spec: &ConsumerSpec,
+        pause_until: Option<SystemTime>,
+    ) -> Result<ConsumerInfo, NatsError> {
+        run_blocking(JetStream(self).ensure_consumer_paused(stream, durable, spec, pause_until))
+    }
+
+    /// [`JetStream::create_consumer`] on this connection.
+    pub fn create_consumer(
+        &mut self,
+        stream: &str,
+        durable: &str,
+        spec: &ConsumerSpec,
+        pause_until: Option<SystemTime>,
+    ) -> Result<ConsumerInfo, NatsError> {
+        run_blocking(JetStream(self).create_consumer(stream, durable, spec, pause_until))
+    }
+
+    /// [`JetStream::pause_consumer`] on this connection.
+    pub fn pause_consumer(
+        &mut self,
+        stream: &str,
+        durable: &str,
+        until: Option<SystemTime>,
+    ) -> Result<bool, NatsError> {
+        run_blocking(JetStream(self).pause_consumer(stream, durable, until))
+    }
+
+    /// [`JetStream::msg_get`] on this connection.
+    pub fn msg_get(&mut self, stream: &str, which: MsgSelect<'_>) -> Result<StoredMsg, NatsError> {
+        run_blocking(JetStream(self).msg_get(stream, which))
+    }
+
+    /// [`JetStream::msg_delete`] on this connection.
+    pub fn msg_delete(&mut self, stream: &str, seq: u64) -> Result<bool, NatsError> {
+        run_blocking(JetStream(self).msg_delete(stream, seq))
+    }
+
+    /// [`JetStream::stream_delete`] on this connection.
+    pub fn stream_delete(&mut self, stream: &str) -> Result<bool, NatsError> {
+        run_blocking(JetStream(self).stream_delete(stream))
     }
 }

@@ -13,9 +13,9 @@ use std::io::IoSlice;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use crate::nats::access::NatsAccess;
+use crate::nats::access::{NatsAccess, TlsSettings};
 use taskq_proto::defaults;
-use taskq_proto::nats::session::{NatsSession, Signed};
+use taskq_proto::nats::session::{Handshake, HandshakeStep, NatsSession, Signed};
 use taskq_proto::nats::NatsLimits;
 use taskq_proto::nats::WAITING_FOR_INFO;
 use taskq_proto::SockIo;
@@ -29,7 +29,7 @@ mod publish;
 mod pull;
 mod request;
 #[cfg(feature = "secure")]
-mod tls;
+pub(crate) mod tls;
 mod wire;
 
 pub use self::wire::TlsSession;
@@ -116,6 +116,69 @@ pub struct Parts {
 }
 
 /// The host of `host:port` (an IPv6 literal without its brackets).
+/// Each seed with the name its TLS certificate must hold: its own host, or
+/// for a seed given as an IP address the first seed given by name (the nodes
+/// a cluster announces come as IP addresses), as the official clients do.
+pub(crate) fn tls_names<S: AsRef<str>>(seeds: &[S]) -> impl Iterator<Item = (&str, &str)> {
+    let named = seeds
+        .iter()
+        .map(|s| host_of(s.as_ref()))
+        .find(|h| h.parse::<std::net::IpAddr>().is_err());
+    seeds.iter().map(move |seed| {
+        let host = host_of(seed.as_ref());
+        let tls_name = match (named, host.parse::<std::net::IpAddr>()) {
+            (Some(n), Ok(_)) => n,
+            _ => host,
+        };
+        (seed.as_ref(), tls_name)
+    })
+}
+
+/// True when a failure to connect to one node ends the search: credentials
+/// the server refused, or that cannot be read, are refused by every node alike.
+pub(crate) fn ends_search(e: &NatsError) -> bool {
+    matches!(e, NatsError::Refused(_) | NatsError::Credentials(_))
+}
+
+/// The error of a seed list that resolved to no address.
+pub(crate) fn no_seed() -> NatsError {
+    NatsError::NotSent(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "no seed address resolved",
+    ))
+}
+
+/// A TLS session with the server named `host`, as `settings` configure it.
+#[cfg(feature = "secure")]
+pub(crate) fn new_tls(settings: &TlsSettings, host: &str) -> Result<Box<TlsSession>, NatsError> {
+    let config = tls::client_config(settings)?;
+    Ok(Box::new(tls::TlsSession::new(config, host)?))
+}
+
+#[cfg(not(feature = "secure"))]
+pub(crate) fn new_tls(_: &TlsSettings, _: &str) -> Result<Box<TlsSession>, NatsError> {
+    Err(NatsError::Tls(TlsError {
+        failure: TlsFailure::ServerRequiresTls,
+        detail: String::new(),
+    }))
+}
+
+/// The nonce signed for nkey or JWT authentication, when `access` has them.
+#[cfg(feature = "secure")]
+pub(crate) fn sign(access: &NatsAccess, nonce: &[u8]) -> Result<Option<Signed>, NatsError> {
+    creds::sign(access, nonce)
+}
+
+#[cfg(not(feature = "secure"))]
+pub(crate) fn sign(access: &NatsAccess, _: &[u8]) -> Result<Option<Signed>, NatsError> {
+    if access.creds_file.is_some() || access.nkey_file.is_some() {
+        return Err(NatsError::Unsupported(
+            "nkey and JWT credentials (feature secure)",
+        ));
+    }
+    Ok(None)
+}
+
 fn host_of(seed: &str) -> &str {
     let host = match seed.rfind(':') {
         Some(i) if !seed[i..].contains(']') => &seed[..i],
@@ -141,18 +204,8 @@ impl NatsConnection {
         cfg: NatsConfig,
     ) -> Result<NatsConnection, NatsError> {
         let mut last = None;
-        let named = seeds
-            .iter()
-            .map(|s| host_of(s.as_ref()))
-            .find(|h| h.parse::<std::net::IpAddr>().is_err())
-            .map(str::to_owned);
-        for seed in seeds {
-            let host = host_of(seed.as_ref());
-            let tls_name = match (&named, host.parse::<std::net::IpAddr>()) {
-                (Some(n), Ok(_)) => n.as_str(),
-                _ => host,
-            };
-            let addrs = match seed.as_ref().to_socket_addrs() {
+        for (seed, tls_name) in tls_names(seeds) {
+            let addrs = match seed.to_socket_addrs() {
                 Ok(a) => a,
                 Err(e) => {
                     last = Some(NatsError::NotSent(e));
@@ -162,19 +215,12 @@ impl NatsConnection {
             for a in addrs {
                 match NatsConnection::open(a, tls_name, cfg.clone()) {
                     Ok(c) => return Ok(c),
-                    // Credentials the server refused, or that cannot be read,
-                    // are refused by every node alike: say so at once.
-                    Err(e @ (NatsError::Refused(_) | NatsError::Credentials(_))) => return Err(e),
+                    Err(e) if ends_search(&e) => return Err(e),
                     Err(e) => last = Some(e),
                 }
             }
         }
-        Err(last.unwrap_or_else(|| {
-            NatsError::NotSent(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "no seed address resolved",
-            ))
-        }))
+        Err(last.unwrap_or_else(no_seed))
     }
 
     /// Connects to one address (over TLS, its certificate must name the IP address).
@@ -210,80 +256,70 @@ impl NatsConnection {
     fn handshake(&mut self, host: &str) -> Result<(), NatsError> {
         let started = Instant::now();
         let wait = self.cfg.io_timeout;
-        let mut first = true;
         let tls = &self.cfg.access.tls;
-        if tls.first {
-            self.step = "in the TLS handshake";
-            self.start_tls(host, started, wait)?;
-        }
-        self.step = WAITING_FOR_INFO;
-        // The server speaks first: INFO.
-        let hello = self.wait_for(started, wait, &mut first, NatsSession::poll_info)?;
-        if !self.io.is_tls() && (hello.tls_required || self.cfg.access.tls.wanted()) {
-            if !hello.tls_required && !hello.tls_available {
-                return Err(NatsError::Tls(TlsError {
-                    failure: TlsFailure::ServerWithoutTls,
-                    detail: format!("{} offers no TLS", self.peer),
-                }));
+        let mut hs = Handshake::new(
+            started,
+            wait,
+            tls.first,
+            tls.wanted(),
+            &self.peer.to_string(),
+        );
+        let mut first = true;
+        loop {
+            self.step = hs.during();
+            let step = hs.step(&mut self.s);
+            self.answer_pings()?;
+            match step? {
+                HandshakeStep::Read => self.fill(started, wait, &mut first)?,
+                HandshakeStep::StartTls => {
+                    self.start_tls(host, started, wait)?;
+                    hs.tls_started();
+                }
+                HandshakeStep::Connect { nonce } => {
+                    let signed = sign(&self.cfg.access, nonce.as_bytes())?;
+                    let describe = self.cfg.access.describe();
+                    let creds = self.cfg.access.credentials(signed.as_ref(), &describe);
+                    hs.connect(&mut self.s, &self.cfg.name, &creds)?;
+                }
+                HandshakeStep::Write => {
+                    let sent = self.io.write_all(&mut [IoSlice::new(self.s.queued())]);
+                    // The CONNECT line holds the credentials: leave no copy behind.
+                    self.s.wipe_queue();
+                    sent.map_err(|e| self.broke(e))?;
+                }
+                HandshakeStep::Done => {
+                    self.step = "";
+                    return Ok(());
+                }
             }
-            self.step = "in the TLS handshake";
-            self.start_tls(host, started, wait)?;
         }
-        let signed = self.sign(hello.nonce.as_bytes())?;
-        let tls = self.io.is_tls();
-        let describe = self.cfg.access.describe();
-        let creds = self.cfg.access.credentials(signed.as_ref(), &describe);
-        self.s.queue_connect(&self.cfg.name, &creds, tls)?;
-        self.step = "sending CONNECT";
-        let sent = self.io.write_all(&mut [IoSlice::new(self.s.queued())]);
-        // The CONNECT line holds the credentials: leave no copy behind.
-        self.s.wipe_queue();
-        sent.map_err(|e| self.broke(e))?;
-        self.step = "waiting for PONG";
-        // PONG answers our PING once CONNECT and SUB were processed; -ERR
-        // means the server refused them (and closes the connection).
-        self.wait_for(started, wait, &mut first, |s| {
-            Ok(s.poll_connected()?.then_some(()))
-        })?;
-        self.step = "";
-        Ok(())
     }
 
     /// Starts TLS with the server named `host`.
-    #[cfg(feature = "secure")]
     fn start_tls(&mut self, host: &str, started: Instant, wait: Duration) -> Result<(), NatsError> {
-        let config = tls::client_config(&self.cfg.access.tls)?;
-        let session = Box::new(tls::TlsSession::new(config, host)?);
-        self.io.start_tls(session, started, wait)
-    }
-
-    #[cfg(not(feature = "secure"))]
-    fn start_tls(&mut self, _: &str, _: Instant, _: Duration) -> Result<(), NatsError> {
-        Err(NatsError::Tls(TlsError {
-            failure: TlsFailure::ServerRequiresTls,
-            detail: String::new(),
-        }))
-    }
-
-    /// The nonce signed for nkey or JWT authentication, when configured.
-    #[cfg(feature = "secure")]
-    fn sign(&self, nonce: &[u8]) -> Result<Option<Signed>, NatsError> {
-        creds::sign(&self.cfg.access, nonce)
-    }
-
-    #[cfg(not(feature = "secure"))]
-    fn sign(&self, _: &[u8]) -> Result<Option<Signed>, NatsError> {
-        if self.cfg.access.creds_file.is_some() || self.cfg.access.nkey_file.is_some() {
-            return Err(NatsError::Unsupported(
-                "nkey and JWT credentials (feature secure)",
-            ));
+        let session = new_tls(&self.cfg.access.tls, host)?;
+        #[cfg(feature = "secure")]
+        return self.io.start_tls(session, started, wait);
+        #[cfg(not(feature = "secure"))]
+        {
+            let _ = (started, wait);
+            match *session {}
         }
-        Ok(None)
     }
 
     /// The server's release as its `INFO` gave it (`2.9.10`).
     pub fn server_version(&self) -> &str {
         self.s.server_version()
+    }
+
+    /// The limit on each whole reply.
+    pub fn io_timeout(&self) -> Duration {
+        self.cfg.io_timeout
+    }
+
+    /// How long JetStream calls are tried again while the cluster has no leader.
+    pub fn api_patience_setting(&self) -> Duration {
+        self.cfg.api_patience
     }
 
     /// True when the server can hold a message until its time (message

@@ -26,6 +26,18 @@ use super::{TlsError, TlsFailure};
 /// Ciphertext read from the socket in one go: the largest TLS record.
 const CIPHER_BUF: usize = 18 * 1024;
 
+/// What a TLS handshake needs next ([`TlsSession::handshake_step`]).
+#[derive(Debug)]
+pub enum TlsStep<'a> {
+    /// Send these records with one write.
+    Send(&'a [u8]),
+    /// Read ciphertext into [`TlsSession::cipher_room`] and say how much
+    /// with [`TlsSession::cipher_read`].
+    Read,
+    /// The handshake is over.
+    Done,
+}
+
 /// A TLS session with no socket: rustls's client connection with the
 /// ciphertext read and not yet opened, and the records sealed for the next
 /// write. The blocking driver runs the handshake and its reads and writes
@@ -238,6 +250,24 @@ impl TlsSession {
         self.end = n.min(self.inbuf.len());
     }
 
+    /// The TLS handshake's next step, with no socket: records to send,
+    /// ciphertext to read (into [`cipher_room`](Self::cipher_room)), or the
+    /// end. Both drivers run the handshake by this rule; the client's
+    /// Finished (and any ticket request) is sent before the end.
+    pub fn handshake_step(&mut self) -> Result<TlsStep<'_>, NatsError> {
+        loop {
+            if self.conn.wants_write() {
+                return Ok(TlsStep::Send(self.records().map_err(NatsError::NotSent)?));
+            }
+            if !self.conn.is_handshaking() {
+                return Ok(TlsStep::Done);
+            }
+            if !self.feed()? {
+                return Ok(TlsStep::Read);
+            }
+        }
+    }
+
     /// Runs the handshake over `sock` to its end within `wait` of `started`.
     pub(crate) fn handshake(
         &mut self,
@@ -246,19 +276,13 @@ impl TlsSession {
         wait: Duration,
     ) -> Result<(), NatsError> {
         let mut first = false;
-        while self.conn.is_handshaking() {
-            if self.conn.wants_write() {
-                self.send_records(sock)?;
-            }
-            if self.conn.is_handshaking() && self.conn.wants_read() && !self.feed()? {
-                self.read_cipher(sock, started, wait, &mut first)?;
+        loop {
+            match self.handshake_step()? {
+                TlsStep::Send(records) => sock.send(records).map_err(NatsError::from)?,
+                TlsStep::Read => self.read_cipher(sock, started, wait, &mut first)?,
+                TlsStep::Done => return Ok(()),
             }
         }
-        // The client's Finished (and any ticket request) goes out now.
-        if self.conn.wants_write() {
-            self.send_records(sock)?;
-        }
-        Ok(())
     }
 
     /// Encrypts `bufs` as one plaintext (a put's head, body and end make

@@ -2,9 +2,19 @@
 //! credentials the driver gives), the inbox `SUB` and a `PING`, answered by
 //! `PONG` or refused with `-ERR`. Signing a nonce and TLS belong to the
 //! driver; the session only carries their results.
+//!
+//! [`Handshake`] is the order of those steps, written once for every driver
+//! (the blocking one and the tokio one of `taskq-connect`): it says what the
+//! driver must do next ([`HandshakeStep`]: read, start TLS, sign the nonce and
+//! send `CONNECT`, write) and owns the handshake's deadline
+//! ([`poll_timeout`](Handshake::poll_timeout),
+//! [`handle_timeout`](Handshake::handle_timeout)), with no socket and no
+//! clock of its own.
+
+use std::time::{Duration, Instant};
 
 use crate::nats::op::{parse_frame, Frame};
-use crate::nats::request_error::{NatsError, Refusal};
+use crate::nats::request_error::{NatsError, Refusal, TlsError, TlsFailure, WAITING_FOR_INFO};
 use crate::nats::{encode_connect, encode_ping, encode_sub, ConnectOptions, NatsProtoError};
 use crate::reply::Status;
 use crate::secret::Secret;
@@ -128,5 +138,193 @@ impl NatsSession {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// What the driver must do next for a [`Handshake`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum HandshakeStep<'a> {
+    /// Read more bytes into the session before the deadline, then step again.
+    Read,
+    /// Run the TLS handshake now (every byte after it is encrypted), then
+    /// call [`Handshake::tls_started`] and step again.
+    StartTls,
+    /// Sign `nonce` when the credentials are an nkey or a JWT (empty: the
+    /// server sent none), then call [`Handshake::connect`] with the
+    /// credentials, and step again.
+    Connect {
+        /// The server's nonce.
+        nonce: &'a str,
+    },
+    /// Write what the session has queued (`CONNECT`, `SUB`, `PING`) with one
+    /// write, wipe it ([`NatsSession::wipe_queue`]: it holds the
+    /// credentials), then step again.
+    Write,
+    /// The server took `CONNECT`: the connection is ready.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    TlsFirst,
+    Info,
+    Connect,
+    Write,
+    Pong,
+    Done,
+}
+
+/// The NATS handshake's steps and deadline, over a [`NatsSession`]: TLS
+/// first when asked (`tls_first`, for a server that wants the TLS handshake
+/// before its `INFO`), then `INFO`; TLS when the server requires it or the
+/// client wants it (and an error naming the server when it offers none);
+/// then `CONNECT` with the driver's credentials, and `PONG`. The whole
+/// handshake must end within the wait it was given.
+#[derive(Debug)]
+pub struct Handshake {
+    phase: Phase,
+    tls_wanted: bool,
+    tls_on: bool,
+    /// TLS was asked for after `INFO` and has not yet started.
+    tls_pending: bool,
+    nonce: String,
+    deadline: Instant,
+    wait: Duration,
+    peer: String,
+}
+
+impl Handshake {
+    /// A handshake begun at `now`, to end within `wait`, with the server
+    /// called `peer` in errors. `tls_first`: TLS before anything else;
+    /// `tls_wanted`: TLS even when the server does not require it.
+    pub fn new(
+        now: Instant,
+        wait: Duration,
+        tls_first: bool,
+        tls_wanted: bool,
+        peer: &str,
+    ) -> Handshake {
+        Handshake {
+            phase: if tls_first {
+                Phase::TlsFirst
+            } else {
+                Phase::Info
+            },
+            tls_wanted: tls_wanted || tls_first,
+            tls_on: false,
+            tls_pending: false,
+            nonce: String::new(),
+            deadline: now + wait,
+            wait,
+            peer: peer.to_owned(),
+        }
+    }
+
+    /// When the handshake must have ended.
+    pub fn poll_timeout(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The whole wait the handshake was given.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// At `now`: a [`NatsError::Timeout`] once the deadline has passed
+    /// before the handshake ended.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), NatsError> {
+        if self.phase != Phase::Done && now >= self.deadline {
+            return Err(NatsError::Timeout { waited: self.wait });
+        }
+        Ok(())
+    }
+
+    /// What the handshake was doing, for errors (`waiting for INFO`, `in
+    /// the TLS handshake`, `sending CONNECT`, `waiting for PONG`); empty
+    /// once done.
+    pub fn during(&self) -> &'static str {
+        match self.phase {
+            Phase::TlsFirst => "in the TLS handshake",
+            Phase::Info if self.tls_pending => "in the TLS handshake",
+            Phase::Info => WAITING_FOR_INFO,
+            Phase::Connect | Phase::Write => "sending CONNECT",
+            Phase::Pong => "waiting for PONG",
+            Phase::Done => "",
+        }
+    }
+
+    /// True once TLS was started.
+    pub fn is_tls(&self) -> bool {
+        self.tls_on
+    }
+
+    /// The next step, reading what `s` holds.
+    pub fn step(&mut self, s: &mut NatsSession) -> Result<HandshakeStep<'_>, NatsError> {
+        match self.phase {
+            Phase::TlsFirst => Ok(HandshakeStep::StartTls),
+            Phase::Info => {
+                let Some(hello) = s.poll_info()? else {
+                    return Ok(HandshakeStep::Read);
+                };
+                self.nonce = hello.nonce;
+                if !self.tls_on && (hello.tls_required || self.tls_wanted) {
+                    if !hello.tls_required && !hello.tls_available {
+                        return Err(NatsError::Tls(TlsError {
+                            failure: TlsFailure::ServerWithoutTls,
+                            detail: format!("{} offers no TLS", self.peer),
+                        }));
+                    }
+                    self.tls_pending = true;
+                    return Ok(HandshakeStep::StartTls);
+                }
+                self.phase = Phase::Connect;
+                Ok(HandshakeStep::Connect { nonce: &self.nonce })
+            }
+            Phase::Connect => Ok(HandshakeStep::Connect { nonce: &self.nonce }),
+            Phase::Write => {
+                self.phase = Phase::Pong;
+                Ok(HandshakeStep::Write)
+            }
+            Phase::Pong => {
+                if s.poll_connected()? {
+                    self.phase = Phase::Done;
+                    Ok(HandshakeStep::Done)
+                } else {
+                    Ok(HandshakeStep::Read)
+                }
+            }
+            Phase::Done => Ok(HandshakeStep::Done),
+        }
+    }
+
+    /// Says the TLS handshake the last step asked for has ended.
+    pub fn tls_started(&mut self) {
+        self.tls_on = true;
+        self.tls_pending = false;
+        if self.phase == Phase::TlsFirst {
+            self.phase = Phase::Info;
+        } else if self.phase == Phase::Info {
+            // INFO was read in the clear: CONNECT comes next.
+            self.phase = Phase::Connect;
+        }
+    }
+
+    /// Queues `CONNECT` (named `name`, with `creds`), the inbox's `SUB` and
+    /// a `PING` for the write the next step asks for.
+    pub fn connect(
+        &mut self,
+        s: &mut NatsSession,
+        name: &str,
+        creds: &Credentials<'_>,
+    ) -> Result<(), NatsError> {
+        if self.phase != Phase::Connect {
+            return Err(NatsError::Mismatch(format!(
+                "CONNECT asked for {}",
+                self.during()
+            )));
+        }
+        s.queue_connect(name, creds, self.tls_on)?;
+        self.phase = Phase::Write;
+        Ok(())
     }
 }

@@ -41,7 +41,7 @@ mod pull;
 mod request;
 mod state;
 
-pub use handshake::{Credentials, Signed};
+pub use handshake::{Credentials, Handshake, HandshakeStep, Signed};
 pub use publish::{PubAck, Put};
 pub use pull::{Delivery, DeliveryFrame};
 pub use state::{random_inbox, Event, Hello, NatsSession, PONG};
