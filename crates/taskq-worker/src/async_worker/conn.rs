@@ -1,5 +1,5 @@
 //! The socket under one machine: a tokio `TcpStream` and the protocol
-//! session, set up and written with taskq-connect's tokio I/O (one write
+//! session, opened and written with taskq-connect's tokio I/O (one write
 //! per flush, against the I/O timeout). Reads go straight into the
 //! session's room and carry no deadline here: the machine owns the reply
 //! deadline, and the driver wakes at it.
@@ -13,7 +13,7 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use taskq_connect::tokio::{setup, write_all, Deadline};
+use taskq_connect::tokio::{open_stream, write_all, Deadline};
 use taskq_connect::Address;
 use taskq_proto::{ConnectionConfig, ConnectionError, IoCounts, Session};
 use tokio::io::{AsyncRead, ReadBuf};
@@ -52,19 +52,8 @@ impl Conn {
             .ok()
             .and_then(|a| a.hosts().first().cloned())
             .unwrap_or_else(|| server.to_owned());
-        let attempt = async {
-            let mut last = None;
-            for addr in tokio::net::lookup_host(host.as_str()).await? {
-                match TcpStream::connect(addr).await {
-                    Ok(s) => return setup(s, &pcfg),
-                    Err(e) => last = Some(e),
-                }
-            }
-            Err(last.unwrap_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
-            }))
-        };
-        let stream = match tokio::time::timeout(cfg.connect_timeout, attempt).await {
+        let resolve = tokio::net::lookup_host(host.as_str());
+        let addrs = match tokio::time::timeout(cfg.connect_timeout, resolve).await {
             Ok(r) => r.map_err(ConnectionError::NotSent)?,
             Err(_) => {
                 return Err(ConnectionError::Timeout {
@@ -72,6 +61,22 @@ impl Conn {
                 })
             }
         };
+        let mut last = None;
+        let mut stream = None;
+        for addr in addrs {
+            match open_stream(addr, cfg.connect_timeout, pcfg.keepalive).await {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let stream = stream.ok_or_else(|| {
+            ConnectionError::NotSent(last.unwrap_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
+            }))
+        })?;
         let mut session = Session::new(cfg.limits);
         // A job over the limit is held by id and buried, its body unread.
         session.skip_large_jobs();
