@@ -1,21 +1,22 @@
-//! The socket under one machine: a tokio `TcpStream` and the protocol
-//! session, opened and written with taskq-connect's tokio I/O (one write
-//! per flush, against the I/O timeout). Reads go straight into the
-//! session's room and carry no deadline here: the machine owns the reply
-//! deadline, and the driver wakes at it.
+//! The socket under one machine: a tokio `TcpStream` (opened with
+//! taskq-connect's `open_stream`) and the protocol session. What the
+//! session queued goes out in one write when the socket takes it; reads go
+//! straight into the session's room. Neither carries a deadline here: the
+//! machine owns the reply deadline, and the driver wakes at it.
 //!
 //! Not `taskq_connect::tokio::AsyncConn`: the worker needs the session
 //! itself (the kind of each owed reply, `WATCHING` replies of tube
-//! switches, jobs over the limit skipped unread) and a read that can be
-//! polled beside the slots' messages, with the deadline left to the machine.
+//! switches, jobs over the limit skipped unread), and reads and writes it
+//! can poll together and beside the slots' messages, with the deadline
+//! left to the machine.
 
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use taskq_connect::tokio::{open_stream, write_all, Deadline};
+use taskq_connect::tokio::open_stream;
 use taskq_connect::Address;
-use taskq_proto::{ConnectionConfig, ConnectionError, IoCounts, Session};
+use taskq_proto::{ConnectionConfig, ConnectionError, Session};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -26,9 +27,8 @@ use crate::counters::Counters;
 pub(super) struct Conn {
     stream: TcpStream,
     pub(super) session: Session,
-    counts: IoCounts,
-    deadline: Deadline,
-    cfg: ConnectionConfig,
+    /// Bytes of the session's queue already written.
+    sent: usize,
 }
 
 impl std::fmt::Debug for Conn {
@@ -83,36 +83,60 @@ impl Conn {
         Ok(Conn {
             stream,
             session,
-            counts: IoCounts::default(),
-            deadline: Deadline::new(),
-            cfg: pcfg,
+            sent: 0,
         })
     }
 
-    /// Writes what the session queued, in one write call when the socket
-    /// takes it all (waiting for room against the I/O timeout otherwise).
-    pub(super) async fn flush(&mut self, counters: &Counters) -> Result<(), ConnectionError> {
-        let Some(queued) = self.session.to_flush()? else {
-            return Ok(());
-        };
-        let before = self.counts.writes;
-        let r = write_all(
-            &self.stream,
-            &mut self.counts,
-            &mut self.deadline,
-            self.cfg.io_timeout,
-            &mut [IoSlice::new(queued)],
-        )
-        .await;
-        self.session.queue_sent();
-        counters.writes.fetch_add(
-            self.counts.writes - before,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        if r.is_err() {
+    /// Writes what the session queued: in one write call when the socket
+    /// takes it all, else as room comes (`Pending` until then; the
+    /// driver reads meanwhile, so that a server blocked writing replies
+    /// we do not read can never block our write). No deadline of its own:
+    /// requests that do not leave hold up the replies the machine waits
+    /// for, and its reply deadline breaks the connection.
+    pub(super) fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        counters: &Counters,
+    ) -> Poll<Result<(), ConnectionError>> {
+        loop {
+            let queued = match self.session.to_flush() {
+                Ok(Some(q)) => q,
+                Ok(None) => {
+                    self.sent = 0;
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            };
+            if self.sent >= queued.len() {
+                self.session.queue_sent();
+                self.sent = 0;
+                return Poll::Ready(Ok(()));
+            }
+            let err = match self.stream.try_write(&queued[self.sent..]) {
+                Ok(0) => io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes"),
+                Ok(n) => {
+                    Counters::add(&counters.writes);
+                    self.sent += n;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    match self.stream.poll_write_ready(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(())) => continue,
+                        Poll::Ready(Err(e)) => e,
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => e,
+            };
+            Counters::add(&counters.writes);
             self.session.mark_broken();
+            return Poll::Ready(Err(if self.sent == 0 {
+                ConnectionError::NotSent(err)
+            } else {
+                ConnectionError::Io(err)
+            }));
         }
-        r
     }
 
     /// One read into the session's room; the session takes what came. A

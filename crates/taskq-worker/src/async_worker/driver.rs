@@ -3,7 +3,8 @@
 //! 1. takes the slots' messages (handlers ended, touches asked) and the
 //!    stop flags to the machine, and the touches' answers to the slots;
 //! 2. connects when the machine wants it (its reconnect rule);
-//! 3. writes what the machine queued, in one write;
+//! 3. queues what the machine says to send, written in one write as the
+//!    socket takes it, while replies are read;
 //! 4. waits for bytes, a slot's message, a stop, or the machine's next
 //!    deadline, whichever comes first (never a busy loop: with nothing
 //!    owed and nothing due it sleeps until woken);
@@ -29,7 +30,7 @@ use crate::shared::Shared;
 
 /// What woke the driver.
 enum Woke {
-    /// Bytes came (the session has them), or the read failed.
+    /// Bytes came (the session has them), or the read or a write failed.
     Read(Result<usize, taskq_proto::ConnectionError>),
     /// A slot's message or a stop.
     Told,
@@ -98,12 +99,7 @@ pub(super) async fn drive(
             continue;
         }
         if let Some(c) = conn.as_mut() {
-            let sent = m.transmit(&sh, Instant::now(), &mut c.session).map(|_| ());
-            let sent = match sent {
-                Ok(()) => c.flush(&sh.counters).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = sent {
+            if let Err(e) = m.transmit(&sh, Instant::now(), &mut c.session) {
                 crate::worker::account::failed(&sh, &addr, None, &e);
                 m.broke(&sh, Instant::now(), fastrand::u64(..));
                 conn = None;
@@ -117,6 +113,11 @@ pub(super) async fn drive(
         let mut told = pin!(inbox.notify.notified());
         let woke = poll_fn(|cx| {
             if let Some(c) = conn.as_mut() {
+                // What was queued goes out as the socket takes it, while
+                // replies are read.
+                if let Poll::Ready(Err(e)) = c.poll_write(cx, &sh.counters) {
+                    return Poll::Ready(Woke::Read(Err(e)));
+                }
                 if let Poll::Ready(r) = c.poll_read(cx, &sh.counters) {
                     return Poll::Ready(Woke::Read(r));
                 }
