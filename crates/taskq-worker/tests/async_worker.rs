@@ -101,6 +101,19 @@ fn counted_worker(addr: SocketAddr, ms: u64) -> (AsyncWorker, Runs) {
     (worker, runs)
 }
 
+/// Runs `f` on `rt` to its end, which must come within `limit`.
+fn run_within<T>(
+    rt: &tokio::runtime::Runtime,
+    f: impl std::future::Future<Output = T>,
+    limit: Duration,
+) -> T {
+    rt.block_on(async {
+        tokio::time::timeout(limit, f)
+            .await
+            .expect("the worker ends in time")
+    })
+}
+
 fn drained(addr: SocketAddr) -> bool {
     let r = record(addr);
     r.ready + r.reserved + r.delayed == 0
@@ -140,11 +153,7 @@ fn ten_thousand_jobs_of_50_ms_at_concurrency_1000_on_one_connection_and_the_runt
     })
     .unwrap();
     let t = Instant::now();
-    let counts = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(60), worker.run())
-            .await
-            .expect("bounded")
-    });
+    let counts = run_within(&rt, worker.run(), Duration::from_secs(60));
     let took = t.elapsed();
     sampling.store(false, Ordering::SeqCst);
     sampler.join().unwrap();
@@ -294,12 +303,7 @@ fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
         .len()
         == 4));
     stop.notify_one();
-    let counts = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), h)
-            .await
-            .unwrap()
-            .unwrap()
-    });
+    let counts = run_within(&rt, async { h.await.unwrap() }, Duration::from_secs(5));
     let at = stopped_at.lock().unwrap().unwrap();
     let started = started.lock().unwrap();
     assert_eq!(started.len(), 4, "no job started after the stop");
@@ -336,12 +340,7 @@ fn a_second_stop_gives_running_jobs_back_at_once() {
     assert_eq!(record(server.addr()).reserved, 4, "the first stop waits");
     let t = Instant::now();
     control.abort();
-    let counts = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), h)
-            .await
-            .unwrap()
-            .unwrap()
-    });
+    let counts = run_within(&rt, async { h.await.unwrap() }, Duration::from_secs(5));
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert_eq!((counts.deleted, counts.released), (0, 4), "{counts}");
     assert_eq!(started.load(Ordering::SeqCst), 4);
@@ -489,12 +488,7 @@ fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resum
         server.addr()
     )));
     control.shutdown();
-    let counts = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(10), h)
-            .await
-            .unwrap()
-            .unwrap()
-    });
+    let counts = run_within(&rt, async { h.await.unwrap() }, Duration::from_secs(10));
     let after = record(server.addr());
     let runs = runs.lock().unwrap();
     let what = format!("silence detected after {detected:?}");
@@ -525,11 +519,7 @@ fn an_idle_worker_exits_once_the_queue_is_empty_and_nothing_is_held() {
     .unwrap();
     let rt = runtime();
     let t = Instant::now();
-    let counts = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(20), worker.run())
-            .await
-            .expect("exits by itself")
-    });
+    let counts = run_within(&rt, worker.run(), Duration::from_secs(20));
     let took = t.elapsed();
     assert_eq!(counts.deleted, 50, "{counts}");
     assert!(drained(server.addr()));
@@ -556,11 +546,7 @@ fn weighted_tubes_four_to_one_give_standard_its_share_on_one_connection() {
     })
     .unwrap();
     let rt = runtime();
-    let counts = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(30), worker.run())
-            .await
-            .expect("bounded")
-    });
+    let counts = run_within(&rt, worker.run(), Duration::from_secs(30));
     assert_eq!(counts.deleted, 1000, "{counts}");
     let tubes = tubes.lock().unwrap();
     let standard = tubes.get("standard").copied().unwrap_or(0);
@@ -654,11 +640,7 @@ fn two_servers_are_each_served_on_their_own_connection() {
     })
     .unwrap();
     let rt = runtime();
-    let counts = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(20), worker.run())
-            .await
-            .expect("bounded")
-    });
+    let counts = run_within(&rt, worker.run(), Duration::from_secs(20));
     assert_eq!(counts.deleted, 600, "{counts}");
     assert!(drained(a.addr()) && drained(b.addr()));
 }
