@@ -680,3 +680,26 @@ fn a_typed_body_decodes_and_a_bad_one_is_a_typed_error_that_buries_it() {
     assert_eq!((counts.deleted, counts.buried), (1, 1), "{counts}");
     assert_eq!(job_state(server.addr(), ids[1]).unwrap().0, "buried");
 }
+
+#[test]
+fn runs_on_a_current_thread_runtime_too() {
+    let server = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..500).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let cfg = Config {
+        max_jobs: Some(500),
+        ..cfg(server.addr(), 50)
+    };
+    let worker = AsyncWorker::new(cfg, |_job: AsyncJob| async {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Outcome::Done
+    })
+    .unwrap();
+    let counts = run_within(&rt, worker.run(), Duration::from_secs(20));
+    assert_eq!(counts.deleted, 500, "{counts}");
+    assert!(drained(server.addr()));
+}
