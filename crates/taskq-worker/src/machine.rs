@@ -13,11 +13,16 @@
 //!   run, and, once nothing runs and nothing is owed, one blocking reserve
 //!   waits for a slice, so an empty queue costs one request per slice and a
 //!   blocking reserve never holds a settle or a touch behind it;
+//! - the lookup: each job taken is looked up (`stats-job`, in the next
+//!   write) before its handler starts, so that the handler is told its tube
+//!   and attempt without a wait, and the settle has the job's numbers;
 //! - settling: the settle rule of `worker::settle` (a job done is deleted;
-//!   any other outcome asks `stats-job` first, then releases with the
-//!   backoff or buries after `max_attempts`), and what each reply counts as
-//!   ([`Settled`] and the tally of `worker::account`): done only on
-//!   `DELETED`;
+//!   any other outcome releases with the backoff or buries after
+//!   `max_attempts`, by the job's numbers, asked for first where the job was
+//!   not looked up: one over the limit, or taken after a stop), and what
+//!   each reply counts as ([`Settled`] and the tally of `worker::account`):
+//!   done only on `DELETED`;
+//! - `max_jobs`: each reserve takes one of the worker's shared tickets;
 //! - leases: a handler's touch goes out in the next write and its answer
 //!   comes back to that handler ([`Machine::touched`]);
 //! - weighted tubes: the reserves follow `fair::Schedule`;
@@ -26,14 +31,20 @@
 //!   reply before it came; silence past it breaks the connection;
 //! - the reconnect rule (`taskq_proto::Reconnect`): at once after progress,
 //!   else with the capped, jittered backoff;
-//! - the idle exit and the stop: no reserve after a stop; the jobs running
-//!   finish and are settled; then the machine is done.
+//! - the idle exit and the stop: whether this connection is idle
+//!   ([`Machine::is_idle`], by `shared::idle_over`); no reserve after a
+//!   stop, and a job taken and not started goes back untouched; the jobs
+//!   running finish and are settled; then the machine is done.
 //!
 //! Jobs running when their connection breaks go back to the server by
 //! themselves (beanstalkd puts back a closed connection's jobs): they are
 //! counted `lease_dropped` at the break, and their handlers' outcomes are
 //! dropped when they end. Their slots stay taken until then, so the jobs in
-//! flight never exceed the window.
+//! flight never exceed the window. A job taken and not yet started frees
+//! its slot at the break.
+//!
+//! The request and reply words are beanstalkd's; JetStream is not driven
+//! by it yet.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -30,7 +30,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What a slot tells its driver.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Msg {
-    /// The handler of job `id` in `slot` ended.
+    /// The handler in `slot` ended with `outcome` (`panicked`: it panicked).
     Finished {
         slot: usize,
         outcome: Outcome,
