@@ -91,15 +91,16 @@ impl std::fmt::Debug for AsyncWorker {
 impl AsyncWorker {
     /// Checks the settings and prepares a worker running `handler` on each
     /// job. Only beanstalkd servers for now: a `nats://` address is refused
-    /// ([`ConfigError::MixedEngines`]).
+    /// ([`ConfigError::UnsupportedEngine`]).
     pub fn new<H, F>(cfg: Config, handler: H) -> Result<AsyncWorker, ConfigError>
     where
         H: Fn(AsyncJob) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
     {
         cfg.validate()?;
-        if cfg.engine()? != taskq_connect::Engine::Beanstalkd {
-            return Err(ConfigError::MixedEngines);
+        let engine = cfg.engine()?;
+        if engine != taskq_connect::Engine::Beanstalkd {
+            return Err(ConfigError::UnsupportedEngine { engine });
         }
         Ok(AsyncWorker {
             shared: Arc::new(Shared::new(cfg, 0)),

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use taskq_proto::{Command as Cmd, Reply, ServerStats};
 use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, Toxic};
-use taskq_worker::{AsyncJob, AsyncWorker, Backoff, Config, Jitter, Outcome, Snapshot};
+use taskq_worker::{
+    AsyncJob, AsyncWorker, Backoff, Config, ConfigError, Jitter, Outcome, Snapshot,
+};
 
 /// A multi-thread runtime of two workers (the machine has two cores).
 fn runtime() -> tokio::runtime::Runtime {
@@ -702,4 +704,27 @@ fn runs_on_a_current_thread_runtime_too() {
     let counts = run_within(&rt, worker.run(), Duration::from_secs(20));
     assert_eq!(counts.deleted, 500, "{counts}");
     assert!(drained(server.addr()));
+}
+
+#[test]
+fn bad_settings_are_typed_errors() {
+    let handler = |_job: AsyncJob| async { Outcome::Done };
+    let nats = Config {
+        servers: vec!["nats://127.0.0.1:4222".into()],
+        ..Config::default()
+    };
+    assert_eq!(
+        AsyncWorker::new(nats, handler).unwrap_err(),
+        ConfigError::UnsupportedEngine {
+            engine: taskq_worker::Engine::Nats
+        }
+    );
+    let zero = Config {
+        concurrency: 0,
+        ..Config::default()
+    };
+    assert_eq!(
+        AsyncWorker::new(zero, handler).unwrap_err(),
+        ConfigError::ZeroConcurrency
+    );
 }
