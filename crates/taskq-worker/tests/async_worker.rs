@@ -728,3 +728,55 @@ fn bad_settings_are_typed_errors() {
         ConfigError::ZeroConcurrency
     );
 }
+
+/// Set in the child process of the kill -9 test: the server's address.
+const CHILD: &str = "TASKQ_ASYNC_WORKER_CHILD";
+
+#[test]
+fn kill_9_mid_run_gives_the_jobs_back_and_a_second_worker_does_them() {
+    if let Ok(addr) = std::env::var(CHILD) {
+        // The child: a worker whose handlers hold their jobs until killed.
+        let worker = AsyncWorker::new(cfg(addr.parse().unwrap(), 8), |_job: AsyncJob| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Outcome::Done
+        })
+        .unwrap();
+        runtime().block_on(worker.run());
+        return;
+    }
+    let server = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..20).map(|i| format!("{i}").into_bytes()).collect();
+    let ids = put_all(server.addr(), "default", 60, &bodies);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "kill_9_mid_run_gives_the_jobs_back_and_a_second_worker_does_them",
+            "--test-threads=1",
+        ])
+        .env(CHILD, server.addr().to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = wait_until(Duration::from_secs(10), || {
+        record(server.addr()).reserved == 8
+    });
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(held, "the child never held 8 jobs");
+    // The server puts a closed connection's jobs back (beanstalkd at once;
+    // a lease that is not given back ends with its TTR).
+    assert!(wait_until(Duration::from_secs(5), || {
+        let r = record(server.addr());
+        (r.ready, r.reserved) == (20, 0)
+    }));
+    let (worker, runs) = counted_worker(server.addr(), 1);
+    let rt = runtime();
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(10), || {
+        drained(server.addr())
+    });
+    assert_eq!(counts.deleted, 20, "{counts}");
+    let runs = runs.lock().unwrap();
+    // Each job ran once here: the child's 8 never finished there.
+    assert!(ids.iter().all(|id| runs.get(id) == Some(&1)), "{runs:?}");
+}
