@@ -250,6 +250,12 @@ pub enum ConfigError {
     /// beanstalkd and JetStream addresses together, or more than one JetStream
     /// cluster: a worker runs on one engine.
     MixedEngines,
+    /// The engine the servers select is not one this kind of worker runs
+    /// on (the async worker: beanstalkd only, for now).
+    UnsupportedEngine {
+        /// The engine the servers select.
+        engine: Engine,
+    },
     /// A JetStream stream name that is not one subject token.
     BadStream {
         /// The name given.
@@ -286,6 +292,11 @@ impl fmt::Display for ConfigError {
                 "one engine per worker: either beanstalkd addresses or one nats:// cluster",
             ),
             ConfigError::BadStream { name, error } => write!(f, "stream {name:?}: {error}"),
+            ConfigError::UnsupportedEngine { engine } => write!(
+                f,
+                "the async worker runs on beanstalkd only for now, not on {}",
+                engine.name()
+            ),
         }
     }
 }

@@ -80,7 +80,7 @@ pub(crate) fn handle_guarded(handler: &dyn Handler, job: &mut Job<'_>) -> Outcom
 
 /// The message a panic was given (`panic!("...")` makes a `&str` or a
 /// `String`); other payloads have none to show.
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
     if let Some(s) = payload.downcast_ref::<&str>() {
         s
     } else if let Some(s) = payload.downcast_ref::<String>() {

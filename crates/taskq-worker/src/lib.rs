@@ -9,6 +9,10 @@
 //! first it stops taking jobs and lets the running ones finish, and on a second
 //! request it gives them back at once.
 //!
+//! With feature `tokio`, `AsyncWorker` runs async handlers on the
+//! program's tokio runtime instead, with all its jobs in flight on one
+//! connection per server (beanstalkd; see docs/async-worker.md).
+//!
 //! Each thread holds its own connection to each server. After a job it sends
 //! the job's `delete` and the next `reserve-with-timeout` in one write, so one
 //! round trip serves both.
@@ -58,6 +62,8 @@
 //! println!("{counts}");
 //! ```
 
+#[cfg(feature = "tokio")]
+mod async_worker;
 pub mod command;
 mod config;
 mod counters;
@@ -69,6 +75,8 @@ mod job;
 mod job_info;
 #[cfg(feature = "serde")]
 mod json;
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+mod machine;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(feature = "cli")]
@@ -77,6 +85,8 @@ mod shared;
 pub mod table;
 mod worker;
 
+#[cfg(feature = "tokio")]
+pub use async_worker::{AsyncJob, AsyncWorker};
 pub use config::{Config, ConfigError, JetStreamConfig};
 pub use counters::{Counters, Snapshot, COUNTER_HELP};
 pub use handler::{Handler, Outcome};

@@ -49,6 +49,9 @@ pub(crate) struct Shared {
     pub(crate) ended: AtomicUsize,
     /// The thread waiting in `Running::join`, woken when one ends.
     pub(crate) joiner: Mutex<Option<std::thread::Thread>>,
+    /// Wakes the async worker's drivers at a stop.
+    #[cfg(feature = "tokio")]
+    pub(crate) stop_wake: tokio::sync::Notify,
 }
 
 pub(crate) struct LaneShared {
@@ -68,9 +71,53 @@ pub(crate) struct LaneShared {
     pub(crate) keeper: Mutex<Option<Arc<dyn Keep>>>,
 }
 
+/// The idle-exit rule: a worker stops once it has been quiet (no job
+/// taken, no connect) for `idle`, unless it is still working (a job held, a
+/// connect under way, a settle unconfirmed, jobs possibly still out).
+pub(crate) fn idle_over(
+    quiet: std::time::Duration,
+    idle: std::time::Duration,
+    working: bool,
+) -> bool {
+    quiet >= idle && !working
+}
+
 impl Shared {
+    /// The shared state of a worker with `lanes` lanes (threads times
+    /// servers; none for the async worker, which keeps its own).
+    pub(crate) fn new(cfg: Config, lanes: usize) -> Shared {
+        let lanes = (0..lanes)
+            .map(|_| LaneShared {
+                state: AtomicU8::new(IDLE),
+                outstanding: AtomicBool::new(false),
+                carrying: AtomicBool::new(false),
+                cut: Mutex::new(None),
+                keeper: Mutex::new(None),
+            })
+            .collect();
+        let tickets = AtomicU64::new(cfg.max_jobs.unwrap_or(0));
+        Shared {
+            cfg,
+            counters: Counters::default(),
+            stop: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            lanes,
+            started: Instant::now(),
+            last_busy_ms: AtomicU64::new(0),
+            tickets,
+            tempfails: Mutex::new(HashMap::new()),
+            tempfails_any: AtomicBool::new(false),
+            ended: AtomicUsize::new(0),
+            joiner: Mutex::new(None),
+            #[cfg(feature = "tokio")]
+            stop_wake: tokio::sync::Notify::new(),
+        }
+    }
+
     pub(crate) fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        #[cfg(feature = "tokio")]
+        self.stop_wake.notify_waiters();
         // A thread waiting in a reserve holds no job: cut its connection so it
         // stops at once instead of at the end of its slice. The server returns
         // a job it may have handed out in the meantime.

@@ -5,18 +5,17 @@
 //! command that settles a job in [`settle`], and the window of `prefetch` in
 //! [`prefetch`].
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::config::{Config, ConfigError};
-use crate::counters::{Counters, Snapshot};
+use crate::counters::Snapshot;
 use crate::handler::Handler;
-use crate::shared::{LaneShared, Shared, IDLE};
+use crate::shared::Shared;
 
-mod account;
+pub(crate) mod account;
 mod lane;
 mod prefetch;
 pub(crate) mod settle;
@@ -54,6 +53,12 @@ impl std::fmt::Debug for Control {
 }
 
 impl Control {
+    /// A handle on `shared` (the async worker's).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn of(shared: Arc<Shared>) -> Control {
+        Control { shared }
+    }
+
     /// Stop taking jobs; running jobs finish and are settled, then the threads
     /// end. Prefetched jobs that have not started are given back at once.
     pub fn shutdown(&self) {
@@ -109,31 +114,9 @@ impl Worker {
     pub fn new<H: Handler>(mut cfg: Config, handler: H) -> Result<Worker, ConfigError> {
         cfg.validate()?;
         cfg.lift_credentials();
-        let lanes = (0..cfg.concurrency * cfg.servers.len())
-            .map(|_| LaneShared {
-                state: AtomicU8::new(IDLE),
-                outstanding: AtomicBool::new(false),
-                carrying: AtomicBool::new(false),
-                cut: Mutex::new(None),
-                keeper: Mutex::new(None),
-            })
-            .collect();
-        let tickets = AtomicU64::new(cfg.max_jobs.unwrap_or(0));
+        let lanes = cfg.concurrency * cfg.servers.len();
         Ok(Worker {
-            shared: Arc::new(Shared {
-                cfg,
-                counters: Counters::default(),
-                stop: AtomicBool::new(false),
-                abort: AtomicBool::new(false),
-                lanes,
-                started: Instant::now(),
-                last_busy_ms: AtomicU64::new(0),
-                tickets,
-                tempfails: Mutex::new(HashMap::new()),
-                tempfails_any: AtomicBool::new(false),
-                ended: AtomicUsize::new(0),
-                joiner: Mutex::new(None),
-            }),
+            shared: Arc::new(Shared::new(cfg, lanes)),
             handler: Arc::new(handler),
         })
     }
@@ -221,8 +204,11 @@ impl Running {
                     .now_ms()
                     .saturating_sub(shared.last_busy_ms.load(Ordering::Relaxed));
                 if !shared.stop.load(Ordering::Relaxed)
-                    && quiet >= idle.as_millis() as u64
-                    && !shared.working_any()
+                    && crate::shared::idle_over(
+                        Duration::from_millis(quiet),
+                        idle,
+                        shared.working_any(),
+                    )
                 {
                     tracing::debug!(idle_ms = quiet, "idle: stopping");
                     shared.shutdown();

@@ -278,11 +278,3 @@ fn server_down_then_up_costs_little_and_resumes() {
         t.elapsed()
     );
 }
-
-/// User plus system CPU of this process, in clock ticks.
-fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split(' ').collect();
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-}

@@ -18,7 +18,7 @@ pub(super) const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(250);
 
 /// How a lane's turn ended.
 #[derive(Debug)]
-pub(super) enum After {
+pub(crate) enum After {
     /// Reserve again on the same lane.
     Again,
     /// No job there within the slice: try the next server.
@@ -108,7 +108,7 @@ pub(super) fn count_resolved(sh: &Shared, server: &str, id: u64, settle: Settle,
 
 /// Adds what a settle came to to the counters, and keeps its `max_jobs`
 /// ticket for a job done or gives it back.
-fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled: Settled) {
+pub(crate) fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled: Settled) {
     Counters::add(settled.counter(&sh.counters));
     match settled {
         Settled::Deleted => {
@@ -132,7 +132,7 @@ fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled: Settled) {
 }
 
 /// A request failed: count a timeout or an undecodable reply, log, and give up the link.
-pub(super) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) -> After {
+pub(crate) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) -> After {
     if e.is_timeout() {
         Counters::add(&sh.counters.io_timeouts);
     }

@@ -9,6 +9,7 @@ use crate::counters::Counters;
 use crate::engine::{Fault, JobLink, Settle, SettleReply};
 use crate::handler::Outcome;
 use crate::job::{job_info, JobError};
+use crate::job_info::JobInfo;
 use crate::shared::Shared;
 
 /// What the reply to a settle command (`delete`, `release` or `bury`) counts
@@ -83,26 +84,57 @@ pub(super) fn decide(
     id: u64,
     outcome: Outcome,
 ) -> Result<Settle, JobError> {
-    let aborting = sh.abort.load(Ordering::SeqCst);
+    if let Some(settle) = settle_without_info(sh, server, id, outcome) {
+        return Ok(settle);
+    }
+    let info = job_info(link, sh, id, name, None)?;
+    let failure = crate::failure::take_failure();
+    Ok(settle_with_info(sh, server, id, outcome, &info, failure))
+}
+
+/// The first half of the settle rule, needing nothing from the server: a
+/// job done is deleted (`Some(Settle::Delete)`); any other outcome needs the
+/// job's numbers (`stats-job`) and is [`settle_with_info`]'s (`None`).
+pub(crate) fn settle_without_info(
+    sh: &Shared,
+    server: usize,
+    id: u64,
+    outcome: Outcome,
+) -> Option<Settle> {
+    if outcome != Outcome::Done {
+        return None;
+    }
+    if sh.tempfails_any.load(Ordering::Relaxed) {
+        forget_tempfails(sh, server, id);
+    }
+    Some(Settle::Delete)
+}
+
+/// The second half of the settle rule, once the job's numbers are known:
+/// retry with the backoff, or bury after `max_attempts`; while aborting,
+/// whatever is not done goes back at once. `failure` says how the last
+/// failed attempt ended, for the bury warning.
+pub(crate) fn settle_with_info(
+    sh: &Shared,
+    server: usize,
+    id: u64,
+    outcome: Outcome,
+    info: &JobInfo,
+    failure: Option<crate::failure::Failure>,
+) -> Settle {
     let outcome = match outcome {
-        Outcome::Done => {
-            if sh.tempfails_any.load(Ordering::Relaxed) {
-                forget_tempfails(sh, server, id);
-            }
-            return Ok(Settle::Delete);
-        }
+        Outcome::Done => return Settle::Delete,
         // Aborting: whatever is not done goes back now.
-        _ if aborting => Outcome::Retry {
+        _ if sh.abort.load(Ordering::SeqCst) => Outcome::Retry {
             delay: Duration::ZERO,
         },
         o => o,
     };
-    let info = job_info(link, sh, id, name, None)?;
     let release = |delay: Duration| Settle::Release {
         pri: info.pri,
         delay: taskq_proto::secs_ceil(delay),
     };
-    Ok(match outcome {
+    match outcome {
         Outcome::Retry { delay } => {
             note_tempfail(sh, server, id);
             release(delay)
@@ -120,8 +152,7 @@ pub(super) fn decide(
             let attempts = attempt(sh, server, id, info.releases);
             if attempts >= u64::from(sh.cfg.max_attempts) {
                 forget_tempfails(sh, server, id);
-                let status = crate::failure::take_failure();
-                let status = status
+                let status = failure
                     .as_ref()
                     .map_or(&"handler failed" as &dyn std::fmt::Display, |f| f);
                 tracing::warn!(job = id, attempts, %status, "buried after the last attempt");
@@ -131,7 +162,7 @@ pub(super) fn decide(
                 release(sh.cfg.retry_backoff.ceiling(n))
             }
         }
-    })
+    }
 }
 
 /// This attempt plus the earlier failed ones of job `id`: its releases not made

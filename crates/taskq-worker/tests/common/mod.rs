@@ -442,3 +442,73 @@ pub fn taskq_put_null(addr: &str, tube: &str, bodies: &[&Vec<u8>]) -> Vec<u64> {
     assert_eq!(ids.len(), bodies.len(), "one id per job, in input order");
     ids
 }
+
+/// The total-queue check of a fault run (docs/reliability.md): the jobs the
+/// handler ran (`runs`: times each id ran) against the ids put, and the
+/// worker's counts against the server's `cmd-delete` over the run. Asserts
+/// lost 0, unexpected 0, duplicates no more than the faults that hit a held
+/// job, and the bracket; `what` names the run in the messages. Returns the
+/// duplicates.
+pub fn check_ledger(
+    ids: &std::collections::HashSet<u64>,
+    runs: &std::collections::HashMap<u64, u32>,
+    counts: &taskq_worker::Snapshot,
+    cmd_delete: u64,
+    what: &str,
+) -> u64 {
+    let lost = ids.iter().filter(|id| !runs.contains_key(id)).count();
+    let unexpected = runs.keys().filter(|id| !ids.contains(id)).count();
+    let duplicates: u64 = runs.values().map(|&k| u64::from(k - 1)).sum();
+    eprintln!(
+        "{what}: lost {lost}, unexpected {unexpected}, duplicates {duplicates}; {counts}; server cmd-delete {cmd_delete}"
+    );
+    assert_eq!(lost, 0, "{what}");
+    assert_eq!(unexpected, 0, "{what}");
+    // A fault can repeat at most the jobs its connection held.
+    let hit = counts.lease_dropped
+        + counts.ack_unknown
+        + counts.lost_lease
+        + counts.lost_lease_on_release;
+    assert!(
+        duplicates <= hit,
+        "{what}: duplicates {duplicates} beyond the faults that hit a held job: {counts}"
+    );
+    assert!(
+        counts.deleted + counts.lost_lease <= cmd_delete,
+        "{what}: {counts} vs {cmd_delete}"
+    );
+    assert!(
+        cmd_delete <= counts.deleted + counts.lost_lease + counts.ack_unknown,
+        "{what}: {counts} vs {cmd_delete}"
+    );
+    duplicates
+}
+
+/// Silences the replies through `proxy` and waits (5 s at most) until the
+/// worker whose counters `counters` reads counts a reply deadline missed;
+/// returns how long that took.
+pub fn silence_until_detected(
+    proxy: &taskq_testkit::ChaosProxy,
+    counters: impl Fn() -> taskq_worker::Snapshot,
+) -> Duration {
+    let t = Instant::now();
+    proxy.add(
+        taskq_testkit::Toxic::Silence,
+        taskq_testkit::Direction::Downstream,
+        1.0,
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || counters().io_timeouts >= 1),
+        "silence never detected: {}",
+        counters()
+    );
+    t.elapsed()
+}
+
+/// User plus system CPU of this process, in clock ticks.
+pub fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}

@@ -1,0 +1,183 @@
+//! The async worker (feature `tokio`): handlers are async functions, run
+//! as tasks of the program's own tokio runtime, and all the jobs in flight
+//! share one connection per server.
+//!
+//! Each server has one driver task, which owns the connection and runs the
+//! worker's rules through the sans-I/O machine (`crate::machine`), and
+//! `concurrency` slot tasks, which run the handlers. Everything is made
+//! once, when the worker starts: a job costs no task, no boxed future, and
+//! no buffer of its own (its body's buffer goes back to its slot when the
+//! job is dropped).
+
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::task::Poll;
+
+use crate::config::{Config, ConfigError};
+use crate::counters::Snapshot;
+use crate::handler::Outcome;
+use crate::shared::Shared;
+use crate::worker::Control;
+
+mod conn;
+mod driver;
+mod slot;
+
+pub use slot::AsyncJob;
+use slot::{Inbox, SlotCell};
+
+/// Starts one slot task running the handler; the handler's type is known
+/// here, so its futures live in the tasks themselves.
+trait Spawner: Send + Sync {
+    fn spawn(&self, cell: Arc<SlotCell>, shared: Arc<Shared>) -> tokio::task::JoinHandle<()>;
+}
+
+struct Handler<H>(Arc<H>);
+
+impl<H, F> Spawner for Handler<H>
+where
+    H: Fn(AsyncJob) -> F + Send + Sync + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    fn spawn(&self, cell: Arc<SlotCell>, shared: Arc<Shared>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(slot::serve(self.0.clone(), cell, shared))
+    }
+}
+
+/// A worker whose handlers are async functions, on a tokio runtime.
+///
+/// `Config::concurrency` is the number of jobs in flight per server, all
+/// on one connection to it: the reserves and settles are pipelined, their
+/// replies matched in order. It keeps the rules of [`Worker`](crate::Worker):
+/// a job is done only on `DELETED`; a failure is released with the retry
+/// backoff and buried after `max_attempts`; a handler's panic, in the
+/// closure or in its future, is a failed attempt (counted `panicked`); a
+/// job larger than `limits.max_job_size` is buried unread; every reply has
+/// a deadline, and a silent or broken connection is replaced with the
+/// reconnect backoff; a first stop takes nothing more and lets the running
+/// jobs finish, a second gives them back at once.
+///
+/// ```no_run
+/// use taskq_worker::{AsyncJob, AsyncWorker, Config, Outcome};
+///
+/// # async fn f() -> Result<(), taskq_worker::ConfigError> {
+/// let cfg = Config { concurrency: 100, ..Config::default() };
+/// let worker = AsyncWorker::new(cfg, |job: AsyncJob| async move {
+///     println!("job {} from {}: {} bytes", job.id(), job.tube(), job.body().len());
+///     Outcome::Done
+/// })?;
+/// // Stops (as a first `Control::shutdown`) when `stop` is sent, or dropped.
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # drop(stop);
+/// let counts = worker.run_until(async { let _ = stopped.await; }).await;
+/// println!("{counts}");
+/// # Ok(()) }
+/// ```
+pub struct AsyncWorker {
+    shared: Arc<Shared>,
+    spawner: Box<dyn Spawner>,
+}
+
+impl std::fmt::Debug for AsyncWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncWorker")
+            .field("cfg", &self.shared.cfg)
+            .finish()
+    }
+}
+
+impl AsyncWorker {
+    /// Checks the settings and prepares a worker running `handler` on each
+    /// job. Only beanstalkd servers for now: a `nats://` address is refused
+    /// ([`ConfigError::UnsupportedEngine`]).
+    pub fn new<H, F>(cfg: Config, handler: H) -> Result<AsyncWorker, ConfigError>
+    where
+        H: Fn(AsyncJob) -> F + Send + Sync + 'static,
+        F: Future<Output = Outcome> + Send + 'static,
+    {
+        cfg.validate()?;
+        let engine = cfg.engine()?;
+        if engine != taskq_connect::Engine::Beanstalkd {
+            return Err(ConfigError::UnsupportedEngine { engine });
+        }
+        Ok(AsyncWorker {
+            shared: Arc::new(Shared::new(cfg, 0)),
+            spawner: Box::new(Handler(Arc::new(handler))),
+        })
+    }
+
+    /// A handle to stop the worker or read its counters, from any thread.
+    pub fn control(&self) -> Control {
+        Control::of(self.shared.clone())
+    }
+
+    /// Runs until stopped (by a [`Control`], `max_jobs` or
+    /// `exit_when_idle`) and returns the final counters. Must be awaited
+    /// within a tokio runtime with its time and I/O drivers enabled.
+    pub async fn run(self) -> Snapshot {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// [`run`](Self::run), stopping as a first [`Control::shutdown`] does
+    /// once `shutdown` completes: nothing more is taken, and the running
+    /// jobs finish and are settled.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Snapshot {
+        let sh = self.shared;
+        let n = sh.cfg.concurrency;
+        let mut drivers = Vec::with_capacity(sh.cfg.servers.len());
+        let mut slots = Vec::with_capacity(n * sh.cfg.servers.len());
+        let mut cells_all = Vec::with_capacity(n * sh.cfg.servers.len());
+        let idle: Arc<[AtomicBool]> = (0..sh.cfg.servers.len())
+            .map(|_| AtomicBool::new(false))
+            .collect();
+        for server in 0..sh.cfg.servers.len() {
+            let inbox = Arc::new(Inbox::with_room(n));
+            let cells: Vec<Arc<SlotCell>> = (0..n)
+                .map(|i| Arc::new(SlotCell::new(i, inbox.clone())))
+                .collect();
+            for c in &cells {
+                slots.push(self.spawner.spawn(c.clone(), sh.clone()));
+                cells_all.push(c.clone());
+            }
+            drivers.push(tokio::spawn(driver::drive(
+                sh.clone(),
+                server,
+                cells,
+                inbox,
+                idle.clone(),
+            )));
+        }
+        let mut shutdown = pin!(shutdown);
+        let mut asked = false;
+        let mut k = 0;
+        // Waits for the drivers; a `shutdown` that completes stops the worker.
+        poll_fn(|cx| {
+            if !asked && shutdown.as_mut().poll(cx).is_ready() {
+                asked = true;
+                sh.shutdown();
+            }
+            while k < drivers.len() {
+                match pin!(&mut drivers[k]).poll(cx) {
+                    Poll::Ready(r) => {
+                        if r.is_err() {
+                            tracing::error!("an async worker driver failed");
+                        }
+                        k += 1;
+                    }
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            Poll::Ready(())
+        })
+        .await;
+        for c in &cells_all {
+            c.close();
+        }
+        for s in slots {
+            let _ = s.await;
+        }
+        sh.counters.snapshot()
+    }
+}

@@ -1,0 +1,192 @@
+//! The tokio driver of one server's machine: it owns the socket and the
+//! clock, and does what the machine says. Each turn of its loop:
+//! 1. takes the slots' messages (handlers ended, touches asked) and the
+//!    stop flags to the machine, and the touches' answers to the slots;
+//! 2. connects when the machine wants it (its reconnect rule);
+//! 3. queues what the machine says to send, written in one write as the
+//!    socket takes it, while replies are read;
+//! 4. waits for bytes, a slot's message, a stop, or the machine's next
+//!    deadline, whichever comes first (never a busy loop: with nothing
+//!    owed and nothing due it sleeps until woken);
+//! 5. gives every whole reply to the machine, keeping a taken job's body
+//!    for its slot and starting the job once looked up;
+//! 6. lets the machine act on its deadlines (a reply overdue breaks the
+//!    connection; an idle spell stops the worker).
+
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Instant;
+
+use tokio::time::Sleep;
+
+use super::conn::Conn;
+use super::slot::{Inbox, Msg, SlotCell};
+use crate::engine::{next_answer, queue_watch, Took};
+use crate::machine::{Answer, Machine, Step};
+use crate::shared::Shared;
+
+/// What woke the driver.
+enum Woke {
+    /// Bytes came (the session has them), or the read or a write failed.
+    Read(Result<usize, taskq_proto::ConnectionError>),
+    /// A slot's message or a stop.
+    Told,
+    /// The machine's deadline.
+    Due,
+}
+
+/// Runs server `server`'s machine until the worker stops and the machine
+/// is done.
+pub(super) async fn drive(
+    sh: Arc<Shared>,
+    server: usize,
+    cells: Vec<Arc<SlotCell>>,
+    inbox: Arc<Inbox>,
+    idle: Arc<[AtomicBool]>,
+) {
+    let addr = sh.cfg.servers[server].clone();
+    let mut m = Machine::new(&sh, server, Instant::now());
+    let mut conn: Option<Conn> = None;
+    let mut tube = String::new();
+    let mut aborted = false;
+    // One kept timer, moved to each deadline.
+    let mut sleep: std::pin::Pin<&mut Sleep> =
+        pin!(tokio::time::sleep_until(tokio::time::Instant::now()));
+    loop {
+        // Registered before the flags are read: a stop cannot slip between.
+        let mut stopped = pin!(sh.stop_wake.notified());
+        stopped.as_mut().enable();
+        if sh.abort.load(Ordering::SeqCst) && !aborted {
+            aborted = true;
+            for c in &cells {
+                c.abort();
+            }
+        }
+        while let Some(msg) = inbox.take() {
+            match msg {
+                Msg::Finished {
+                    slot,
+                    outcome,
+                    panicked,
+                } => m.finished(&sh, slot, outcome, panicked),
+                Msg::Touch { slot, id } => m.touch(slot, id),
+            }
+        }
+        while let Some((slot, id, r)) = m.touched() {
+            cells[slot].answer_touch(id, r);
+        }
+        if m.is_done(&sh) {
+            break;
+        }
+        if conn.is_none() && m.wants_connect(&sh, Instant::now()) {
+            match Conn::open(&sh.cfg, &addr).await {
+                Ok(mut c) => {
+                    // The watch list goes out with the first reserves.
+                    let watch = queue_watch(&mut |cmd| c.session.queue(cmd), &sh.cfg.tubes);
+                    match watch {
+                        Ok(()) => {
+                            m.connected(&sh, Instant::now());
+                            conn = Some(c);
+                        }
+                        Err(e) => m.connect_failed(&sh, Instant::now(), &e, fastrand::u64(..)),
+                    }
+                }
+                Err(e) => m.connect_failed(&sh, Instant::now(), &e, fastrand::u64(..)),
+            }
+            continue;
+        }
+        if let Some(c) = conn.as_mut() {
+            if let Err(e) = m.transmit(&sh, Instant::now(), &mut c.session) {
+                crate::worker::account::failed(&sh, &addr, None, &e);
+                m.broke(&sh, Instant::now(), fastrand::u64(..));
+                conn = None;
+                continue;
+            }
+        }
+        let due = m.poll_timeout(&sh, Instant::now());
+        if let Some(t) = due {
+            sleep.as_mut().reset(tokio::time::Instant::from_std(t));
+        }
+        let mut told = pin!(inbox.notify.notified());
+        let woke = poll_fn(|cx| {
+            if let Some(c) = conn.as_mut() {
+                // What was queued goes out as the socket takes it, while
+                // replies are read.
+                if let Poll::Ready(Err(e)) = c.poll_write(cx, &sh.counters) {
+                    return Poll::Ready(Woke::Read(Err(e)));
+                }
+                if let Poll::Ready(r) = c.poll_read(cx, &sh.counters) {
+                    return Poll::Ready(Woke::Read(r));
+                }
+            }
+            if told.as_mut().poll(cx).is_ready() || stopped.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Woke::Told);
+            }
+            if due.is_some() && sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Woke::Due);
+            }
+            Poll::Pending
+        })
+        .await;
+        match woke {
+            Woke::Read(Ok(_)) => {
+                if let Some(c) = conn.as_mut() {
+                    if !take_replies(&sh, &mut m, c, &cells, &mut tube) {
+                        conn = None;
+                    }
+                }
+            }
+            Woke::Read(Err(e)) => {
+                crate::worker::account::failed(&sh, &addr, None, &e);
+                m.broke(&sh, Instant::now(), fastrand::u64(..));
+                conn = None;
+            }
+            Woke::Told | Woke::Due => {}
+        }
+        let now = Instant::now();
+        if m.handle_timeout(&sh, now, fastrand::u64(..)) {
+            conn = None;
+        }
+        // The idle exit: once every server's machine is idle.
+        idle[server].store(m.is_idle(&sh, now), Ordering::SeqCst);
+        if idle.iter().all(|i| i.load(Ordering::SeqCst)) && !sh.stop.load(Ordering::SeqCst) {
+            tracing::debug!("idle: stopping");
+            sh.shutdown();
+        }
+    }
+    // Closing the connection gives back any job the server handed out to
+    // a reserve still owed.
+    m.close(&sh);
+    drop(conn);
+}
+
+/// Gives every whole reply on `c` to the machine. False when the machine
+/// gave the connection up.
+fn take_replies(
+    sh: &Shared,
+    m: &mut Machine,
+    c: &mut Conn,
+    cells: &[Arc<SlotCell>],
+    tube: &mut String,
+) -> bool {
+    while let Some(expect) = m.expect() {
+        let Some(answer) = next_answer(&mut c.session, expect, tube) else {
+            return true;
+        };
+        // A job's body lies in the session's buffer until the next read.
+        let body: &[u8] = match &answer {
+            Answer::Took(Ok(Took::Job { body, .. })) => body,
+            _ => &[],
+        };
+        match m.on_reply(sh, Instant::now(), answer, fastrand::u64(..)) {
+            Ok(Step::Hold(start)) => cells[start.slot].hold(body),
+            Ok(Step::Run { slot, id, attempt }) => cells[slot].run(id, attempt, tube),
+            Ok(Step::Nothing) => {}
+            Err(()) => return false,
+        }
+    }
+    true
+}

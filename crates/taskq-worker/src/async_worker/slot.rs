@@ -1,0 +1,354 @@
+//! The slots of the window: one long-lived task each, which takes the jobs
+//! its driver hands it, runs the handler's future (held in the task itself:
+//! no allocation per job), catches a panic in the closure or in the
+//! future, and tells the driver the outcome. The job the handler gets
+//! ([`AsyncJob`]) owns its body, in a buffer that goes back to its slot
+//! when the job is dropped, for the next job to reuse.
+
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+use std::time::Duration;
+
+use taskq_proto::nats::HeaderBlock;
+use taskq_proto::JobId;
+use tokio::sync::Notify;
+
+use crate::counters::Counters;
+use crate::handler::{panic_message, Outcome};
+use crate::job::JobError;
+use crate::shared::Shared;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a slot tells its driver.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Msg {
+    /// The handler in `slot` ended with `outcome` (`panicked`: it panicked).
+    Finished {
+        slot: usize,
+        outcome: Outcome,
+        panicked: bool,
+    },
+    /// The handler of job `id` in `slot` asks to touch it.
+    Touch { slot: usize, id: u64 },
+}
+
+/// A driver's inbox: its slots' messages, and the wake-up for them.
+#[derive(Debug, Default)]
+pub(super) struct Inbox {
+    q: Mutex<VecDeque<Msg>>,
+    pub(super) notify: Notify,
+}
+
+impl Inbox {
+    pub(super) fn with_room(n: usize) -> Inbox {
+        Inbox {
+            q: Mutex::new(VecDeque::with_capacity(2 * n + 4)),
+            notify: Notify::new(),
+        }
+    }
+
+    fn send(&self, m: Msg) {
+        lock(&self.q).push_back(m);
+        // A permit is kept when the driver is not waiting: no wake-up lost.
+        self.notify.notify_one();
+    }
+
+    /// The next message, if any.
+    pub(super) fn take(&self) -> Option<Msg> {
+        lock(&self.q).pop_front()
+    }
+}
+
+/// A job handed to a slot.
+#[derive(Debug)]
+struct Given {
+    id: u64,
+    attempt: u32,
+}
+
+/// What a slot, its driver and its job share.
+#[derive(Debug, Default)]
+struct SlotState {
+    /// The next job to run.
+    given: Option<Given>,
+    /// The body of the job held (filled by the driver), or a spare buffer.
+    body: Vec<u8>,
+    /// The tube of the job held, or a spare string.
+    tube: String,
+    /// Answers to touches: the job's id, and the result (two at most: the
+    /// running job's, and one of a job its handler kept past its end).
+    touched: Vec<(u64, Result<(), JobError>)>,
+    /// The worker is over: the slot's task ends.
+    closed: bool,
+}
+
+/// One slot of a driver's window.
+#[derive(Debug)]
+pub(super) struct SlotCell {
+    index: usize,
+    inbox: Arc<Inbox>,
+    state: Mutex<SlotState>,
+    /// Wakes the slot's task: a job to run, a touch answered, the end.
+    wake: Notify,
+    /// Wakes a running handler's task to drop its future (a second stop).
+    abort: Notify,
+    aborted: AtomicBool,
+}
+
+impl SlotCell {
+    pub(super) fn new(index: usize, inbox: Arc<Inbox>) -> SlotCell {
+        SlotCell {
+            index,
+            inbox,
+            state: Mutex::new(SlotState {
+                body: Vec::with_capacity(crate::engine::BODY_ROOM),
+                touched: Vec::with_capacity(2),
+                ..SlotState::default()
+            }),
+            wake: Notify::new(),
+            abort: Notify::new(),
+            aborted: AtomicBool::new(false),
+        }
+    }
+
+    /// The driver keeps the body of the job just taken into this slot.
+    pub(super) fn hold(&self, body: &[u8]) {
+        let mut st = lock(&self.state);
+        st.body.clear();
+        st.body.extend_from_slice(body);
+    }
+
+    /// The driver starts the job held, of tube `tube`, on its `attempt`.
+    pub(super) fn run(&self, id: u64, attempt: u32, tube: &str) {
+        let mut st = lock(&self.state);
+        st.tube.clear();
+        st.tube.push_str(tube);
+        // Answers nobody waits for (a touch given up by an earlier job).
+        st.touched.clear();
+        st.given = Some(Given { id, attempt });
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// The answer to job `id`'s touch.
+    pub(super) fn answer_touch(&self, id: u64, r: Result<(), JobError>) {
+        lock(&self.state).touched.push((id, r));
+        self.wake.notify_one();
+    }
+
+    /// A second stop: the running handler's future is dropped at once.
+    pub(super) fn abort(&self) {
+        self.aborted.store(true, Ordering::SeqCst);
+        self.abort.notify_one();
+    }
+
+    /// The worker is over: the slot's task ends once idle.
+    pub(super) fn close(&self) {
+        lock(&self.state).closed = true;
+        self.wake.notify_one();
+    }
+
+    /// Waits for the next job; `None` once closed.
+    async fn next(&self) -> Option<(Given, Vec<u8>, String)> {
+        loop {
+            {
+                let mut st = lock(&self.state);
+                if let Some(g) = st.given.take() {
+                    let body = std::mem::take(&mut st.body);
+                    let tube = std::mem::take(&mut st.tube);
+                    return Some((g, body, tube));
+                }
+                if st.closed {
+                    return None;
+                }
+            }
+            self.wake.notified().await;
+        }
+    }
+}
+
+/// A reserved job, owned by the handler of an
+/// [`AsyncWorker`](crate::AsyncWorker).
+///
+/// Its body is a buffer of the worker's, given back for the next job when
+/// the job is dropped. [`touch`](AsyncJob::touch) restarts its lease on the
+/// connection it came on.
+pub struct AsyncJob {
+    id: u64,
+    attempt: u32,
+    body: Vec<u8>,
+    tube: String,
+    cell: Arc<SlotCell>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for AsyncJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncJob")
+            .field("id", &self.id)
+            .field("len", &self.body.len())
+            .field("tube", &self.tube)
+            .field("attempt", &self.attempt)
+            .finish()
+    }
+}
+
+impl AsyncJob {
+    /// The job's id on its server.
+    pub fn id(&self) -> JobId {
+        JobId::new(self.id)
+    }
+
+    /// The job body, exactly as put.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The name of the tube the job was put in (looked up with the job,
+    /// before the handler runs: no request here).
+    pub fn tube(&self) -> &str {
+        &self.tube
+    }
+
+    /// This run's attempt number, counted as
+    /// [`Config::max_attempts`](crate::Config::max_attempts) counts: 1 on
+    /// the first run; on a failure the job is buried when it equals
+    /// `max_attempts`.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The headers the job was put with, on JetStream; always `None` on
+    /// beanstalkd, which has none.
+    pub fn headers(&self) -> Option<HeaderBlock<'_>> {
+        None
+    }
+
+    /// True once the worker was told to stop taking jobs.
+    pub fn stopping(&self) -> bool {
+        self.shared.stop.load(Ordering::Relaxed)
+    }
+
+    /// The body decoded from JSON as a `T` (feature `serde`); a body that
+    /// does not decode is a [`DecodeError`](crate::DecodeError), never a panic.
+    #[cfg(feature = "serde")]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::DecodeError> {
+        crate::json::decode(self.id, &self.body)
+    }
+
+    /// Restarts the job's lease (its TTR), on the connection it came on.
+    /// [`JobError::LeaseLost`] when the server no longer counts it as ours;
+    /// [`JobError::Connection`] when that connection broke (the server has
+    /// the job back).
+    pub async fn touch(&self) -> Result<(), JobError> {
+        self.cell.inbox.send(Msg::Touch {
+            slot: self.cell.index,
+            id: self.id,
+        });
+        loop {
+            {
+                let mut st = lock(&self.cell.state);
+                // A job kept past its handler's end shares the slot with
+                // the next job: each takes only its own answer.
+                if let Some(k) = st.touched.iter().position(|(id, _)| *id == self.id) {
+                    return st.touched.swap_remove(k).1;
+                }
+            }
+            self.cell.wake.notified().await;
+        }
+    }
+}
+
+impl Drop for AsyncJob {
+    fn drop(&mut self) {
+        // The buffers go back for the slot's next job.
+        let mut st = lock(&self.cell.state);
+        if st.body.capacity() < self.body.capacity() {
+            st.body = std::mem::take(&mut self.body);
+        }
+        if st.tube.capacity() < self.tube.capacity() {
+            st.tube = std::mem::take(&mut self.tube);
+        }
+    }
+}
+
+/// A slot's task: runs the jobs its driver hands it until closed.
+pub(super) async fn serve<H, F>(handler: Arc<H>, cell: Arc<SlotCell>, shared: Arc<Shared>)
+where
+    H: Fn(AsyncJob) -> F + Send + Sync + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    while let Some((given, body, tube)) = cell.next().await {
+        let id = given.id;
+        let job = AsyncJob {
+            id,
+            attempt: given.attempt,
+            body,
+            tube,
+            cell: cell.clone(),
+            shared: shared.clone(),
+        };
+        let (outcome, panicked) = run_guarded(&*handler, job, &cell).await;
+        if panicked {
+            Counters::add(&shared.counters.panicked);
+        }
+        cell.inbox.send(Msg::Finished {
+            slot: cell.index,
+            outcome,
+            panicked,
+        });
+    }
+}
+
+/// Runs the handler on `job`: a panic in the closure or while its future
+/// is polled is a failed attempt (`Outcome::Fail`, and `true`); an abort
+/// drops the future and gives the job back at once.
+async fn run_guarded<H, F>(handler: &H, job: AsyncJob, cell: &SlotCell) -> (Outcome, bool)
+where
+    H: Fn(AsyncJob) -> F,
+    F: Future<Output = Outcome>,
+{
+    let id = job.id;
+    let fut = match catch_unwind(AssertUnwindSafe(|| handler(job))) {
+        Ok(fut) => fut,
+        Err(payload) => return (panicked(id, payload), true),
+    };
+    let mut fut = pin!(fut);
+    let mut abort = pin!(cell.abort.notified());
+    poll_fn(|cx| {
+        if cell.aborted.load(Ordering::SeqCst) || abort.as_mut().poll(cx).is_ready() {
+            return Poll::Ready((
+                Outcome::Retry {
+                    delay: Duration::ZERO,
+                },
+                false,
+            ));
+        }
+        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(Poll::Ready(outcome)) => Poll::Ready((outcome, false)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => Poll::Ready((panicked(id, payload), true)),
+        }
+    })
+    .await
+}
+
+/// Logs a handler's panic once, with the job's id: a failed attempt.
+fn panicked(id: u64, payload: Box<dyn std::any::Any + Send>) -> Outcome {
+    tracing::error!(
+        job = id,
+        panic = panic_message(&*payload),
+        "handler panicked: a failed attempt"
+    );
+    // A payload whose drop panics too must not end the task either.
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    Outcome::Fail
+}

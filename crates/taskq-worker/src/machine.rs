@@ -1,0 +1,497 @@
+//! The worker's rules for one connection to one server, with no socket and
+//! no clock: a state machine that a driver feeds with what happened (a
+//! connection opened or broke, a reply came, a handler finished, a handler
+//! asked to touch its job) and the time it happened, and that says what to
+//! send next ([`Machine::transmit`]) and when it next wants to be woken
+//! ([`Machine::poll_timeout`], [`Machine::handle_timeout`]).
+//!
+//! It keeps:
+//! - the window: up to `concurrency` jobs in flight, each in a slot; no-wait
+//!   reserves (`reserve-with-timeout 0`) ask for the free room, pipelined
+//!   with the settles; when the server had nothing ready it is probed again
+//!   after a short wait that doubles (up to the reserve slice) while jobs
+//!   run, and, once nothing runs and nothing is owed, one blocking reserve
+//!   waits for a slice, so an empty queue costs one request per slice and a
+//!   blocking reserve never holds a settle or a touch behind it;
+//! - the lookup: each job taken is looked up (`stats-job`, in the next
+//!   write) before its handler starts, so that the handler is told its tube
+//!   and attempt without a wait, and the settle has the job's numbers;
+//! - settling: the settle rule of `worker::settle` (a job done is deleted;
+//!   any other outcome releases with the backoff or buries after
+//!   `max_attempts`, by the job's numbers, asked for first where the job was
+//!   not looked up: one over the limit, or taken after a stop), and what
+//!   each reply counts as ([`Settled`] and the tally of `worker::account`):
+//!   done only on `DELETED`;
+//! - `max_jobs`: each reserve takes one of the worker's shared tickets;
+//! - leases: a handler's touch goes out in the next write and its answer
+//!   comes back to that handler ([`Machine::touched`]);
+//! - weighted tubes: the reserves follow `fair::Schedule`;
+//! - the reply deadline: the reply at the front of the pipeline is due the
+//!   I/O timeout (plus a blocking reserve's slice) after it was sent or the
+//!   reply before it came; silence past it breaks the connection;
+//! - the reconnect rule (`taskq_proto::Reconnect`): at once after progress,
+//!   else with the capped, jittered backoff;
+//! - the idle exit and the stop: whether this connection is idle
+//!   ([`Machine::is_idle`], by `shared::idle_over`); no reserve after a
+//!   stop, and a job taken and not started goes back untouched; the jobs
+//!   running finish and are settled; then the machine is done.
+//!
+//! Jobs running when their connection breaks go back to the server by
+//! themselves (beanstalkd puts back a closed connection's jobs): they are
+//! counted `lease_dropped` at the break, and their handlers' outcomes are
+//! dropped when they end. Their slots stay taken until then, so the jobs in
+//! flight never exceed the window. A job taken and not yet started frees
+//! its slot at the break.
+//!
+//! The request and reply words are beanstalkd's; JetStream is not driven
+//! by it yet.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use taskq_proto::{ConnectionError, Reconnect};
+
+use crate::counters::Counters;
+use crate::engine::{Fault, Req, Settle, SettleReply, Took};
+use crate::failure::Failure;
+use crate::fair::Schedule;
+use crate::handler::Outcome;
+use crate::job::JobError;
+use crate::job_info::JobInfo;
+use crate::shared::Shared;
+use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
+
+/// The first wait before probing again a server that had nothing ready
+/// while jobs run; it doubles up to the reserve slice.
+pub(crate) const PROBE_MIN: Duration = Duration::from_millis(10);
+
+/// With `max_jobs`: how soon a machine that found no ticket free looks
+/// again (another server's machine may give one back).
+pub(crate) const TICKET_RETRY: Duration = Duration::from_millis(10);
+
+/// With `max_jobs`: how long a machine whose blocking reserve came back
+/// empty leaves its ticket free before taking it again, so that another
+/// server's machine, which may have jobs to reserve, can take it.
+pub(crate) const TICKET_YIELD: Duration = Duration::from_millis(50);
+
+/// Where the requests [`Machine::transmit`] decides go: a driver's
+/// encoder for its engine, queued for one write.
+pub(crate) trait Sink {
+    /// Queues one of the loop's requests.
+    fn req(&mut self, req: Req<'_>) -> Result<(), ConnectionError>;
+    /// Queues a lookup of job `id` (`stats-job`).
+    fn info(&mut self, id: u64) -> Result<(), ConnectionError>;
+}
+
+/// A reply the driver read and decoded, for the request at the front of
+/// the pipeline ([`Machine::expect`] says which kind that is).
+#[derive(Debug)]
+pub(crate) enum Answer<'a> {
+    /// To a reserve.
+    Took(Result<Took<'a>, Fault>),
+    /// To a settle.
+    Settled(Result<SettleReply, Fault>),
+    /// To a touch: `Ok(false)` when the job was no longer ours.
+    Touched(Result<bool, Fault>),
+    /// To a lookup: `Ok(None)` when the job was no longer ours.
+    Info(Result<Option<JobInfo>, Fault>),
+}
+
+/// The kind of reply owed next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expect {
+    /// A reserve's.
+    Took,
+    /// A settle's.
+    Settled,
+    /// A touch's.
+    Touched,
+    /// A lookup's.
+    Info,
+}
+
+/// A job taken into a slot: the driver keeps the body of the reply just
+/// given to [`Machine::on_reply`] (still borrowed by the driver) for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Start {
+    /// The slot it runs in (`0..concurrency`).
+    pub(crate) slot: usize,
+    /// The job's id.
+    pub(crate) id: u64,
+}
+
+/// What a reply told the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Nothing for the driver.
+    Nothing,
+    /// A job was taken into a slot: keep its body (its lookup follows).
+    Hold(Start),
+    /// The job in `slot` was looked up: run it. Its tube's name is the one
+    /// the lookup's reply carried; `attempt` counts as `max_attempts` does.
+    Run {
+        /// The slot.
+        slot: usize,
+        /// The job.
+        id: u64,
+        /// This run's attempt number.
+        attempt: u32,
+    },
+}
+
+/// A reply owed, in the order sent.
+#[derive(Debug, Clone, Copy)]
+enum Owed {
+    /// A reserve; `wait` is what the server may take by design (seconds).
+    Ask {
+        wait: u32,
+    },
+    Settle {
+        id: u64,
+        settle: Settle,
+    },
+    /// A lookup for the settle of a job that ended with `outcome`.
+    Info {
+        id: u64,
+        outcome: Outcome,
+        panicked: bool,
+    },
+    /// A handler's touch of the job in `slot`.
+    Touch {
+        slot: usize,
+        id: u64,
+    },
+    /// The lookup of the job just taken into `slot`, before it runs.
+    Lookup {
+        slot: usize,
+        id: u64,
+    },
+}
+
+/// A request decided and not yet given to the sink.
+#[derive(Debug, Clone, Copy)]
+enum Out {
+    Settle(u64, Settle),
+    Info(u64, Outcome, bool),
+    Touch(usize, u64),
+    Lookup(usize, u64),
+}
+
+/// A slot of the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Free,
+    /// Its handler runs job `id`, reserved on connection `epoch` (or the
+    /// job is looked up first: `info` is `None` until then).
+    Running {
+        id: u64,
+        epoch: u64,
+        info: Option<JobInfo>,
+    },
+}
+
+/// One connection's worker rules (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Machine {
+    /// The server's index in the configuration.
+    server: usize,
+    slots: Vec<Slot>,
+    /// Free slots, taken from the end.
+    free: Vec<usize>,
+    /// Connections opened so far; a job belongs to the one it came on.
+    epoch: u64,
+    up: bool,
+    ever_up: bool,
+    reconnect: Reconnect,
+    owed: VecDeque<Owed>,
+    out: VecDeque<Out>,
+    /// No-wait reserves owed.
+    asks: usize,
+    /// A blocking reserve is owed.
+    blocking: bool,
+    /// The last reserve found nothing ready.
+    dry: bool,
+    probe_wait: Duration,
+    probe_at: Option<Instant>,
+    /// With `max_jobs`: no reserve before this (see [`TICKET_RETRY`] and
+    /// [`TICKET_YIELD`]).
+    ticket_at: Option<Instant>,
+    /// When the reply at the front of the pipeline started to be waited for.
+    front_since: Instant,
+    /// The last moment the worker was busy (a job taken, a connect).
+    last_busy: Instant,
+    /// No job may be out: the last blocking reserve found none.
+    quiet: bool,
+    sched: Option<Schedule>,
+    /// Answers for handlers' touches: (slot, job, result).
+    touches: VecDeque<(usize, u64, Result<(), JobError>)>,
+}
+
+impl Machine {
+    /// A machine for server `server` of `sh`'s configuration, at `now`.
+    pub(crate) fn new(sh: &Shared, server: usize, now: Instant) -> Machine {
+        let n = sh.cfg.concurrency;
+        Machine {
+            server,
+            slots: vec![Slot::Free; n],
+            free: (0..n).rev().collect(),
+            epoch: 0,
+            up: false,
+            ever_up: false,
+            reconnect: Reconnect::new(),
+            owed: VecDeque::with_capacity(4 * n + 8),
+            out: VecDeque::with_capacity(2 * n + 8),
+            asks: 0,
+            blocking: false,
+            dry: false,
+            probe_wait: PROBE_MIN,
+            probe_at: None,
+            ticket_at: None,
+            front_since: now,
+            last_busy: now,
+            quiet: false,
+            sched: sh
+                .cfg
+                .is_weighted()
+                .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
+            touches: VecDeque::new(),
+        }
+    }
+
+    fn name<'s>(&self, sh: &'s Shared) -> &'s str {
+        sh.cfg.servers[self.server].as_str()
+    }
+
+    /// Handlers running (jobs of a broken connection included).
+    pub(crate) fn running(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// True while a connection is open.
+    #[cfg(test)]
+    pub(crate) fn is_up(&self) -> bool {
+        self.up
+    }
+
+    /// True when a connect may go now.
+    pub(crate) fn wants_connect(&self, sh: &Shared, now: Instant) -> bool {
+        !self.up && !self.is_done(sh) && self.reconnect.wait_left(now).is_none()
+    }
+
+    /// A connection was opened and set up at `now`.
+    pub(crate) fn connected(&mut self, sh: &Shared, now: Instant) {
+        if self.ever_up {
+            Counters::add(&sh.counters.reconnects);
+            tracing::warn!(server = self.name(sh), "reconnected");
+        }
+        self.ever_up = true;
+        self.up = true;
+        self.epoch += 1;
+        self.reconnect.opened();
+        self.dry = false;
+        self.probe_at = None;
+        self.probe_wait = PROBE_MIN;
+        self.front_since = now;
+        self.last_busy = now;
+        if let Some(s) = self.sched.as_mut() {
+            s.watching_all();
+        }
+    }
+
+    /// A connect attempt failed at `now`; `random` spreads the backoff.
+    pub(crate) fn connect_failed(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        e: &ConnectionError,
+        random: u64,
+    ) {
+        Counters::add(&sh.counters.connect_failures);
+        if e.is_timeout() {
+            Counters::add(&sh.counters.io_timeouts);
+        }
+        // The server's time, not idle time.
+        self.last_busy = now;
+        let first = self.reconnect.failures() == 0;
+        self.reconnect
+            .connect_failed(&sh.cfg.reconnect_backoff, now, random);
+        if first {
+            tracing::warn!(server = self.name(sh), error = %e, "cannot connect; backing off");
+        } else {
+            tracing::debug!(server = self.name(sh), error = %e, "cannot connect");
+        }
+    }
+
+    /// The connection broke (or was given up) at `now`: every owed reply
+    /// and every job held is counted as what it comes to, and the next
+    /// connect waits by the reconnect rule. The driver closes the socket.
+    pub(crate) fn broke(&mut self, sh: &Shared, now: Instant, random: u64) {
+        if !self.up {
+            return;
+        }
+        self.up = false;
+        while let Some(o) = self.owed.pop_front() {
+            match o {
+                Owed::Ask { .. } => sh.give_ticket(),
+                Owed::Settle { settle, .. } => {
+                    // Written, not answered: a delete may have been carried out.
+                    let settled = Settled::unanswered(settle == Settle::Delete);
+                    Counters::add(settled.counter(&sh.counters));
+                    sh.give_ticket();
+                }
+                // The job's slot counts it below.
+                Owed::Lookup { .. } => {}
+                Owed::Info { .. } => {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                }
+                Owed::Touch { slot, id } => self.touch_failed(slot, id),
+            }
+        }
+        while let Some(o) = self.out.pop_front() {
+            match o {
+                // Never written: the server puts the job back.
+                Out::Settle(..) | Out::Info(..) => {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                }
+                Out::Lookup(..) => {}
+                Out::Touch(slot, id) => self.touch_failed(slot, id),
+            }
+        }
+        for k in 0..self.slots.len() {
+            let Slot::Running { id, epoch, info } = self.slots[k] else {
+                continue;
+            };
+            if epoch != self.epoch {
+                continue;
+            }
+            Counters::add(&sh.counters.lease_dropped);
+            sh.give_ticket();
+            if info.is_none() {
+                // Taken, never started (its lookup was not answered): no
+                // handler will end it, so its slot is free now.
+                self.slots[k] = Slot::Free;
+                self.free.push(k);
+                tracing::warn!(
+                    job = id,
+                    server = self.name(sh),
+                    "connection broke before the job ran"
+                );
+            } else {
+                tracing::warn!(
+                    job = id,
+                    server = self.name(sh),
+                    "connection broke while the job ran"
+                );
+            }
+        }
+        self.asks = 0;
+        self.blocking = false;
+        self.reconnect.broke(&sh.cfg.reconnect_backoff, now, random);
+    }
+
+    /// The handler in `slot` ended with `outcome` (`panicked`: it panicked,
+    /// and `outcome` is [`Outcome::Fail`]). The slot is free again; the
+    /// job's settle goes out with the next write, unless its connection
+    /// broke meanwhile (the server has the job back).
+    pub(crate) fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
+        let Some(Slot::Running { id, epoch, info }) = self.slots.get(slot).copied() else {
+            return;
+        };
+        self.slots[slot] = Slot::Free;
+        self.free.push(slot);
+        if !self.up || epoch != self.epoch {
+            return;
+        }
+        match (settle_without_info(sh, self.server, id, outcome), info) {
+            (Some(settle), _) => self.out.push_back(Out::Settle(id, settle)),
+            (None, Some(info)) => {
+                let failure = panicked.then_some(Failure::Panicked);
+                let settle = settle_with_info(sh, self.server, id, outcome, &info, failure);
+                self.out.push_back(Out::Settle(id, settle));
+            }
+            (None, None) => self.out.push_back(Out::Info(id, outcome, panicked)),
+        }
+    }
+
+    /// Queues the settle of job `id` by the settle rule: a delete at once,
+    /// anything else after a lookup.
+    fn settle(&mut self, sh: &Shared, id: u64, outcome: Outcome, panicked: bool) {
+        match settle_without_info(sh, self.server, id, outcome) {
+            Some(settle) => self.out.push_back(Out::Settle(id, settle)),
+            None => self.out.push_back(Out::Info(id, outcome, panicked)),
+        }
+    }
+
+    /// The handler in `slot` asks to restart the lease of its job `job`: the touch
+    /// goes out with the next write, and its answer comes back through
+    /// [`touched`](Self::touched). Refused at once when the job's
+    /// connection broke.
+    pub(crate) fn touch(&mut self, slot: usize, job: u64) {
+        match self.slots.get(slot).copied() {
+            Some(Slot::Running { id, epoch, .. })
+                if id == job && self.up && epoch == self.epoch =>
+            {
+                self.out.push_back(Out::Touch(slot, id));
+            }
+            _ => self.touch_failed(slot, job),
+        }
+    }
+
+    /// The touch of job `id` in `slot` cannot be answered: its connection
+    /// broke (or the job is no longer the slot's).
+    fn touch_failed(&mut self, slot: usize, id: u64) {
+        let e = JobError::Connection(ConnectionError::Broken);
+        self.touches.push_back((slot, id, Err(e)));
+    }
+
+    /// The next answer to a handler's touch: its slot, its job, and the
+    /// result.
+    pub(crate) fn touched(&mut self) -> Option<(usize, u64, Result<(), JobError>)> {
+        self.touches.pop_front()
+    }
+
+    /// The idle-exit rule for this connection at `now`: quiet (no job taken,
+    /// no connect) for `exit_when_idle`, holding no job, owing no settle,
+    /// and its last blocking reserve found nothing. The worker stops once
+    /// every server's machine says so (the driver keeps their answers).
+    pub(crate) fn is_idle(&self, sh: &Shared, now: Instant) -> bool {
+        let Some(idle) = sh.cfg.exit_when_idle else {
+            return false;
+        };
+        let working = self.running() > 0
+            || !self.quiet
+            || self.owed.iter().any(|o| !matches!(o, Owed::Ask { .. }));
+        crate::shared::idle_over(now.saturating_duration_since(self.last_busy), idle, working)
+    }
+
+    /// True once the worker stops and this connection has nothing left to
+    /// do: no handler runs, nothing waits to be sent, and no reply but a
+    /// reserve's is owed (closing the connection gives back any job the
+    /// server hands out meanwhile).
+    pub(crate) fn is_done(&self, sh: &Shared) -> bool {
+        sh.stop.load(std::sync::atomic::Ordering::SeqCst)
+            && self.running() == 0
+            && self.out.is_empty()
+            && self.owed.iter().all(|o| matches!(o, Owed::Ask { .. }))
+    }
+
+    /// The connection is closed at the end: the reserves still owed give
+    /// their tickets back.
+    pub(crate) fn close(&mut self, sh: &Shared) {
+        while let Some(o) = self.owed.pop_front() {
+            if let Owed::Ask { .. } = o {
+                sh.give_ticket();
+            }
+        }
+        self.asks = 0;
+        self.blocking = false;
+        self.up = false;
+    }
+}
+
+mod replies;
+#[cfg(test)]
+mod tests;
+mod transmit;

@@ -1,0 +1,275 @@
+//! The machine's side of the replies: what each one comes to, and a
+//! failed request.
+
+use std::time::{Duration, Instant};
+
+use taskq_proto::ConnectionError;
+
+use super::{Answer, Expect, Machine, Out, Owed, Slot, Start, Step, PROBE_MIN, TICKET_YIELD};
+use crate::counters::Counters;
+use crate::engine::{Fault, Settle, Took};
+use crate::failure::Failure;
+use crate::handler::Outcome;
+use crate::job::JobError;
+use crate::shared::Shared;
+use crate::worker::account::{failed, tally};
+use crate::worker::settle::{settle_with_info, Settled};
+
+impl Machine {
+    /// The kind of the reply owed next, if any.
+    pub(crate) fn expect(&self) -> Option<Expect> {
+        self.owed.front().map(|o| match o {
+            Owed::Ask { .. } => Expect::Took,
+            Owed::Settle { .. } => Expect::Settled,
+            Owed::Touch { .. } => Expect::Touched,
+            Owed::Info { .. } | Owed::Lookup { .. } => Expect::Info,
+        })
+    }
+
+    /// Takes the reply to the request at the front of the pipeline, read at
+    /// `now`. `Ok(Some(start))`: a job to run in that slot. `Err(())`: the
+    /// connection must be given up ([`broke`](Self::broke) was called).
+    #[allow(clippy::result_unit_err)]
+    pub(crate) fn on_reply(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        answer: Answer<'_>,
+        random: u64,
+    ) -> Result<Step, ()> {
+        let Some(owed) = self.owed.pop_front() else {
+            return self.fault(
+                sh,
+                now,
+                None,
+                Fault::Conn(ConnectionError::NothingOwed),
+                random,
+            );
+        };
+        self.front_since = now;
+        let r = match (owed, answer) {
+            (Owed::Ask { wait }, Answer::Took(took)) => {
+                if wait == 0 {
+                    self.asks -= 1;
+                } else {
+                    self.blocking = false;
+                }
+                self.took(sh, now, took)
+                    .map(|s| s.map_or(Step::Nothing, Step::Hold))
+            }
+            (Owed::Settle { id, settle }, Answer::Settled(reply)) => {
+                let settled = Settled::of(settle == Settle::Delete, &reply);
+                tally(sh, self.name(sh), id, settle, settled);
+                match reply {
+                    Ok(_) if !matches!(settled, Settled::AckUnknown | Settled::LeaseDropped) => {
+                        self.reconnect.progress();
+                        Ok(Step::Nothing)
+                    }
+                    Ok(r) => Err((Some(id), Fault::Unexpected(r.word()))),
+                    Err(f) => Err((Some(id), f)),
+                }
+            }
+            (
+                Owed::Info {
+                    id,
+                    outcome,
+                    panicked,
+                },
+                Answer::Info(info),
+            ) => match info {
+                Ok(Some(info)) => {
+                    self.reconnect.progress();
+                    let failure = panicked.then_some(Failure::Panicked);
+                    let settle = settle_with_info(sh, self.server, id, outcome, &info, failure);
+                    self.out.push_back(Out::Settle(id, settle));
+                    Ok(Step::Nothing)
+                }
+                Ok(None) => {
+                    self.reconnect.progress();
+                    self.lease_lost(sh, id);
+                    Ok(Step::Nothing)
+                }
+                Err(f) => {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                    Err((Some(id), f))
+                }
+            },
+            (Owed::Touch { slot, id }, Answer::Touched(t)) => match t {
+                Ok(ok) => {
+                    self.reconnect.progress();
+                    if ok {
+                        Counters::add(&sh.counters.touched);
+                        self.touches.push_back((slot, id, Ok(())));
+                    } else {
+                        self.touches.push_back((slot, id, Err(JobError::LeaseLost)));
+                    }
+                    Ok(Step::Nothing)
+                }
+                Err(f) => {
+                    self.owed.push_front(Owed::Touch { slot, id });
+                    Err((Some(id), f))
+                }
+            },
+            (Owed::Lookup { slot, id }, Answer::Info(info)) => match info {
+                Ok(Some(info)) => {
+                    self.reconnect.progress();
+                    if let Some(Slot::Running { info: i, .. }) = self.slots.get_mut(slot) {
+                        *i = Some(info);
+                    }
+                    if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        // Not started before the stop: given back untouched.
+                        let back = Outcome::Retry {
+                            delay: Duration::ZERO,
+                        };
+                        self.finished(sh, slot, back, false);
+                        return Ok(Step::Nothing);
+                    }
+                    let n = crate::worker::settle::attempt(sh, self.server, id, info.releases);
+                    let attempt = u32::try_from(n).unwrap_or(u32::MAX);
+                    Ok(Step::Run { slot, id, attempt })
+                }
+                Ok(None) => {
+                    // Its lease ran out before it started: never run.
+                    self.reconnect.progress();
+                    self.slots[slot] = Slot::Free;
+                    self.free.push(slot);
+                    self.lease_lost(sh, id);
+                    Ok(Step::Nothing)
+                }
+                Err(f) => {
+                    self.owed.push_front(Owed::Lookup { slot, id });
+                    Err((Some(id), f))
+                }
+            },
+            (owed, _) => {
+                // The driver decoded another kind of reply: out of step.
+                self.owed.push_front(owed);
+                Err((None, Fault::Conn(ConnectionError::Broken)))
+            }
+        };
+        match r {
+            Ok(start) => Ok(start),
+            Err((job, f)) => self.fault(sh, now, job, f, random),
+        }
+    }
+
+    /// A lookup found job `id` no longer ours: its lease ran out.
+    fn lease_lost(&mut self, sh: &Shared, id: u64) {
+        Counters::add(&sh.counters.lost_lease_on_release);
+        sh.give_ticket();
+        tracing::warn!(
+            job = id,
+            server = self.name(sh),
+            "lease lost: job no longer ours"
+        );
+    }
+
+    /// What a reserve's reply comes to.
+    fn took(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        took: Result<Took<'_>, Fault>,
+    ) -> Result<Option<Start>, (Option<u64>, Fault)> {
+        let took = took.map_err(|f| {
+            sh.give_ticket();
+            (None, f)
+        })?;
+        self.reconnect.progress();
+        let Some(job) = took.job() else {
+            sh.give_ticket();
+            match took {
+                Took::TimedOut => {
+                    Counters::add(&sh.counters.reserve_timeouts);
+                    self.quiet = true;
+                    if sh.cfg.max_jobs.is_some() {
+                        self.ticket_at = Some(now + TICKET_YIELD);
+                    }
+                }
+                Took::TurnEmpty => {
+                    if let Some(s) = self.sched.as_mut() {
+                        s.empty();
+                    }
+                }
+                Took::DeadlineSoon => Counters::add(&sh.counters.deadline_soon),
+                Took::Outstanding | Took::Unavailable => self.last_busy = now,
+                Took::Job { .. } | Took::TooBig { .. } => {}
+            }
+            self.dry = true;
+            return Ok(None);
+        };
+        Counters::add(&sh.counters.reserved);
+        self.last_busy = now;
+        self.quiet = false;
+        self.dry = false;
+        self.probe_wait = PROBE_MIN;
+        self.probe_at = None;
+        let id = job.id;
+        if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
+            // Reserved after the stop: given back untouched.
+            self.settle(
+                sh,
+                id,
+                Outcome::Retry {
+                    delay: Duration::ZERO,
+                },
+                false,
+            );
+            return Ok(None);
+        }
+        if let Some(size) = job.too_big {
+            // Never run, never taken again: set aside for good.
+            Counters::add(&sh.counters.too_big);
+            tracing::warn!(
+                job = id,
+                server = self.name(sh),
+                size,
+                limit = sh.cfg.limits.max_job_size,
+                "job larger than max_job_size: set aside without running"
+            );
+            self.settle(sh, id, Outcome::Bury, false);
+            return Ok(None);
+        }
+        let Some(slot) = self.free.pop() else {
+            // More jobs than room: never asked for, so out of step.
+            return Err((Some(id), Fault::Unexpected("RESERVED")));
+        };
+        self.slots[slot] = Slot::Running {
+            id,
+            epoch: self.epoch,
+            info: None,
+        };
+        // Its tube and attempt are told to the handler: looked up first, in
+        // the next write (the settle needs the same numbers).
+        self.out.push_back(Out::Lookup(slot, id));
+        Ok(Some(Start { slot, id }))
+    }
+
+    /// Counts a failed request and gives the connection up.
+    pub(super) fn fault(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        job: Option<u64>,
+        f: Fault,
+        random: u64,
+    ) -> Result<Step, ()> {
+        match f {
+            Fault::Conn(e) => {
+                failed(sh, self.name(sh), job, &e);
+            }
+            Fault::Unexpected(word) => {
+                Counters::add(&sh.counters.unexpected_replies);
+                tracing::warn!(
+                    ?job,
+                    server = self.name(sh),
+                    reply = word,
+                    "unexpected reply"
+                );
+            }
+        }
+        self.broke(sh, now, random);
+        Err(())
+    }
+}

@@ -1,0 +1,518 @@
+//! The machine driven by hand: requests encoded on a real protocol
+//! session, replies as the server's bytes, time as given `Instant`s. No
+//! socket, no clock read, no sleep.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use taskq_proto::{Limits, Session};
+
+use super::*;
+use crate::config::Config;
+use crate::engine::next_answer;
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A machine on a session, with the worker state it counts into.
+struct Rig {
+    sh: Arc<Shared>,
+    m: Machine,
+    wire: Session,
+    t0: Instant,
+    /// The jobs looked up and to run: (slot, attempt).
+    runs: Vec<(usize, u32)>,
+    /// The tube of the last job looked up.
+    tube: String,
+}
+
+impl Rig {
+    fn new(cfg: Config) -> Rig {
+        let t0 = Instant::now();
+        let sh = Arc::new(Shared::new(cfg, 0));
+        let mut m = Machine::new(&sh, 0, t0);
+        assert!(m.wants_connect(&sh, t0));
+        m.connected(&sh, t0);
+        let mut wire = Session::new(sh.cfg.limits);
+        wire.skip_large_jobs();
+        Rig {
+            sh,
+            m,
+            wire,
+            t0,
+            runs: Vec::new(),
+            tube: String::new(),
+        }
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    /// What the machine sends at `ms`, as the wire's lines.
+    fn send(&mut self, ms: u64) -> Vec<String> {
+        let now = self.at(ms);
+        self.m.transmit(&self.sh, now, &mut self.wire).unwrap();
+        let bytes = self.wire.queued().to_vec();
+        self.wire.queue_sent();
+        String::from_utf8(bytes)
+            .unwrap()
+            .split_terminator("\r\n")
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The server's bytes arrive at `ms`; the machine takes every whole
+    /// reply. Returns the jobs to start, and whether the connection broke.
+    fn reply(&mut self, ms: u64, bytes: &[u8]) -> (Vec<Start>, bool) {
+        let now = self.at(ms);
+        let room = self.wire.recv_room().unwrap();
+        room[..bytes.len()].copy_from_slice(bytes);
+        self.wire.received(bytes.len());
+        let mut starts = Vec::new();
+        while let Some(expect) = self.m.expect() {
+            let Some(answer) = next_answer(&mut self.wire, expect, &mut self.tube) else {
+                break;
+            };
+            match self.m.on_reply(&self.sh, now, answer, 0) {
+                Ok(Step::Hold(s)) => starts.push(s),
+                Ok(Step::Run { slot, attempt, .. }) => self.runs.push((slot, attempt)),
+                Ok(Step::Nothing) => {}
+                Err(()) => return (starts, true),
+            }
+        }
+        (starts, false)
+    }
+
+    /// The jobs `bytes` brings at `ms` are looked up (each `releases`
+    /// times released before) and run: their slots.
+    fn take(&mut self, ms: u64, bytes: &[u8], releases: u64) -> Vec<Start> {
+        let (starts, broke) = self.reply(ms, bytes);
+        assert!(!broke);
+        let sent = self.send(ms);
+        let lookups: Vec<String> = starts
+            .iter()
+            .map(|s| format!("stats-job {}", s.id))
+            .collect();
+        assert_eq!(sent[..lookups.len()], lookups[..], "{sent:?}");
+        let answers: Vec<u8> = starts.iter().flat_map(|_| stats(releases)).collect();
+        self.runs.clear();
+        let (more, broke) = self.reply(ms, &answers);
+        assert!(more.is_empty() && !broke);
+        assert_eq!(
+            self.runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+            starts.iter().map(|s| s.slot).collect::<Vec<_>>()
+        );
+        starts
+    }
+
+    fn counts(&self) -> crate::Snapshot {
+        self.sh.counters.snapshot()
+    }
+}
+
+fn cfg(concurrency: usize) -> Config {
+    Config {
+        concurrency,
+        ..Config::default()
+    }
+}
+
+fn reserved(id: u64) -> Vec<u8> {
+    format!("RESERVED {id} 4\r\nbody\r\n").into_bytes()
+}
+
+const STATS: &str = "OK 143\r\n---\nid: 7\ntube: default\nstate: reserved\npri: 9\nage: 0\ndelay: 0\nttr: 60\ntime-left: 59\nfile: 0\nreserves: 1\ntimeouts: 0\nreleases: RR\nburies: 0\n\r\n";
+
+/// A `stats-job` reply for a job with priority 9 and `releases` releases.
+fn stats(releases: u64) -> Vec<u8> {
+    let yaml = STATS.split_once("\r\n").unwrap().1;
+    let yaml = yaml.replace("RR", &releases.to_string());
+    let body = &yaml[..yaml.len() - 2];
+    format!("OK {}\r\n{body}\r\n", body.len()).into_bytes()
+}
+
+#[test]
+fn the_window_is_filled_with_no_wait_reserves_and_a_job_is_done_only_on_deleted() {
+    let mut r = Rig::new(cfg(3));
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"; 3]);
+    let (held, _) = r.reply(1, &[reserved(1), reserved(2), reserved(3)].concat());
+    assert_eq!(held.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 2, 3]);
+    // Each job is looked up before it runs: its tube and attempt.
+    assert_eq!(r.send(1), ["stats-job 1", "stats-job 2", "stats-job 3"]);
+    r.reply(2, &[stats(0), stats(2), stats(0)].concat());
+    assert_eq!(
+        r.runs,
+        [(held[0].slot, 1), (held[1].slot, 3), (held[2].slot, 1)]
+    );
+    // Three jobs run: no room, nothing to send.
+    assert!(r.send(2).is_empty());
+    r.m.finished(&r.sh, held[0].slot, Outcome::Done, false);
+    // The delete and the refill for its room, in one write.
+    assert_eq!(r.send(3), ["delete 1", "reserve-with-timeout 0"]);
+    let c = r.counts();
+    assert_eq!((c.reserved, c.deleted), (3, 0), "not done before DELETED");
+    let (_, broke) = r.reply(4, b"DELETED\r\nTIMED_OUT\r\n");
+    assert!(!broke);
+    assert_eq!(r.counts().deleted, 1);
+    assert_eq!(r.m.running(), 2);
+    assert_eq!(r.tube, "default", "the lookup tells the tube");
+}
+
+#[test]
+fn a_dry_server_is_probed_with_a_growing_wait_while_jobs_run_and_waited_on_once_they_end() {
+    let mut r = Rig::new(cfg(2));
+    r.send(0);
+    let starts = r.take(1, b"RESERVED 5 4\r\nbody\r\nTIMED_OUT\r\n", 0);
+    assert_eq!(starts.len(), 1);
+    // A job runs and the server had nothing: one probe, then none until it
+    // is due, at a wait that doubles. (The probe went with the lookup.)
+    r.reply(1, b"TIMED_OUT\r\n");
+    assert!(
+        r.send(2).is_empty(),
+        "no probe before its wait: no tight loop"
+    );
+    let due = r.m.poll_timeout(&r.sh, r.at(0)).unwrap();
+    assert_eq!(due, r.at(1) + PROBE_MIN);
+    assert_eq!(r.send(11), ["reserve-with-timeout 0"]);
+    r.reply(12, b"TIMED_OUT\r\n");
+    assert_eq!(
+        r.m.poll_timeout(&r.sh, r.at(0)).unwrap(),
+        r.at(11) + 2 * PROBE_MIN
+    );
+    // The job ends: its delete goes alone (nothing may wait behind a
+    // blocking reserve); once it is answered, one blocking reserve.
+    r.m.finished(&r.sh, starts[0].slot, Outcome::Done, false);
+    assert_eq!(r.send(30), ["delete 5"]);
+    r.reply(31, b"DELETED\r\n");
+    assert_eq!(r.send(31), ["reserve-with-timeout 1"]);
+    assert!(r.send(500).is_empty());
+    // The blocking reserve's deadline is the slice plus the I/O timeout.
+    let io = r.sh.cfg.io_timeout;
+    assert_eq!(
+        r.m.poll_timeout(&r.sh, r.at(0)),
+        Some(r.at(31) + io + Duration::from_secs(1))
+    );
+    r.reply(1031, b"TIMED_OUT\r\n");
+    assert_eq!(r.counts().reserve_timeouts, 1);
+    assert_eq!(r.send(1031), ["reserve-with-timeout 1"]);
+}
+
+#[test]
+fn a_failure_is_released_with_the_backoff_and_buried_after_the_last_attempt() {
+    let cfg = Config {
+        max_attempts: 3,
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    // Each attempt: the job comes back, is looked up, and fails; the
+    // settle goes out with the refill the next attempt's job answers.
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"]);
+    for (releases, panicked, settle) in [
+        (0, false, "release 7 9 1"),
+        (1, false, "release 7 9 2"),
+        (2, true, "bury 7 9"),
+    ] {
+        let s = r.take(1, &reserved(7), releases);
+        assert_eq!(r.runs[0].1, releases as u32 + 1, "the attempt");
+        r.m.finished(&r.sh, s[0].slot, Outcome::Fail, panicked);
+        // The lookup gave the numbers: the settle needs no second one.
+        assert_eq!(r.send(2), [settle, "reserve-with-timeout 0"]);
+        let answer: &[u8] = if settle.starts_with("bury") {
+            b"BURIED\r\n"
+        } else {
+            b"RELEASED\r\n"
+        };
+        r.reply(3, answer);
+    }
+    let c = r.counts();
+    assert_eq!((c.released, c.buried, c.deleted), (2, 1, 0));
+}
+
+#[test]
+fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
+    let mut r = Rig::new(cfg(2));
+    r.send(0);
+    let s = r.take(1, &[reserved(1), reserved(2)].concat(), 0);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert_eq!(r.send(2), ["delete 1", "reserve-with-timeout 0"]);
+    let io = r.sh.cfg.io_timeout;
+    let due = r.m.poll_timeout(&r.sh, r.at(0)).unwrap();
+    assert_eq!(due, r.at(2) + io);
+    assert!(!r.m.handle_timeout(&r.sh, due - MS, 0));
+    assert!(r.m.handle_timeout(&r.sh, due, 0));
+    assert!(!r.m.is_up());
+    let c = r.counts();
+    // The delete may have been carried out; job 2's handler still runs.
+    assert_eq!((c.io_timeouts, c.ack_unknown, c.lease_dropped), (1, 1, 1));
+    // After progress the first reconnect is at once.
+    assert!(r.m.wants_connect(&r.sh, due));
+    // Job 2's handler ends on the dead connection: nothing is sent for it.
+    r.m.finished(&r.sh, s[1].slot, Outcome::Done, false);
+    r.m.connected(&r.sh, due);
+    assert_eq!(r.send(3000), ["reserve-with-timeout 0"; 2]);
+    // A connection that breaks before any reply: the next waits the backoff.
+    r.m.broke(&r.sh, r.at(3001), 0);
+    assert!(!r.m.wants_connect(&r.sh, r.at(3001)));
+    assert!(r.m.poll_timeout(&r.sh, r.at(0)).unwrap() > r.at(3001));
+    assert_eq!(r.counts().reconnects, 1);
+}
+
+#[test]
+fn after_a_stop_no_reserve_goes_out_running_jobs_settle_and_a_late_job_goes_back() {
+    let mut r = Rig::new(cfg(2));
+    r.send(0);
+    let (s, _) = r.reply(1, &reserved(1));
+    assert_eq!(r.send(1), ["stats-job 1"]);
+    r.reply(2, &[b"TIMED_OUT\r\n".to_vec(), stats(0)].concat());
+    assert_eq!(r.runs, [(s[0].slot, 1)]);
+    // Job 1 runs; the server had nothing else: a probe goes out.
+    assert_eq!(r.send(2), ["reserve-with-timeout 0"]);
+    r.sh.shutdown();
+    // The probe brings a job after the stop: given back untouched.
+    r.reply(3, &reserved(2));
+    assert_eq!(r.send(3), ["stats-job 2"]);
+    r.reply(4, &stats(0));
+    assert_eq!(r.send(4), ["release 2 9 0"]);
+    r.reply(5, b"RELEASED\r\n");
+    assert_eq!(r.runs.len(), 1, "job 2 never ran");
+    assert!(!r.m.is_done(&r.sh), "job 1 still runs");
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert_eq!(r.send(6), ["delete 1"]);
+    assert!(!r.m.is_done(&r.sh), "its delete is owed");
+    r.reply(7, b"DELETED\r\n");
+    assert!(r.m.is_done(&r.sh));
+    assert!(r.send(8).is_empty());
+    let c = r.counts();
+    assert_eq!((c.reserved, c.deleted, c.released), (2, 1, 1));
+}
+
+#[test]
+fn a_job_taken_and_not_started_before_a_stop_goes_back_untouched() {
+    let mut r = Rig::new(cfg(1));
+    r.send(0);
+    r.reply(1, &reserved(3));
+    assert_eq!(r.send(1), ["stats-job 3"]);
+    r.sh.shutdown();
+    r.reply(2, &stats(0));
+    assert!(r.runs.is_empty(), "never run");
+    assert_eq!(r.send(2), ["release 3 9 0"]);
+    r.reply(3, b"RELEASED\r\n");
+    assert!(r.m.is_done(&r.sh));
+    assert_eq!(r.counts().released, 1);
+}
+
+#[test]
+fn a_job_over_the_limit_is_buried_once_never_run() {
+    let cfg = Config {
+        limits: Limits {
+            max_job_size: 10,
+            ..Limits::default()
+        },
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    r.send(0);
+    let (s, _) = r.reply(1, b"RESERVED 3 20\r\n01234567890123456789\r\n");
+    assert!(s.is_empty(), "never run");
+    assert_eq!(r.send(2), ["stats-job 3", "reserve-with-timeout 0"]);
+    r.reply(3, &[stats(0), b"TIMED_OUT\r\n".to_vec()].concat());
+    assert!(r.runs.is_empty());
+    assert_eq!(r.send(3), ["bury 3 9"]);
+    r.reply(4, b"BURIED\r\n");
+    let c = r.counts();
+    assert_eq!((c.too_big, c.buried), (1, 1));
+}
+
+#[test]
+fn a_handlers_touch_goes_out_and_its_answer_comes_back_to_its_slot() {
+    let mut r = Rig::new(cfg(1));
+    r.send(0);
+    let s = r.take(1, &reserved(4), 0);
+    r.m.touch(s[0].slot, 4);
+    assert_eq!(r.send(2), ["touch 4"]);
+    r.reply(3, b"TOUCHED\r\n");
+    assert!(matches!(r.m.touched(), Some((0, 4, Ok(())))));
+    r.m.touch(s[0].slot, 4);
+    r.send(4);
+    r.reply(5, b"NOT_FOUND\r\n");
+    assert!(matches!(
+        r.m.touched(),
+        Some((0, 4, Err(JobError::LeaseLost)))
+    ));
+    // A touch owed when the connection breaks is answered too.
+    r.m.touch(s[0].slot, 4);
+    r.send(6);
+    r.m.broke(&r.sh, r.at(7), 0);
+    assert!(matches!(
+        r.m.touched(),
+        Some((0, 4, Err(JobError::Connection(_))))
+    ));
+    r.m.touch(s[0].slot, 4);
+    assert!(matches!(
+        r.m.touched(),
+        Some((0, 4, Err(JobError::Connection(_))))
+    ));
+    assert_eq!(r.counts().touched, 1);
+}
+
+#[test]
+fn a_break_frees_the_slots_of_jobs_taken_and_not_started() {
+    let mut r = Rig::new(cfg(2));
+    r.send(0);
+    let (s, _) = r.reply(1, &[reserved(1), reserved(2)].concat());
+    assert_eq!(r.send(1), ["stats-job 1", "stats-job 2"]);
+    r.reply(2, &stats(0));
+    assert_eq!(r.runs, [(s[0].slot, 1)]);
+    assert_eq!(r.m.running(), 2);
+    // Job 2's lookup is owed when the connection breaks: no handler will
+    // ever end it, so its slot is free at once; job 1's when it ends.
+    r.m.broke(&r.sh, r.at(3), 0);
+    assert_eq!(r.m.running(), 1);
+    assert_eq!(r.counts().lease_dropped, 2);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert_eq!(r.m.running(), 0);
+    r.m.connected(&r.sh, r.at(4));
+    assert_eq!(r.send(4), ["reserve-with-timeout 0"; 2]);
+}
+
+#[test]
+fn a_job_whose_lease_ran_out_before_its_lookup_is_never_run() {
+    let mut r = Rig::new(cfg(1));
+    r.send(0);
+    r.reply(1, &reserved(4));
+    assert_eq!(r.send(1), ["stats-job 4"]);
+    r.reply(2, b"NOT_FOUND\r\n");
+    assert!(r.runs.is_empty());
+    assert_eq!(r.m.running(), 0);
+    assert_eq!(r.counts().lost_lease_on_release, 1);
+}
+
+#[test]
+fn garbage_and_unexpected_replies_break_the_connection_and_never_count_as_done() {
+    for bytes in [
+        &b"DELETED extra\r\n"[..],
+        b"INSERTED 5\r\n",
+        b"\xff\xfe\r\n",
+    ] {
+        let mut r = Rig::new(cfg(1));
+        r.send(0);
+        let s = r.take(1, &reserved(1), 0);
+        r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+        assert_eq!(r.send(2), ["delete 1", "reserve-with-timeout 0"]);
+        let (_, broke) = r.reply(3, bytes);
+        assert!(broke, "{bytes:?}");
+        let c = r.counts();
+        assert_eq!((c.deleted, c.ack_unknown), (0, 1), "{bytes:?}");
+        assert!(c.unexpected_replies >= 1, "{bytes:?}");
+    }
+}
+
+#[test]
+fn max_jobs_limits_the_reserves_in_flight_and_stops_at_the_count() {
+    let cfg = Config {
+        max_jobs: Some(2),
+        ..cfg(4)
+    };
+    let mut r = Rig::new(cfg);
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"; 2]);
+    let s = r.take(1, &[reserved(1), reserved(2)].concat(), 0);
+    for st in &s {
+        r.m.finished(&r.sh, st.slot, Outcome::Done, false);
+    }
+    assert_eq!(r.send(2), ["delete 1", "delete 2"]);
+    r.reply(3, b"DELETED\r\nDELETED\r\n");
+    assert!(r.sh.stop.load(Ordering::SeqCst));
+    assert!(r.m.is_done(&r.sh));
+}
+
+#[test]
+fn weighted_tubes_switch_in_the_same_write_as_the_reserves() {
+    let mut cfg = cfg(2);
+    cfg.set_tubes(&["vip:1", "standard:1"]).unwrap();
+    cfg.run_scale = 1;
+    let mut r = Rig::new(cfg);
+    // Server 0 starts on the first tube: standard is ignored first.
+    assert_eq!(
+        r.send(0),
+        [
+            "ignore standard",
+            "reserve-with-timeout 0",
+            "watch standard",
+            "ignore vip",
+            "reserve-with-timeout 0"
+        ]
+    );
+    let (s, broke) = r.reply(
+        1,
+        &[
+            b"WATCHING 1\r\n".to_vec(),
+            reserved(1),
+            b"WATCHING 2\r\nWATCHING 1\r\n".to_vec(),
+            reserved(2),
+        ]
+        .concat(),
+    );
+    assert!(!broke);
+    assert_eq!(s.len(), 2);
+}
+
+#[test]
+fn the_idle_exit_waits_for_quiet_and_no_job_held() {
+    let cfg = Config {
+        exit_when_idle: Some(Duration::from_millis(100)),
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    r.send(0);
+    let s = r.take(1, &reserved(1), 0);
+    assert!(!r.m.is_idle(&r.sh, r.at(500)), "a job is held");
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert_eq!(r.send(500), ["delete 1", "reserve-with-timeout 0"]);
+    r.reply(501, b"DELETED\r\nTIMED_OUT\r\n");
+    assert_eq!(r.send(501), ["reserve-with-timeout 1"]);
+    assert!(!r.m.is_idle(&r.sh, r.at(600)), "no empty slice seen yet");
+    r.reply(1501, b"TIMED_OUT\r\n");
+    assert!(r.m.is_idle(&r.sh, r.at(1501)));
+    // Quiet since the job was taken: the idle deadline is passed, and not
+    // one the driver is woken for again.
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1501)), None);
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(50)), Some(r.at(101)));
+    r.sh.shutdown();
+    assert!(r.m.is_done(&r.sh));
+}
+
+#[test]
+fn with_max_jobs_a_machine_waiting_on_an_empty_server_leaves_the_last_ticket_to_another() {
+    let cfg = Config {
+        servers: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+        max_jobs: Some(1),
+        ..cfg(1)
+    };
+    let mut a = Rig::new(cfg);
+    let mut b = Rig {
+        m: Machine::new(&a.sh, 1, a.t0),
+        wire: Session::new(a.sh.cfg.limits),
+        sh: a.sh.clone(),
+        t0: a.t0,
+        runs: Vec::new(),
+        tube: String::new(),
+    };
+    b.m.connected(&b.sh, b.t0);
+    // A takes the one ticket; B finds none and looks again soon.
+    assert_eq!(a.send(0), ["reserve-with-timeout 0"]);
+    assert!(b.send(0).is_empty());
+    assert_eq!(
+        b.m.poll_timeout(&b.sh, b.at(0)),
+        Some(b.at(0) + TICKET_RETRY)
+    );
+    // A's server is empty: its blocking reserve holds the ticket a slice.
+    a.reply(1, b"TIMED_OUT\r\n");
+    assert_eq!(a.send(1), ["reserve-with-timeout 1"]);
+    assert!(b.send(11).is_empty());
+    a.reply(1001, b"TIMED_OUT\r\n");
+    // A leaves the ticket free a while; B takes it on its next look.
+    assert!(a.send(1001).is_empty());
+    assert_eq!(b.send(1011), ["reserve-with-timeout 0"]);
+    assert!(a.send(1051).is_empty(), "no ticket left for A");
+}

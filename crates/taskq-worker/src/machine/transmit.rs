@@ -1,0 +1,172 @@
+//! The machine's side of the writes and the clock: what to send next, and
+//! the deadlines it owns.
+
+use std::time::{Duration, Instant};
+
+use taskq_proto::ConnectionError;
+
+use super::{Machine, Out, Owed, Sink, PROBE_MIN, TICKET_RETRY};
+use crate::engine::{Ask, Fault, Req};
+use crate::shared::Shared;
+
+impl Machine {
+    /// Queues into `sink` every request due at `now`: the settles, lookups
+    /// and touches decided, then the reserves the window has room for.
+    /// `Err`: the sink refused (the connection is given up).
+    pub(crate) fn transmit(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        sink: &mut dyn Sink,
+    ) -> Result<usize, ConnectionError> {
+        if !self.up {
+            return Ok(0);
+        }
+        let was_idle = self.owed.is_empty();
+        let mut queued = 0;
+        while let Some(o) = self.out.pop_front() {
+            let (r, owed) = match o {
+                Out::Settle(id, settle) => (
+                    sink.req(Req::Settle(id, settle)),
+                    Owed::Settle { id, settle },
+                ),
+                Out::Info(id, outcome, panicked) => (
+                    sink.info(id),
+                    Owed::Info {
+                        id,
+                        outcome,
+                        panicked,
+                    },
+                ),
+                Out::Touch(slot, id) => (sink.req(Req::Touch(id)), Owed::Touch { slot, id }),
+                Out::Lookup(slot, id) => (sink.info(id), Owed::Lookup { slot, id }),
+            };
+            if let Err(e) = r {
+                self.out.push_front(o);
+                return Err(e);
+            }
+            self.owed.push_back(owed);
+            queued += 1;
+        }
+        let stopping = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
+        let ticket_due = self.ticket_at.is_none_or(|t| t <= now);
+        if ticket_due {
+            self.ticket_at = None;
+        }
+        if !stopping && !self.blocking && ticket_due {
+            let room = self.free.len().saturating_sub(self.asks);
+            let probe_due = self.probe_at.is_none_or(|t| t <= now);
+            let want = if !self.dry {
+                room
+            } else if self.running() == 0 && self.owed.is_empty() && self.asks == 0 {
+                // Nothing runs, nothing is owed: wait on the server.
+                if sh.take_ticket() {
+                    self.ask(sink, sh.cfg.reserve_secs(), &sh.cfg.tubes)?;
+                    self.blocking = true;
+                    queued += 1;
+                } else {
+                    self.ticket_at = Some(now + TICKET_RETRY);
+                }
+                0
+            } else if self.running() > 0 && self.asks == 0 && probe_due {
+                // Jobs run: look again after a wait that doubles.
+                self.probe_at = Some(now + self.probe_wait);
+                self.probe_wait = (self.probe_wait * 2).min(sh.cfg.reserve_timeout.max(PROBE_MIN));
+                room.min(1)
+            } else {
+                0
+            };
+            for _ in 0..want {
+                if !sh.take_ticket() {
+                    self.ticket_at = Some(now + TICKET_RETRY);
+                    break;
+                }
+                self.ask(sink, 0, &sh.cfg.tubes)?;
+                self.asks += 1;
+                queued += 1;
+                // The window is filled by the schedule: each ask is a turn's job.
+                if let Some(s) = self.sched.as_mut() {
+                    s.taken();
+                }
+            }
+        }
+        if was_idle && queued > 0 {
+            self.front_since = now;
+        }
+        Ok(queued)
+    }
+
+    fn ask(
+        &mut self,
+        sink: &mut dyn Sink,
+        slice: u32,
+        tubes: &[String],
+    ) -> Result<(), ConnectionError> {
+        let ask = Ask {
+            sched: self.sched.as_mut(),
+            tubes,
+            slice,
+        };
+        sink.req(Req::Ask(ask))?;
+        self.owed.push_back(Owed::Ask { wait: slice });
+        Ok(())
+    }
+
+    /// When the machine next wants [`handle_timeout`](Self::handle_timeout)
+    /// or [`transmit`](Self::transmit): the front reply's deadline, the next
+    /// probe, the next connect, the idle exit.
+    /// (The idle exit's only while still ahead of `now`: once passed, the
+    /// driver asks [`is_idle`](Self::is_idle) after each event.)
+    pub(crate) fn poll_timeout(&self, sh: &Shared, now: Instant) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        if self.up {
+            if let Some(front) = self.owed.front() {
+                let wait = match *front {
+                    Owed::Ask { wait } => wait,
+                    _ => 0,
+                };
+                at(self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait)));
+            }
+            if self.dry && self.asks == 0 && !self.blocking {
+                if let Some(p) = self.probe_at {
+                    at(p);
+                }
+            }
+            if let Some(t) = self.ticket_at {
+                at(t);
+            }
+        } else if let Some(r) = self.reconnect.retry_at() {
+            at(r);
+        }
+        if let Some(idle) = sh.cfg.exit_when_idle {
+            let due = self.last_busy + idle;
+            if due > now {
+                at(due);
+            }
+        }
+        t
+    }
+
+    /// Acts on the deadlines passed at `now`: a reply overdue breaks the
+    /// connection (`true`: the driver closes it). (The idle exit's deadline
+    /// is the driver's to act on: see [`is_idle`](Self::is_idle).)
+    pub(crate) fn handle_timeout(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
+        let mut broke = false;
+        if self.up && !self.owed.is_empty() {
+            let wait = match self.owed.front() {
+                Some(Owed::Ask { wait }) => *wait,
+                _ => 0,
+            };
+            let due = self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait));
+            if now >= due {
+                let e = ConnectionError::Timeout {
+                    waited: now - self.front_since,
+                };
+                let _ = self.fault(sh, now, None, Fault::Conn(e), random);
+                broke = true;
+            }
+        }
+        broke
+    }
+}
