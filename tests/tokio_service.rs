@@ -1,7 +1,8 @@
 //! The README's tokio service (`examples/tokio_service.rs`), run as a user
 //! would run it against a real beanstalkd: 200 requests enqueue through its
-//! one shared producer, its worker does every job, and SIGTERM stops it
-//! cleanly with nothing left in the tube.
+//! one shared producer, its async worker does every job on the same
+//! runtime (no thread of its own), and SIGTERM stops it cleanly with
+//! nothing left in the tube.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -142,6 +143,18 @@ fn the_service_enqueues_from_its_handlers_works_every_job_and_stops_on_sigterm()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+
+    // The worker works on the service's runtime: the process runs the main
+    // thread and the runtime's two workers, and no thread per job.
+    let threads = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Threads:")
+                .map(|n| n.trim().parse::<u32>().unwrap())
+        })
+        .unwrap();
+    assert!(threads <= 3, "{threads} threads: main and the runtime's 2");
 
     // SIGTERM: it stops cleanly, and says what its worker did.
     assert_eq!(sigterm(child.id()), 0);
