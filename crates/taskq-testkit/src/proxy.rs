@@ -62,6 +62,8 @@ pub enum Toxic {
     /// Forward nothing (the bytes are dropped) and keep both sockets open.
     Silence,
     /// Forward `bytes` bytes in this direction, then close both sides.
+    /// Nothing either direction reads after those bytes is passed on: not
+    /// even the answer to them, whatever the threads' timing.
     LimitData {
         /// Bytes let through before the close.
         bytes: u64,
@@ -331,6 +333,11 @@ struct Link {
     /// Pumps still running; the last one out counts the connection closed.
     running: AtomicU64,
     dead: AtomicBool,
+    /// Set when a data limit is reached, before its last bytes go out:
+    /// nothing either pump reads after it is passed on. So no answer to the
+    /// last bytes, nor anything sent after them, crosses, however the
+    /// pumps' threads are scheduled between those bytes and the close.
+    sealed: AtomicBool,
 }
 
 impl Link {
@@ -342,6 +349,7 @@ impl Link {
             server,
             running: AtomicU64::new(2),
             dead: AtomicBool::new(false),
+            sealed: AtomicBool::new(false),
         })
     }
 
@@ -457,6 +465,11 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
             kept.drain(..over);
             continue;
         }
+        if link.sealed.load(Ordering::SeqCst) {
+            // A limit was reached (in either direction): read after it, these
+            // bytes never cross. The pump that reached it closes the link.
+            break;
+        }
         let mut chunk = &buf[..n];
         let mut over = None;
         if let Some((limit, reset)) = active.limit {
@@ -464,6 +477,7 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
             if (chunk.len() as u64) >= room {
                 chunk = &chunk[..room as usize];
                 over = Some(reset);
+                link.sealed.store(true, Ordering::SeqCst);
             }
         }
         if let Some((delay, jitter)) = active.latency {

@@ -196,6 +196,46 @@ fn limit_data_cuts_a_reply() {
 }
 
 #[test]
+fn nothing_crosses_after_an_upstream_limit_not_even_the_answer_to_its_last_bytes() {
+    // A peer that answers every byte at once: without the seal, its answer
+    // to the last bytes let through could race the close back to the client.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = listener.local_addr().unwrap();
+    let got = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let got2 = got.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut buf = [0u8; 64];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut s, &mut buf) {
+                got2.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+                if std::io::Write::write_all(&mut s, &buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let proxy = ChaosProxy::start(peer).unwrap();
+    proxy.add(Toxic::LimitData { bytes: 4 }, Direction::Upstream, 1.0);
+    for round in 0..20 {
+        let before = got.load(std::sync::atomic::Ordering::SeqCst);
+        let mut c = std::net::TcpStream::connect(proxy.addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        std::io::Write::write_all(&mut c, b"ping pong").unwrap();
+        let mut back = Vec::new();
+        // The close ends the read (or a reset does): either way nothing came back.
+        let _ = std::io::Read::read_to_end(&mut c, &mut back);
+        assert!(
+            back.is_empty(),
+            "round {round}: {back:?} crossed after the limit"
+        );
+        wait_for("the peer to read the 4 bytes", || {
+            got.load(std::sync::atomic::Ordering::SeqCst) == before + 4
+        });
+    }
+}
+
+#[test]
 fn reset_after_data_resets_at_that_byte_however_fast_the_client_goes() {
     let b = Beanstalkd::start().unwrap();
     let proxy = ChaosProxy::start(b.addr()).unwrap();
