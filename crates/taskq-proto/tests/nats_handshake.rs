@@ -52,6 +52,12 @@ fn a_plain_handshake_reads_info_cut_anywhere_then_connects_in_one_write_and_ends
         assert!(sent.contains("\"tls_required\":false"), "{sent}");
         assert!(sent.ends_with("\r\nSUB _INBOX.t.* 1\r\nPING\r\n"), "{sent}");
         s.wipe_queue();
+        assert_eq!(
+            hs.during(),
+            "sending CONNECT",
+            "until the write is said done"
+        );
+        hs.written();
         assert_eq!(hs.during(), "waiting for PONG");
         assert_eq!(hs.step(&mut s).unwrap(), HandshakeStep::Read);
         feed(&mut s, b"+OK\r\nPONG\r\n");
@@ -143,6 +149,7 @@ fn credentials_go_in_connect_and_a_refusal_names_them_without_the_secret() {
     );
     assert_eq!(hs.step(&mut s).unwrap(), HandshakeStep::Write);
     s.wipe_queue();
+    hs.written();
     feed(&mut s, b"-ERR 'Authorization Violation'\r\n");
     match hs.step(&mut s) {
         Err(e @ NatsError::Refused(_)) => {
@@ -173,6 +180,7 @@ fn the_handshake_owns_its_deadline_and_a_done_one_has_none() {
     hs.connect(&mut s, "me", &Credentials::default()).unwrap();
     hs.step(&mut s).unwrap();
     s.wipe_queue();
+    hs.written();
     feed(&mut s, b"PONG\r\n");
     assert_eq!(hs.step(&mut s).unwrap(), HandshakeStep::Done);
     hs.handle_timeout(t0 + 10 * WAIT).unwrap();

@@ -173,6 +173,7 @@ impl AsyncNatsConn {
                     // The CONNECT line holds the credentials: leave no copy behind.
                     self.session.wipe_queue();
                     r.map_err(NatsError::from)?;
+                    hs.written();
                 }
                 HandshakeStep::Done => return Ok(()),
             }

@@ -286,6 +286,7 @@ impl NatsConnection {
                     // The CONNECT line holds the credentials: leave no copy behind.
                     self.s.wipe_queue();
                     sent.map_err(|e| self.broke(e))?;
+                    hs.written();
                 }
                 HandshakeStep::Done => {
                     self.step = "";

@@ -158,7 +158,7 @@ pub enum HandshakeStep<'a> {
     },
     /// Write what the session has queued (`CONNECT`, `SUB`, `PING`) with one
     /// write, wipe it ([`NatsSession::wipe_queue`]: it holds the
-    /// credentials), then step again.
+    /// credentials), call [`Handshake::written`], then step again.
     Write,
     /// The server took `CONNECT`: the connection is ready.
     Done,
@@ -281,10 +281,7 @@ impl Handshake {
                 Ok(HandshakeStep::Connect { nonce: &self.nonce })
             }
             Phase::Connect => Ok(HandshakeStep::Connect { nonce: &self.nonce }),
-            Phase::Write => {
-                self.phase = Phase::Pong;
-                Ok(HandshakeStep::Write)
-            }
+            Phase::Write => Ok(HandshakeStep::Write),
             Phase::Pong => {
                 if s.poll_connected()? {
                     self.phase = Phase::Done;
@@ -306,6 +303,13 @@ impl Handshake {
         } else if self.phase == Phase::Info {
             // INFO was read in the clear: CONNECT comes next.
             self.phase = Phase::Connect;
+        }
+    }
+
+    /// Says the write the last step asked for went out: `PONG` is awaited.
+    pub fn written(&mut self) {
+        if self.phase == Phase::Write {
+            self.phase = Phase::Pong;
         }
     }
 
