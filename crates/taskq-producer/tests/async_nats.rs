@@ -294,7 +294,13 @@ fn credentials_come_from_nats_access_and_the_address_wins() {
             .await
             .unwrap_err();
         assert!(matches!(e, Error::NotSent(NotSent::Refused(_))), "{e}");
-        assert!(!e.to_string().contains("wrong"), "no secret in {e}");
+        // No secret in what a caller can print or log: the error's Display
+        // and Debug, and the connected producer's Debug.
+        for text in [e.to_string(), format!("{e:?}"), format!("{p:?}")] {
+            for secret in ["wrong", "s3cret-pw"] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+        }
         // The address's user info wins over the builder's.
         Producer::builder()
             .nats_access(access("wrong"))
