@@ -15,6 +15,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::task::Poll;
 
+use taskq_connect::{Address, Engine};
+
 use crate::config::{Config, ConfigError};
 use crate::counters::Snapshot;
 use crate::handler::Outcome;
@@ -23,10 +25,87 @@ use crate::worker::Control;
 
 mod conn;
 mod driver;
+mod js_driver;
 mod slot;
 
 pub use slot::AsyncJob;
 use slot::{Inbox, SlotCell};
+
+/// What a driver's machine is told by the slots (both machines).
+trait Hands {
+    /// The handler in `slot` ended with `outcome`.
+    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool);
+    /// The handler in `slot` asks to touch job `id`.
+    fn touch(&mut self, slot: usize, id: u64);
+    /// The next answer to a touch.
+    fn touched(&mut self) -> Option<(usize, u64, Result<(), crate::job::JobError>)>;
+}
+
+impl Hands for crate::machine::Machine {
+    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
+        crate::machine::Machine::finished(self, sh, slot, outcome, panicked);
+    }
+    fn touch(&mut self, slot: usize, id: u64) {
+        crate::machine::Machine::touch(self, slot, id);
+    }
+    fn touched(&mut self) -> Option<(usize, u64, Result<(), crate::job::JobError>)> {
+        crate::machine::Machine::touched(self)
+    }
+}
+
+impl Hands for crate::machine::js::JsMachine {
+    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
+        crate::machine::js::JsMachine::finished(self, sh, slot, outcome, panicked);
+    }
+    fn touch(&mut self, slot: usize, id: u64) {
+        crate::machine::js::JsMachine::touch(self, slot, id);
+    }
+    fn touched(&mut self) -> Option<(usize, u64, Result<(), crate::job::JobError>)> {
+        crate::machine::js::JsMachine::touched(self)
+    }
+}
+
+/// A driver's turn with its slots: a second stop drops the running
+/// handlers' futures (once: `aborted`); the slots' messages go to the
+/// machine, and the touches' answers to the slots.
+fn hand_over(
+    sh: &Shared,
+    m: &mut impl Hands,
+    cells: &[Arc<SlotCell>],
+    inbox: &Inbox,
+    aborted: &mut bool,
+) {
+    if sh.abort.load(std::sync::atomic::Ordering::SeqCst) && !*aborted {
+        *aborted = true;
+        for c in cells {
+            c.abort();
+        }
+    }
+    while let Some(msg) = inbox.take() {
+        match msg {
+            slot::Msg::Finished {
+                slot,
+                outcome,
+                panicked,
+            } => m.finished(sh, slot, outcome, panicked),
+            slot::Msg::Touch { slot, id } => m.touch(slot, id),
+        }
+    }
+    while let Some((slot, id, r)) = m.touched() {
+        cells[slot].answer_touch(id, r);
+    }
+}
+
+/// The idle exit: server `server`'s machine says whether it is idle; the
+/// worker stops once every server's says so.
+fn idle_exit(sh: &Shared, idle: &[AtomicBool], server: usize, is_idle: bool) {
+    use std::sync::atomic::Ordering;
+    idle[server].store(is_idle, Ordering::SeqCst);
+    if idle.iter().all(|i| i.load(Ordering::SeqCst)) && !sh.stop.load(Ordering::SeqCst) {
+        tracing::debug!("idle: stopping");
+        sh.shutdown();
+    }
+}
 
 /// Starts one slot task running the handler; the handler's type is known
 /// here, so its futures live in the tasks themselves.
@@ -90,18 +169,17 @@ impl std::fmt::Debug for AsyncWorker {
 
 impl AsyncWorker {
     /// Checks the settings and prepares a worker running `handler` on each
-    /// job. Only beanstalkd servers for now: a `nats://` address is refused
-    /// ([`ConfigError::UnsupportedEngine`]).
-    pub fn new<H, F>(cfg: Config, handler: H) -> Result<AsyncWorker, ConfigError>
+    /// job, on beanstalkd or, with `nats://` or `tls://` addresses, on
+    /// JetStream.
+    pub fn new<H, F>(mut cfg: Config, handler: H) -> Result<AsyncWorker, ConfigError>
     where
         H: Fn(AsyncJob) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
     {
         cfg.validate()?;
-        let engine = cfg.engine()?;
-        if engine != taskq_connect::Engine::Beanstalkd {
-            return Err(ConfigError::UnsupportedEngine { engine });
-        }
+        cfg.engine()?;
+        // The addresses that reach logs and counters carry no secret.
+        cfg.lift_credentials();
         Ok(AsyncWorker {
             shared: Arc::new(Shared::new(cfg, 0)),
             spawner: Box::new(Handler(Arc::new(handler))),
@@ -141,13 +219,25 @@ impl AsyncWorker {
                 slots.push(self.spawner.spawn(c.clone(), sh.clone()));
                 cells_all.push(c.clone());
             }
-            drivers.push(tokio::spawn(driver::drive(
-                sh.clone(),
-                server,
-                cells,
-                inbox,
-                idle.clone(),
-            )));
+            let jetstream =
+                Address::parse(&sh.cfg.servers[server]).is_ok_and(|a| a.engine() == Engine::Nats);
+            drivers.push(if jetstream {
+                tokio::spawn(js_driver::drive(
+                    sh.clone(),
+                    server,
+                    cells,
+                    inbox,
+                    idle.clone(),
+                ))
+            } else {
+                tokio::spawn(driver::drive(
+                    sh.clone(),
+                    server,
+                    cells,
+                    inbox,
+                    idle.clone(),
+                ))
+            });
         }
         let mut shutdown = pin!(shutdown);
         let mut asked = false;

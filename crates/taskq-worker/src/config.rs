@@ -251,7 +251,8 @@ pub enum ConfigError {
     /// cluster: a worker runs on one engine.
     MixedEngines,
     /// The engine the servers select is not one this kind of worker runs
-    /// on (the async worker: beanstalkd only, for now).
+    /// on. Not returned by this release, whose workers both run on both
+    /// engines (the async worker refused JetStream before it did).
     UnsupportedEngine {
         /// The engine the servers select.
         engine: Engine,
@@ -294,7 +295,7 @@ impl fmt::Display for ConfigError {
             ConfigError::BadStream { name, error } => write!(f, "stream {name:?}: {error}"),
             ConfigError::UnsupportedEngine { engine } => write!(
                 f,
-                "the async worker runs on beanstalkd only for now, not on {}",
+                "this worker does not run on {}",
                 engine.name()
             ),
         }

@@ -79,6 +79,11 @@ impl Schedule {
     }
 
     /// The tube tried had no ready job: the rest of its run is a fallback run.
+    /// Jobs left in this turn (what one pull for the turn's tube asks at most).
+    pub(crate) fn left(&self) -> u32 {
+        self.left
+    }
+
     pub(crate) fn empty(&mut self) {
         self.fallback = true;
     }

@@ -43,8 +43,8 @@
 //! flight never exceed the window. A job taken and not yet started frees
 //! its slot at the break.
 //!
-//! The request and reply words are beanstalkd's; JetStream is not driven
-//! by it yet.
+//! The request and reply words are beanstalkd's; JetStream's pulls and
+//! confirmed acks are [`js::JsMachine`]'s, which keeps the same rules.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -73,6 +73,110 @@ pub(crate) const TICKET_RETRY: Duration = Duration::from_millis(10);
 /// empty leaves its ticket free before taking it again, so that another
 /// server's machine, which may have jobs to reserve, can take it.
 pub(crate) const TICKET_YIELD: Duration = Duration::from_millis(50);
+
+/// What both machines keep alike of a connection's life: whether it is
+/// up, the reconnect rule (`taskq_proto::Reconnect`: at once after
+/// progress, else the capped, jittered backoff), and the idle clock.
+#[derive(Debug)]
+pub(crate) struct Lifecycle {
+    pub(crate) up: bool,
+    ever_up: bool,
+    pub(crate) reconnect: Reconnect,
+    /// The last moment the worker was busy (a job taken, a connect, jobs
+    /// found still out).
+    pub(crate) last_busy: Instant,
+}
+
+impl Lifecycle {
+    pub(crate) fn new(now: Instant) -> Lifecycle {
+        Lifecycle {
+            up: false,
+            ever_up: false,
+            reconnect: Reconnect::new(),
+            last_busy: now,
+        }
+    }
+
+    /// Down, and the reconnect rule lets a connect go at `now`.
+    pub(crate) fn may_connect(&self, now: Instant) -> bool {
+        !self.up && self.reconnect.wait_left(now).is_none()
+    }
+
+    /// A connection to server `server` opened at `now`.
+    pub(crate) fn connected(&mut self, sh: &Shared, server: usize, now: Instant) {
+        if self.ever_up {
+            Counters::add(&sh.counters.reconnects);
+            tracing::warn!(server = sh.cfg.servers[server].as_str(), "reconnected");
+        }
+        self.ever_up = true;
+        self.up = true;
+        self.reconnect.opened();
+        self.last_busy = now;
+    }
+
+    /// A connect to server `server` failed at `now`; `random` spreads the
+    /// backoff.
+    pub(crate) fn connect_failed(
+        &mut self,
+        sh: &Shared,
+        server: usize,
+        now: Instant,
+        e: &ConnectionError,
+        random: u64,
+    ) {
+        Counters::add(&sh.counters.connect_failures);
+        if e.is_timeout() {
+            Counters::add(&sh.counters.io_timeouts);
+        }
+        // The server's time, not idle time.
+        self.last_busy = now;
+        let first = self.reconnect.failures() == 0;
+        self.reconnect
+            .connect_failed(&sh.cfg.reconnect_backoff, now, random);
+        let name = sh.cfg.servers[server].as_str();
+        if first {
+            tracing::warn!(server = name, error = %e, "cannot connect; backing off");
+        } else {
+            tracing::debug!(server = name, error = %e, "cannot connect");
+        }
+    }
+
+    /// The connection broke at `now`: false when it was down already.
+    pub(crate) fn broke(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
+        if !self.up {
+            return false;
+        }
+        self.up = false;
+        self.reconnect.broke(&sh.cfg.reconnect_backoff, now, random);
+        true
+    }
+
+    /// The deadlines of the connection's life at `now`: the next connect
+    /// while down, and the idle exit while still ahead (once passed, the
+    /// driver asks `is_idle` after each event).
+    pub(crate) fn due(&self, sh: &Shared, now: Instant, mut at: impl FnMut(Instant)) {
+        if !self.up {
+            if let Some(r) = self.reconnect.retry_at() {
+                at(r);
+            }
+        }
+        if let Some(idle) = sh.cfg.exit_when_idle {
+            let due = self.last_busy + idle;
+            if due > now {
+                at(due);
+            }
+        }
+    }
+
+    /// The idle-exit rule (`shared::idle_over`) at `now`, for a connection
+    /// still `working` or not.
+    pub(crate) fn is_idle(&self, sh: &Shared, now: Instant, working: bool) -> bool {
+        let Some(idle) = sh.cfg.exit_when_idle else {
+            return false;
+        };
+        crate::shared::idle_over(now.saturating_duration_since(self.last_busy), idle, working)
+    }
+}
 
 /// Where the requests [`Machine::transmit`] decides go: a driver's
 /// encoder for its engine, queued for one write.
@@ -200,9 +304,7 @@ pub(crate) struct Machine {
     free: Vec<usize>,
     /// Connections opened so far; a job belongs to the one it came on.
     epoch: u64,
-    up: bool,
-    ever_up: bool,
-    reconnect: Reconnect,
+    life: Lifecycle,
     owed: VecDeque<Owed>,
     out: VecDeque<Out>,
     /// No-wait reserves owed.
@@ -218,8 +320,6 @@ pub(crate) struct Machine {
     ticket_at: Option<Instant>,
     /// When the reply at the front of the pipeline started to be waited for.
     front_since: Instant,
-    /// The last moment the worker was busy (a job taken, a connect).
-    last_busy: Instant,
     /// No job may be out: the last blocking reserve found none.
     quiet: bool,
     sched: Option<Schedule>,
@@ -236,9 +336,7 @@ impl Machine {
             slots: vec![Slot::Free; n],
             free: (0..n).rev().collect(),
             epoch: 0,
-            up: false,
-            ever_up: false,
-            reconnect: Reconnect::new(),
+            life: Lifecycle::new(now),
             owed: VecDeque::with_capacity(4 * n + 8),
             out: VecDeque::with_capacity(2 * n + 8),
             asks: 0,
@@ -248,7 +346,6 @@ impl Machine {
             probe_at: None,
             ticket_at: None,
             front_since: now,
-            last_busy: now,
             quiet: false,
             sched: sh
                 .cfg
@@ -270,29 +367,22 @@ impl Machine {
     /// True while a connection is open.
     #[cfg(test)]
     pub(crate) fn is_up(&self) -> bool {
-        self.up
+        self.life.up
     }
 
     /// True when a connect may go now.
     pub(crate) fn wants_connect(&self, sh: &Shared, now: Instant) -> bool {
-        !self.up && !self.is_done(sh) && self.reconnect.wait_left(now).is_none()
+        self.life.may_connect(now) && !self.is_done(sh)
     }
 
     /// A connection was opened and set up at `now`.
     pub(crate) fn connected(&mut self, sh: &Shared, now: Instant) {
-        if self.ever_up {
-            Counters::add(&sh.counters.reconnects);
-            tracing::warn!(server = self.name(sh), "reconnected");
-        }
-        self.ever_up = true;
-        self.up = true;
+        self.life.connected(sh, self.server, now);
         self.epoch += 1;
-        self.reconnect.opened();
         self.dry = false;
         self.probe_at = None;
         self.probe_wait = PROBE_MIN;
         self.front_since = now;
-        self.last_busy = now;
         if let Some(s) = self.sched.as_mut() {
             s.watching_all();
         }
@@ -306,30 +396,16 @@ impl Machine {
         e: &ConnectionError,
         random: u64,
     ) {
-        Counters::add(&sh.counters.connect_failures);
-        if e.is_timeout() {
-            Counters::add(&sh.counters.io_timeouts);
-        }
-        // The server's time, not idle time.
-        self.last_busy = now;
-        let first = self.reconnect.failures() == 0;
-        self.reconnect
-            .connect_failed(&sh.cfg.reconnect_backoff, now, random);
-        if first {
-            tracing::warn!(server = self.name(sh), error = %e, "cannot connect; backing off");
-        } else {
-            tracing::debug!(server = self.name(sh), error = %e, "cannot connect");
-        }
+        self.life.connect_failed(sh, self.server, now, e, random);
     }
 
     /// The connection broke (or was given up) at `now`: every owed reply
     /// and every job held is counted as what it comes to, and the next
     /// connect waits by the reconnect rule. The driver closes the socket.
     pub(crate) fn broke(&mut self, sh: &Shared, now: Instant, random: u64) {
-        if !self.up {
+        if !self.life.broke(sh, now, random) {
             return;
         }
-        self.up = false;
         while let Some(o) = self.owed.pop_front() {
             match o {
                 Owed::Ask { .. } => sh.give_ticket(),
@@ -388,7 +464,6 @@ impl Machine {
         }
         self.asks = 0;
         self.blocking = false;
-        self.reconnect.broke(&sh.cfg.reconnect_backoff, now, random);
     }
 
     /// The handler in `slot` ended with `outcome` (`panicked`: it panicked,
@@ -401,7 +476,7 @@ impl Machine {
         };
         self.slots[slot] = Slot::Free;
         self.free.push(slot);
-        if !self.up || epoch != self.epoch {
+        if !self.life.up || epoch != self.epoch {
             return;
         }
         match (settle_without_info(sh, self.server, id, outcome), info) {
@@ -431,7 +506,7 @@ impl Machine {
     pub(crate) fn touch(&mut self, slot: usize, job: u64) {
         match self.slots.get(slot).copied() {
             Some(Slot::Running { id, epoch, .. })
-                if id == job && self.up && epoch == self.epoch =>
+                if id == job && self.life.up && epoch == self.epoch =>
             {
                 self.out.push_back(Out::Touch(slot, id));
             }
@@ -457,13 +532,10 @@ impl Machine {
     /// and its last blocking reserve found nothing. The worker stops once
     /// every server's machine says so (the driver keeps their answers).
     pub(crate) fn is_idle(&self, sh: &Shared, now: Instant) -> bool {
-        let Some(idle) = sh.cfg.exit_when_idle else {
-            return false;
-        };
         let working = self.running() > 0
             || !self.quiet
             || self.owed.iter().any(|o| !matches!(o, Owed::Ask { .. }));
-        crate::shared::idle_over(now.saturating_duration_since(self.last_busy), idle, working)
+        self.life.is_idle(sh, now, working)
     }
 
     /// True once the worker stops and this connection has nothing left to
@@ -487,10 +559,11 @@ impl Machine {
         }
         self.asks = 0;
         self.blocking = false;
-        self.up = false;
+        self.life.up = false;
     }
 }
 
+pub(crate) mod js;
 mod replies;
 #[cfg(test)]
 mod tests;

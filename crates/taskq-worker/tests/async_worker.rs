@@ -709,15 +709,13 @@ fn runs_on_a_current_thread_runtime_too() {
 #[test]
 fn bad_settings_are_typed_errors() {
     let handler = |_job: AsyncJob| async { Outcome::Done };
-    let nats = Config {
-        servers: vec!["nats://127.0.0.1:4222".into()],
+    let mixed = Config {
+        servers: vec!["127.0.0.1:11300".into(), "nats://127.0.0.1:4222".into()],
         ..Config::default()
     };
     assert_eq!(
-        AsyncWorker::new(nats, handler).unwrap_err(),
-        ConfigError::UnsupportedEngine {
-            engine: taskq_worker::Engine::Nats
-        }
+        AsyncWorker::new(mixed, handler).unwrap_err(),
+        ConfigError::MixedEngines
     );
     let zero = Config {
         concurrency: 0,

@@ -275,6 +275,29 @@ impl AsyncNatsConn {
         self.counts
     }
 
+    /// The session under the connection, for a driver that queues its own
+    /// operations (a worker's pulls and acks) and reads what comes with
+    /// [`poll_fill`](Self::poll_fill); [`flush`](Self::flush) writes them.
+    pub fn session_mut(&mut self) -> &mut NatsSession {
+        &mut self.session
+    }
+
+    /// One read into the session (through TLS when encrypted), with no
+    /// deadline of its own: for a driver whose state machine owns the
+    /// deadlines and wakes itself at them. `Ready(Ok(n))`: `n` bytes of
+    /// plaintext are in the session. After it, a driver answers what the
+    /// session read ([`answer_pings`](Self::answer_pings)).
+    pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, NatsError>> {
+        let mut started = None;
+        match self.poll_read(cx, &mut started, Duration::MAX) {
+            Poll::Ready(Ok(n)) => {
+                self.session.received(n);
+                Poll::Ready(Ok(n))
+            }
+            other => other,
+        }
+    }
+
     /// Server `PING`s answered so far.
     pub fn pings_answered(&self) -> u64 {
         self.session.pings_answered()
@@ -474,7 +497,7 @@ impl AsyncNatsConn {
 
     /// Answers the server's `PING`s read so far, one write of `PONG` each,
     /// and sends the records TLS owes the server (an answer to a key update).
-    async fn answer_pings(&mut self) -> Result<(), NatsError> {
+    pub async fn answer_pings(&mut self) -> Result<(), NatsError> {
         while let Some(pong) = self.session.pong() {
             let r = write_parts(
                 (&self.stream, self.tls.as_deref_mut()),

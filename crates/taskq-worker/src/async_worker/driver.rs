@@ -15,7 +15,7 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
@@ -23,7 +23,7 @@ use std::time::Instant;
 use tokio::time::Sleep;
 
 use super::conn::Conn;
-use super::slot::{Inbox, Msg, SlotCell};
+use super::slot::{Inbox, SlotCell};
 use crate::engine::{next_answer, queue_watch, Took};
 use crate::machine::{Answer, Machine, Step};
 use crate::shared::Shared;
@@ -59,25 +59,7 @@ pub(super) async fn drive(
         // Registered before the flags are read: a stop cannot slip between.
         let mut stopped = pin!(sh.stop_wake.notified());
         stopped.as_mut().enable();
-        if sh.abort.load(Ordering::SeqCst) && !aborted {
-            aborted = true;
-            for c in &cells {
-                c.abort();
-            }
-        }
-        while let Some(msg) = inbox.take() {
-            match msg {
-                Msg::Finished {
-                    slot,
-                    outcome,
-                    panicked,
-                } => m.finished(&sh, slot, outcome, panicked),
-                Msg::Touch { slot, id } => m.touch(slot, id),
-            }
-        }
-        while let Some((slot, id, r)) = m.touched() {
-            cells[slot].answer_touch(id, r);
-        }
+        super::hand_over(&sh, &mut m, &cells, &inbox, &mut aborted);
         if m.is_done(&sh) {
             break;
         }
@@ -150,12 +132,7 @@ pub(super) async fn drive(
         if m.handle_timeout(&sh, now, fastrand::u64(..)) {
             conn = None;
         }
-        // The idle exit: once every server's machine is idle.
-        idle[server].store(m.is_idle(&sh, now), Ordering::SeqCst);
-        if idle.iter().all(|i| i.load(Ordering::SeqCst)) && !sh.stop.load(Ordering::SeqCst) {
-            tracing::debug!("idle: stopping");
-            sh.shutdown();
-        }
+        super::idle_exit(&sh, &idle, server, m.is_idle(&sh, now));
     }
     // Closing the connection gives back any job the server handed out to
     // a reserve still owed.
@@ -182,7 +159,7 @@ fn take_replies(
             _ => &[],
         };
         match m.on_reply(sh, Instant::now(), answer, fastrand::u64(..)) {
-            Ok(Step::Hold(start)) => cells[start.slot].hold(body),
+            Ok(Step::Hold(start)) => cells[start.slot].hold(body, &[]),
             Ok(Step::Run { slot, id, attempt }) => cells[slot].run(id, attempt, tube),
             Ok(Step::Nothing) => {}
             Err(()) => return false,

@@ -81,6 +81,9 @@ struct SlotState {
     given: Option<Given>,
     /// The body of the job held (filled by the driver), or a spare buffer.
     body: Vec<u8>,
+    /// Its header block on JetStream (empty when it has none), or a spare
+    /// buffer.
+    headers: Vec<u8>,
     /// The tube of the job held, or a spare string.
     tube: String,
     /// Answers to touches: the job's id, and the result (two at most: the
@@ -119,11 +122,14 @@ impl SlotCell {
         }
     }
 
-    /// The driver keeps the body of the job just taken into this slot.
-    pub(super) fn hold(&self, body: &[u8]) {
+    /// The driver keeps the body (and, on JetStream, the header block) of
+    /// the job just taken into this slot.
+    pub(super) fn hold(&self, body: &[u8], headers: &[u8]) {
         let mut st = lock(&self.state);
         st.body.clear();
         st.body.extend_from_slice(body);
+        st.headers.clear();
+        st.headers.extend_from_slice(headers);
     }
 
     /// The driver starts the job held, of tube `tube`, on its `attempt`.
@@ -157,14 +163,15 @@ impl SlotCell {
     }
 
     /// Waits for the next job; `None` once closed.
-    async fn next(&self) -> Option<(Given, Vec<u8>, String)> {
+    async fn next(&self) -> Option<(Given, [Vec<u8>; 2], String)> {
         loop {
             {
                 let mut st = lock(&self.state);
                 if let Some(g) = st.given.take() {
                     let body = std::mem::take(&mut st.body);
+                    let headers = std::mem::take(&mut st.headers);
                     let tube = std::mem::take(&mut st.tube);
-                    return Some((g, body, tube));
+                    return Some((g, [body, headers], tube));
                 }
                 if st.closed {
                     return None;
@@ -185,6 +192,7 @@ pub struct AsyncJob {
     id: u64,
     attempt: u32,
     body: Vec<u8>,
+    headers: Vec<u8>,
     tube: String,
     cell: Arc<SlotCell>,
     shared: Arc<Shared>,
@@ -226,10 +234,13 @@ impl AsyncJob {
         self.attempt
     }
 
-    /// The headers the job was put with, on JetStream; always `None` on
-    /// beanstalkd, which has none.
+    /// The headers the job was put with, on JetStream (as delivered: no
+    /// request here); always `None` on beanstalkd, which has none.
     pub fn headers(&self) -> Option<HeaderBlock<'_>> {
-        None
+        if self.headers.is_empty() {
+            return None;
+        }
+        HeaderBlock::parse(&self.headers).ok()
     }
 
     /// True once the worker was told to stop taking jobs.
@@ -274,6 +285,9 @@ impl Drop for AsyncJob {
         if st.body.capacity() < self.body.capacity() {
             st.body = std::mem::take(&mut self.body);
         }
+        if st.headers.capacity() < self.headers.capacity() {
+            st.headers = std::mem::take(&mut self.headers);
+        }
         if st.tube.capacity() < self.tube.capacity() {
             st.tube = std::mem::take(&mut self.tube);
         }
@@ -286,12 +300,13 @@ where
     H: Fn(AsyncJob) -> F + Send + Sync + 'static,
     F: Future<Output = Outcome> + Send + 'static,
 {
-    while let Some((given, body, tube)) = cell.next().await {
+    while let Some((given, [body, headers], tube)) = cell.next().await {
         let id = given.id;
         let job = AsyncJob {
             id,
             attempt: given.attempt,
             body,
+            headers,
             tube,
             cell: cell.clone(),
             shared: shared.clone(),

@@ -12,7 +12,7 @@
 //! first engine.
 
 mod beanstalkd;
-mod nats;
+pub(crate) mod nats;
 mod seam;
 
 #[cfg(test)]
@@ -22,5 +22,5 @@ pub(crate) use beanstalkd::Beanstalkd;
 pub(crate) use beanstalkd::{next_answer, queue_watch};
 pub(crate) use nats::Nats;
 pub(crate) use seam::{
-    Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Taken, Took, BODY_ROOM,
+    Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Taken, Took, Unconfirmed, BODY_ROOM,
 };

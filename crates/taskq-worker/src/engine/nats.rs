@@ -34,7 +34,9 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use taskq_connect::nats::{NatsConfig, NatsConnection, StreamSpec};
+use taskq_connect::nats::{
+    run_blocking, ApiLink, JetStream, NatsConfig, NatsConnection, StreamSpec,
+};
 use taskq_connect::{Address, Layout};
 use taskq_proto::nats::{AckKind, Delivery, NatsError, NatsLimits};
 use taskq_proto::{ConnectionError, Interrupter, IoCounts};
@@ -45,10 +47,11 @@ use super::seam::{
 use crate::config::Config;
 use crate::job_info::JobInfo;
 use parts::{
-    ack_kind, conn_error, keep_early, pick, resend, Buffers, Early, End, Held, Owed, Pull, Tube,
+    ack_kind, conn_error, delivered_info, keep_early, pick, resend, Buffers, Early, End, GivenBack,
+    Held, Owed, Pull, Tube,
 };
 
-mod parts;
+pub(crate) mod parts;
 mod reading;
 
 /// The largest `max_payload` a nats-server accepts in its configuration
@@ -92,9 +95,8 @@ pub(crate) struct Nats {
     confirmed: Vec<u64>,
     early: VecDeque<Early>,
     /// Delayed jobs this link gave back because they came before their
-    /// ready time: stream sequence and how many times, until taken (at most
-    /// `GIVEN_BACK_KEPT`, the oldest forgotten first).
-    given_back: VecDeque<(u64, u64)>,
+    /// ready time.
+    given_back: GivenBack,
     /// The delivery handed out last, when it came early.
     current: Early,
     slice: Duration,
@@ -140,19 +142,12 @@ impl JobLink for Nats {
             out.clear();
             out.push_str(&t.name);
         }
-        let left = t.ack_wait.saturating_sub(h.leased.elapsed());
-        // Every redelivery followed a -NAK or a lease that ran out; the early
-        // deliveries of a delayed job are not attempts.
-        let releases = h.delivered.saturating_sub(1).saturating_sub(h.early);
-        Ok(Some(JobInfo {
-            pri: 0,
-            ttr: t.ack_wait.as_secs().max(1),
-            time_left: left.as_secs(),
-            reserves: h.delivered,
-            timeouts: 0,
-            releases,
-            buries: 0,
-        }))
+        Ok(Some(delivered_info(
+            t.ack_wait,
+            h.leased,
+            h.delivered,
+            h.early,
+        )))
     }
 }
 
@@ -168,67 +163,11 @@ impl Link for Nats {
     ) -> Result<Nats, ConnectionError> {
         let addr = Address::parse(server)
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
-        // Threads start on different seeds, so that one node that does not
-        // answer holds back only some of them; after a failure the next
-        // attempt starts on the next seed, not on the node that just failed.
-        let mut seeds = addr.hosts().to_vec();
-        let n = seeds.len();
-        seeds.rotate_left(nth % n.max(1));
-        // Then the nodes the cluster announced (`connect_urls`), so that a
-        // worker given one node goes on through the others when it fails.
-        for a in learned {
-            if !seeds.contains(a) {
-                seeds.push(a.clone());
-            }
-        }
-        let ncfg = NatsConfig {
-            connect_timeout: cfg.connect_timeout,
-            io_timeout: cfg.io_timeout,
-            access: cfg.jetstream.access.for_address(&addr),
-            // Lowered to the server's `max_payload` at connect: whatever
-            // the server stores, the link reads whole (and terminates what
-            // is over the worker's own limit) rather than breaking on it.
-            limits: NatsLimits {
-                max_payload: MAX_SERVER_PAYLOAD,
-                ..NatsLimits::default()
-            },
-            ..NatsConfig::default()
-        };
+        let seeds = seeds(&addr, nth, learned);
+        let ncfg = nats_config(cfg, &addr);
         let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(conn_error)?;
-        let layout = Layout::new(&cfg.jetstream.stream)
-            .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
-        let setup = |e: NatsError| {
-            tracing::warn!(server, error = %e, "cannot set the JetStream stream or consumer up");
-            conn_error(e)
-        };
-        let replicas = cfg
-            .jetstream
-            .replicas
-            .unwrap_or(if conn.servers().len() >= 3 { 3 } else { 1 });
-        // Made with message schedules where the server holds them, as the
-        // producer makes it.
-        conn.ensure_stream_with_schedules(&StreamSpec {
-            name: layout.stream().to_owned(),
-            subjects: vec![layout.capture()],
-            replicas,
-            duplicate_window: None,
-        })
-        .map_err(setup)?;
-        let mut tubes = Vec::with_capacity(cfg.tubes.len());
-        for name in &cfg.tubes {
-            let spec = cfg.jetstream.consumer_spec(&layout, name);
-            let consumer = Layout::consumer(name);
-            let info = conn
-                .ensure_consumer(layout.stream(), &consumer, &spec)
-                .map_err(setup)?;
-            tubes.push(Tube {
-                name: name.clone(),
-                buried: layout.buried_subject(name),
-                subject: spec.filter_subject,
-                consumer,
-                ack_wait: info.ack_wait,
-            });
-        }
+        let nodes = conn.servers().len();
+        let (layout, tubes) = run_blocking(set_up(&mut conn, cfg, server, nodes))?;
         resend(&mut conn, carry).map_err(|e| {
             tracing::debug!(server, error = %e, "acks carried from a failed connection not confirmed yet");
             conn_error(e)
@@ -267,7 +206,7 @@ impl Link for Nats {
             check_idle: cfg.exit_when_idle.is_some(),
             confirmed: Vec::with_capacity(2 * k + 8),
             early: VecDeque::with_capacity(2 * k),
-            given_back: VecDeque::new(),
+            given_back: GivenBack::default(),
             current: Early::default(),
             slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
         })
@@ -494,6 +433,89 @@ impl Link for Nats {
     fn quit(self) {
         drop(self.conn);
     }
+}
+
+/// The seeds a connection tries, in order: the address's nodes, started
+/// `nth` further on (threads start on different seeds, so that one node
+/// that does not answer holds back only some of them, and after a failure
+/// the next attempt starts on the next seed, not on the node that just
+/// failed); then the nodes the cluster announced (`connect_urls`), so that
+/// a worker given one node goes on through the others when it fails.
+pub(crate) fn seeds(addr: &Address, nth: usize, learned: &[String]) -> Vec<String> {
+    let mut seeds = addr.hosts().to_vec();
+    let n = seeds.len();
+    seeds.rotate_left(nth % n.max(1));
+    for a in learned {
+        if !seeds.contains(a) {
+            seeds.push(a.clone());
+        }
+    }
+    seeds
+}
+
+/// A worker's connection settings for `addr`.
+pub(crate) fn nats_config(cfg: &Config, addr: &Address) -> NatsConfig {
+    NatsConfig {
+        connect_timeout: cfg.connect_timeout,
+        io_timeout: cfg.io_timeout,
+        access: cfg.jetstream.access.for_address(addr),
+        // Lowered to the server's `max_payload` at connect: whatever the
+        // server stores, the worker reads whole (and terminates what is
+        // over its own limit) rather than breaking on it.
+        limits: NatsLimits {
+            max_payload: MAX_SERVER_PAYLOAD,
+            ..NatsLimits::default()
+        },
+        ..NatsConfig::default()
+    }
+}
+
+/// Makes or looks up the stream (with message schedules where the server
+/// holds them, as the producer makes it) and each tube's durable consumer,
+/// with the settings a worker gives them, over either driver's link;
+/// `nodes` is how many the cluster announced (the default replicas).
+pub(crate) async fn set_up<L: ApiLink>(
+    link: &mut L,
+    cfg: &Config,
+    server: &str,
+    nodes: usize,
+) -> Result<(Layout, Vec<Tube>), ConnectionError> {
+    let layout = Layout::new(&cfg.jetstream.stream)
+        .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
+    let setup = |e: NatsError| {
+        tracing::warn!(server, error = %e, "cannot set the JetStream stream or consumer up");
+        conn_error(e)
+    };
+    let replicas = cfg
+        .jetstream
+        .replicas
+        .unwrap_or(if nodes >= 3 { 3 } else { 1 });
+    let mut js = JetStream(link);
+    js.ensure_stream_with_schedules(&StreamSpec {
+        name: layout.stream().to_owned(),
+        subjects: vec![layout.capture()],
+        replicas,
+        duplicate_window: None,
+    })
+    .await
+    .map_err(setup)?;
+    let mut tubes = Vec::with_capacity(cfg.tubes.len());
+    for name in &cfg.tubes {
+        let spec = cfg.jetstream.consumer_spec(&layout, name);
+        let consumer = Layout::consumer(name);
+        let info = js
+            .ensure_consumer(layout.stream(), &consumer, &spec)
+            .await
+            .map_err(setup)?;
+        tubes.push(Tube {
+            name: name.clone(),
+            buried: layout.buried_subject(name),
+            subject: spec.filter_subject,
+            consumer,
+            ack_wait: info.ack_wait,
+        });
+    }
+    Ok((layout, tubes))
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ impl Machine {
                 tally(sh, self.name(sh), id, settle, settled);
                 match reply {
                     Ok(_) if !matches!(settled, Settled::AckUnknown | Settled::LeaseDropped) => {
-                        self.reconnect.progress();
+                        self.life.reconnect.progress();
                         Ok(Step::Nothing)
                     }
                     Ok(r) => Err((Some(id), Fault::Unexpected(r.word()))),
@@ -78,14 +78,14 @@ impl Machine {
                 Answer::Info(info),
             ) => match info {
                 Ok(Some(info)) => {
-                    self.reconnect.progress();
+                    self.life.reconnect.progress();
                     let failure = panicked.then_some(Failure::Panicked);
                     let settle = settle_with_info(sh, self.server, id, outcome, &info, failure);
                     self.out.push_back(Out::Settle(id, settle));
                     Ok(Step::Nothing)
                 }
                 Ok(None) => {
-                    self.reconnect.progress();
+                    self.life.reconnect.progress();
                     self.lease_lost(sh, id);
                     Ok(Step::Nothing)
                 }
@@ -97,7 +97,7 @@ impl Machine {
             },
             (Owed::Touch { slot, id }, Answer::Touched(t)) => match t {
                 Ok(ok) => {
-                    self.reconnect.progress();
+                    self.life.reconnect.progress();
                     if ok {
                         Counters::add(&sh.counters.touched);
                         self.touches.push_back((slot, id, Ok(())));
@@ -113,7 +113,7 @@ impl Machine {
             },
             (Owed::Lookup { slot, id }, Answer::Info(info)) => match info {
                 Ok(Some(info)) => {
-                    self.reconnect.progress();
+                    self.life.reconnect.progress();
                     if let Some(Slot::Running { info: i, .. }) = self.slots.get_mut(slot) {
                         *i = Some(info);
                     }
@@ -131,7 +131,7 @@ impl Machine {
                 }
                 Ok(None) => {
                     // Its lease ran out before it started: never run.
-                    self.reconnect.progress();
+                    self.life.reconnect.progress();
                     self.slots[slot] = Slot::Free;
                     self.free.push(slot);
                     self.lease_lost(sh, id);
@@ -176,7 +176,7 @@ impl Machine {
             sh.give_ticket();
             (None, f)
         })?;
-        self.reconnect.progress();
+        self.life.reconnect.progress();
         let Some(job) = took.job() else {
             sh.give_ticket();
             match took {
@@ -193,14 +193,14 @@ impl Machine {
                     }
                 }
                 Took::DeadlineSoon => Counters::add(&sh.counters.deadline_soon),
-                Took::Outstanding | Took::Unavailable => self.last_busy = now,
+                Took::Outstanding | Took::Unavailable => self.life.last_busy = now,
                 Took::Job { .. } | Took::TooBig { .. } => {}
             }
             self.dry = true;
             return Ok(None);
         };
         Counters::add(&sh.counters.reserved);
-        self.last_busy = now;
+        self.life.last_busy = now;
         self.quiet = false;
         self.dry = false;
         self.probe_wait = PROBE_MIN;

@@ -19,7 +19,7 @@ impl Machine {
         now: Instant,
         sink: &mut dyn Sink,
     ) -> Result<usize, ConnectionError> {
-        if !self.up {
+        if !self.life.up {
             return Ok(0);
         }
         let was_idle = self.owed.is_empty();
@@ -120,7 +120,7 @@ impl Machine {
     pub(crate) fn poll_timeout(&self, sh: &Shared, now: Instant) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
-        if self.up {
+        if self.life.up {
             if let Some(front) = self.owed.front() {
                 let wait = match *front {
                     Owed::Ask { wait } => wait,
@@ -136,15 +136,8 @@ impl Machine {
             if let Some(t) = self.ticket_at {
                 at(t);
             }
-        } else if let Some(r) = self.reconnect.retry_at() {
-            at(r);
         }
-        if let Some(idle) = sh.cfg.exit_when_idle {
-            let due = self.last_busy + idle;
-            if due > now {
-                at(due);
-            }
-        }
+        self.life.due(sh, now, &mut at);
         t
     }
 
@@ -153,7 +146,7 @@ impl Machine {
     /// is the driver's to act on: see [`is_idle`](Self::is_idle).)
     pub(crate) fn handle_timeout(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
         let mut broke = false;
-        if self.up && !self.owed.is_empty() {
+        if self.life.up && !self.owed.is_empty() {
             let wait = match self.owed.front() {
                 Some(Owed::Ask { wait }) => *wait,
                 _ => 0,

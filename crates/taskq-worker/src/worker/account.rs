@@ -14,7 +14,7 @@ use crate::engine::{Fault, JobLink, Link, Settle, SettleReply};
 use crate::shared::Shared;
 
 /// The pause after a reserve the server could not serve (an election).
-pub(super) const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(250);
+pub(crate) const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(250);
 
 /// How a lane's turn ended.
 #[derive(Debug)]
@@ -80,7 +80,7 @@ pub(super) fn count_settled<L: Link>(
 /// Counts a settle carried from a failed connection and now resolved:
 /// `confirmed` by the server on a later connection, or given up when the
 /// job's lease ended first (outcome unknown).
-pub(super) fn count_resolved(sh: &Shared, server: &str, id: u64, settle: Settle, confirmed: bool) {
+pub(crate) fn count_resolved(sh: &Shared, server: &str, id: u64, settle: Settle, confirmed: bool) {
     let is_delete = settle == Settle::Delete;
     let settled = if confirmed {
         Settled::of(is_delete, &Ok(settle.reply()))

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use taskq_connect::nats::NatsConnection;
+use taskq_connect::nats::{ApiLink, JetStream, NatsConnection};
 use taskq_connect::READY_AT_HEADER;
 use taskq_proto::nats::schedule::SCHEDULER_HEADER;
 use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError};
@@ -16,16 +16,136 @@ use crate::fair::Want;
 
 /// A tube's names on the stream, and its consumer's lease.
 #[derive(Debug)]
-pub(super) struct Tube {
-    pub(super) name: String,
-    pub(super) subject: String,
-    pub(super) buried: String,
-    pub(super) consumer: String,
-    pub(super) ack_wait: Duration,
+pub(crate) struct Tube {
+    pub(crate) name: String,
+    pub(crate) subject: String,
+    pub(crate) buried: String,
+    pub(crate) consumer: String,
+    pub(crate) ack_wait: Duration,
 }
 
 /// How many delayed jobs given back early a link remembers.
-pub(super) const GIVEN_BACK_KEPT: usize = 1024;
+const GIVEN_BACK_KEPT: usize = 1024;
+
+/// Delayed jobs a connection gave back because they came before their
+/// ready time: stream sequence and how many times, until taken (at most
+/// `GIVEN_BACK_KEPT`, the oldest forgotten first). Those deliveries are
+/// not attempts.
+#[derive(Debug, Default)]
+pub(crate) struct GivenBack(VecDeque<(u64, u64)>);
+
+impl GivenBack {
+    /// Notes that delayed job `seq` went back early once more.
+    pub(crate) fn note(&mut self, seq: u64) {
+        if let Some(n) = self.0.iter_mut().find(|(s, _)| *s == seq) {
+            n.1 += 1;
+            return;
+        }
+        if self.0.len() == GIVEN_BACK_KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back((seq, 1));
+    }
+
+    /// How many deliveries of job `seq`, taken now on its `delivered`-th
+    /// delivery, came before its ready time: as counted here; a delivery
+    /// that is not the first of a delayed job with no count here went back
+    /// early once (at another worker, or before this one forgot it). A job
+    /// a message schedule published (`scheduled`) came at its time.
+    pub(crate) fn early_deliveries(
+        &mut self,
+        seq: u64,
+        delivered: u64,
+        ready_at: Option<u64>,
+        scheduled: bool,
+    ) -> u64 {
+        let counted = self
+            .0
+            .iter()
+            .position(|(s, _)| *s == seq)
+            .and_then(|i| self.0.remove(i))
+            .map(|(_, n)| n);
+        if ready_at.is_none() || scheduled {
+            return 0;
+        }
+        counted.unwrap_or(u64::from(delivered > 1))
+    }
+}
+
+/// The time left before a delayed job's ready time (Unix milliseconds),
+/// when it came early.
+pub(crate) fn not_ready(ready_at: Option<u64>) -> Option<Duration> {
+    let at = ready_at?;
+    let now = unix_ms();
+    (at > now).then(|| Duration::from_millis(at - now))
+}
+
+/// What the worker knows of a job from its deliveries, in beanstalkd's
+/// terms: every redelivery followed a `-NAK` or a lease that ran out; the
+/// early deliveries of a delayed job are not attempts. The lease left runs
+/// from `leased` for the consumer's `ack_wait`.
+pub(crate) fn delivered_info(
+    ack_wait: Duration,
+    leased: Instant,
+    delivered: u64,
+    early: u64,
+) -> crate::job_info::JobInfo {
+    let left = ack_wait.saturating_sub(leased.elapsed());
+    crate::job_info::JobInfo {
+        pri: 0,
+        ttr: ack_wait.as_secs().max(1),
+        time_left: left.as_secs(),
+        reserves: delivered,
+        timeouts: 0,
+        releases: delivered.saturating_sub(1).saturating_sub(early),
+        buries: 0,
+    }
+}
+
+/// The message id of job `seq`'s buried copy: derived from the original's
+/// sequence, so that a bury repeated (after a failure) stores one copy.
+pub(crate) fn bury_copy_id(stream: &str, seq: u64) -> String {
+    format!("taskq-bury-{stream}-{seq}")
+}
+
+/// The headers a buried copy keeps of the stored job's `raw` header
+/// block: all but its message id (the copy has its own).
+pub(crate) fn kept_headers(raw: &[u8]) -> Vec<(&[u8], &[u8])> {
+    let Some(h) = (!raw.is_empty())
+        .then(|| HeaderBlock::parse(raw).ok())
+        .flatten()
+    else {
+        return Vec::new();
+    };
+    h.iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case(b"Nats-Msg-Id"))
+        .collect()
+}
+
+/// True while a tube's consumer has messages not yet delivered or
+/// deliveries not acknowledged (held by a worker, or lost with a
+/// connection and due again when their ack wait runs out): the worker is
+/// not idle then. Over either driver's link.
+pub(crate) async fn jobs_out<L: ApiLink>(
+    link: &mut L,
+    stream: &str,
+    tubes: &[Tube],
+) -> Result<bool, NatsError> {
+    let mut js = JetStream(link);
+    for t in tubes {
+        let ci = js.consumer_info(stream, &t.consumer).await?;
+        if ci.num_pending != 0 || ci.num_ack_pending != 0 {
+            tracing::debug!(
+                tube = t.name,
+                pending = ci.num_pending,
+                ack_pending = ci.num_ack_pending,
+                "nothing delivered, but jobs are still out"
+            );
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
 
 /// A job this link holds.
 #[derive(Debug)]
@@ -147,7 +267,7 @@ impl Pull {
 }
 
 /// The ack that carries out `settle`.
-pub(super) fn ack_kind(settle: Settle) -> AckKind {
+pub(crate) fn ack_kind(settle: Settle) -> AckKind {
     match settle {
         // A buried job's copy is stored: the original goes. (A job too big
         // to copy is terminated instead; sent again on a later connection,
@@ -223,19 +343,19 @@ pub(super) fn keep_early(
 }
 
 /// The ready time a delayed job carries, in Unix milliseconds.
-pub(super) fn ready_at(headers: Option<&HeaderBlock<'_>>) -> Option<u64> {
+pub(crate) fn ready_at(headers: Option<&HeaderBlock<'_>>) -> Option<u64> {
     let v = headers?.get(READY_AT_HEADER)?;
     taskq_proto::parse_u64(v).ok()
 }
 
-pub(super) fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The transport's errors in the loop's terms.
-pub(super) fn conn_error(e: NatsError) -> ConnectionError {
+pub(crate) fn conn_error(e: NatsError) -> ConnectionError {
     match e {
         NatsError::NotSent(io) => ConnectionError::NotSent(io),
         NatsError::Broken => ConnectionError::Broken,

@@ -3,13 +3,15 @@
 //! answered, the consumers asked whether jobs are still out, and the copy a
 //! bury stores before its ack.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use taskq_connect::nats::MsgSelect;
-use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError};
+use taskq_connect::nats::{run_blocking, MsgSelect};
+use taskq_proto::nats::{AckKind, Delivery, NatsError};
 use taskq_proto::ConnectionError;
 
-use super::parts::{conn_error, keep_early, unix_ms, Early, End, Held, GIVEN_BACK_KEPT};
+use super::parts::{
+    bury_copy_id, conn_error, jobs_out, keep_early, kept_headers, not_ready, Early, End, Held,
+};
 use super::Nats;
 use crate::engine::seam::{Fault, Took};
 
@@ -41,36 +43,6 @@ impl Nats {
         }
     }
 
-    /// Notes that delayed job `seq` went back early once more.
-    fn gave_back_early(&mut self, seq: u64) {
-        if let Some(n) = self.given_back.iter_mut().find(|(s, _)| *s == seq) {
-            n.1 += 1;
-            return;
-        }
-        if self.given_back.len() == GIVEN_BACK_KEPT {
-            self.given_back.pop_front();
-        }
-        self.given_back.push_back((seq, 1));
-    }
-
-    /// How many deliveries of `e`, taken now, came before its ready time:
-    /// as this link counted them; a delivery that is not the first of a
-    /// delayed job it holds no count of went back early once (at another
-    /// worker, or before this link forgot it). A job a message schedule
-    /// published came at its time.
-    fn early_deliveries(&mut self, e: &Early) -> u64 {
-        let counted = self
-            .given_back
-            .iter()
-            .position(|(s, _)| *s == e.seq)
-            .and_then(|i| self.given_back.remove(i))
-            .map(|(_, n)| n);
-        if e.ready_at.is_none() || e.scheduled {
-            return 0;
-        }
-        counted.unwrap_or(u64::from(e.delivered > 1))
-    }
-
     /// Takes a delivery as a held job; `None` when it is not ready yet (it
     /// went back with `-NAK` for the time left) or not one of our tubes.
     pub(super) fn take(&mut self, e: &Early) -> Result<bool, Fault> {
@@ -79,17 +51,13 @@ impl Nats {
             // A consumer filters on its tube's subject: this cannot happen.
             return Err(Fault::Unexpected("MSG"));
         };
-        if let Some(at) = ready_at {
-            let now = unix_ms();
-            if at > now {
-                let delay = Duration::from_millis(at - now);
-                self.conn
-                    .queue_ack(ack, AckKind::Nak { delay: Some(delay) }, false)
-                    .and_then(|_| self.conn.flush())
-                    .map_err(|e| Fault::Conn(conn_error(e)))?;
-                self.gave_back_early(seq);
-                return Ok(false);
-            }
+        if let Some(delay) = not_ready(ready_at) {
+            self.conn
+                .queue_ack(ack, AckKind::Nak { delay: Some(delay) }, false)
+                .and_then(|_| self.conn.flush())
+                .map_err(|e| Fault::Conn(conn_error(e)))?;
+            self.given_back.note(seq);
+            return Ok(false);
         }
         let buf = self.bufs.names.copy(ack);
         if let Some(i) = self.held_index(seq) {
@@ -100,7 +68,9 @@ impl Nats {
             self.held[i].leased = e.pulled;
             self.held[i].too_big = e.too_big.is_some();
         } else {
-            let early = self.early_deliveries(e);
+            let early =
+                self.given_back
+                    .early_deliveries(e.seq, e.delivered, e.ready_at, e.scheduled);
             self.held.push(Held {
                 seq,
                 tube,
@@ -131,27 +101,16 @@ impl Nats {
     /// [`Took::TimedOut`]. An answer the connection survives but that
     /// cannot tell (replies still owed, an API error) is not idle either.
     pub(super) fn outstanding(&mut self) -> Result<Took<'static>, Fault> {
-        for t in &self.tubes {
-            match self.conn.consumer_info(&self.stream, &t.consumer) {
-                Ok(ci) if ci.num_pending == 0 && ci.num_ack_pending == 0 => {}
-                Ok(ci) => {
-                    tracing::debug!(
-                        tube = t.name,
-                        pending = ci.num_pending,
-                        ack_pending = ci.num_ack_pending,
-                        "nothing delivered, but jobs are still out"
-                    );
-                    return Ok(Took::Outstanding);
-                }
-                Err(NatsError::NoResponders) => return Ok(Took::Unavailable),
-                Err(e) if self.conn.is_broken() => return Err(Fault::Conn(conn_error(e))),
-                Err(e) => {
-                    tracing::debug!(tube = t.name, error = %e, "cannot read the consumer's info");
-                    return Ok(Took::Outstanding);
-                }
+        match run_blocking(jobs_out(&mut self.conn, &self.stream, &self.tubes)) {
+            Ok(false) => Ok(Took::TimedOut),
+            Ok(true) => Ok(Took::Outstanding),
+            Err(NatsError::NoResponders) => Ok(Took::Unavailable),
+            Err(e) if self.conn.is_broken() => Err(Fault::Conn(conn_error(e))),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the consumers' info");
+                Ok(Took::Outstanding)
             }
         }
-        Ok(Took::TimedOut)
     }
 
     /// Counts one ask of the pull under way answered; returns whether that
@@ -231,17 +190,8 @@ impl Nats {
             .conn
             .msg_get(&self.stream, MsgSelect::Seq(seq))
             .map_err(conn_error)?;
-        let headers = if stored.headers.is_empty() {
-            None
-        } else {
-            HeaderBlock::parse(&stored.headers).ok()
-        };
-        let extra: Vec<(&[u8], &[u8])> = headers
-            .iter()
-            .flat_map(|h| h.iter())
-            .filter(|(k, _)| !k.eq_ignore_ascii_case(b"Nats-Msg-Id"))
-            .collect();
-        let id = format!("taskq-bury-{}-{seq}", self.stream);
+        let extra = kept_headers(&stored.headers);
+        let id = bury_copy_id(&self.stream, seq);
         self.conn
             .publish_with(
                 &self.tubes[tube].buried,

@@ -1,0 +1,908 @@
+//! The worker's rules for one JetStream connection, with no socket and no
+//! clock: the JetStream counterpart of [`Machine`](super::Machine), fed by
+//! a driver with what happened (a connection opened or broke, a delivery or
+//! a confirmation came, a handler finished or asked to touch its job) and
+//! the time, saying what to queue on the session next
+//! ([`JsMachine::transmit`]) and when it next wants to be woken
+//! ([`JsMachine::poll_timeout`], [`JsMachine::handle_timeout`]).
+//!
+//! It keeps:
+//! - the window: up to `concurrency` jobs in flight, each in a slot, filled
+//!   by one pull at a time from a tube's durable consumer, asking for the
+//!   free room (a weighted turn at most its jobs left, without waiting);
+//!   every tube is tried without waiting before the last one waits for the
+//!   reserve slice, as the thread worker's pulls do. A pull that ends
+//!   empty answers nothing; one the cluster cannot serve (409, 503) is
+//!   tried again after a pause;
+//! - settling: the same settle rule as the thread worker
+//!   (`worker::settle`), from what the deliveries say of the job (its
+//!   delivery count, its early deliveries: `parts::delivered_info`). A job
+//!   done is acked `+ACK`, a retry `-NAK` with the backoff's delay, a bury
+//!   copies the job to the tube's buried subject first (on the driver's
+//!   second connection: [`JsMachine::next_copy`]) and then acks it, a job
+//!   over `max_job_size` is `+TERM`ed unrun. Every ack asks for the
+//!   server's confirmation, and is counted only on it (done only on a
+//!   confirmed `+ACK`);
+//! - leases: a handler's touch is `+WPI`, confirmed, and the job's lease
+//!   restarts from when it was sent;
+//! - the ack re-send: an ack subject names the delivery, not the
+//!   connection, so jobs keep running across a break, their acks go out on
+//!   the next connection, and the acks a broken connection sent without a
+//!   confirmation are sent again there (`engine::Carry`, the thread
+//!   worker's own), until confirmed or the job's lease may have ended;
+//! - delayed jobs the client holds: one delivered before its
+//!   `Taskq-Ready-At` goes back with `-NAK` for the time left, unrun
+//!   (`parts::not_ready`, `parts::GivenBack`);
+//! - the reply deadline: a pull is due its expiry plus the I/O timeout, a
+//!   confirmation the I/O timeout; silence past either breaks the
+//!   connection;
+//! - the reconnect rule, the idle exit (an empty waiting pull with nothing
+//!   running asks the driver whether the consumers still have jobs out),
+//!   `max_jobs` tickets and the stop, as the beanstalkd machine keeps them.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError, NatsSession};
+use taskq_proto::ConnectionError;
+
+use super::{Lifecycle, TICKET_RETRY};
+use crate::counters::Counters;
+use crate::engine::nats::parts::{ack_kind, delivered_info, not_ready, ready_at, GivenBack, Tube};
+use crate::engine::{Carry, Pool, Settle, Unconfirmed};
+use crate::failure::Failure;
+use crate::fair::{Schedule, Want};
+use crate::handler::Outcome;
+use crate::job::JobError;
+use crate::shared::Shared;
+use crate::worker::account::{count_resolved, failed, tally, UNAVAILABLE_PAUSE};
+use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
+
+/// Room kept in each pooled ack subject: `$JS.ACK.`, an optional domain
+/// and account hash, the stream, the consumer and five numbers.
+const ACK_ROOM: usize = 256;
+
+/// A slot of the window.
+#[derive(Debug)]
+enum Slot {
+    Free,
+    /// Its handler runs job `seq` of tube `tube`.
+    Running(Held),
+}
+
+/// A job held: what settling it needs.
+#[derive(Debug)]
+struct Held {
+    seq: u64,
+    tube: usize,
+    /// Its ack subject.
+    ack: Vec<u8>,
+    delivered: u64,
+    /// Its deliveries before its ready time (not attempts).
+    early: u64,
+    /// When its lease started, at the earliest (its pull was sent, or the
+    /// last confirmed touch was).
+    leased: Instant,
+}
+
+/// An ack decided and not yet queued.
+#[derive(Debug)]
+enum Out {
+    /// A settle, confirmed and counted; `resent`: carried from a broken
+    /// connection.
+    Settle(Pending),
+    /// A touch of the job in `slot`.
+    Touch { slot: usize, seq: u64 },
+    /// A delivery given back unrun and uncounted (a delayed job early).
+    Back { ack: Vec<u8>, delay: Duration },
+}
+
+/// A settle on its way: the job, the command, the ack that carries it out
+/// and where to, and when the job's lease may end.
+#[derive(Debug)]
+struct Pending {
+    seq: u64,
+    /// Its tube (a bury's copy goes to the tube's buried subject).
+    tube: usize,
+    settle: Settle,
+    kind: AckKind,
+    ack: Vec<u8>,
+    due: Instant,
+    resent: bool,
+}
+
+/// A confirmation owed.
+#[derive(Debug)]
+enum Owed {
+    Settle(Pending),
+    Touch { slot: usize, seq: u64 },
+}
+
+/// The pull under way.
+#[derive(Debug, Clone, Copy)]
+struct Pull {
+    tube: usize,
+    /// Jobs it may still deliver.
+    left: u32,
+    /// It waits on the server (else `no_wait`).
+    waits: bool,
+    /// More tubes to try after this one when it ends empty.
+    scan: usize,
+    /// A weighted turn's pull.
+    turn: bool,
+    sent: Instant,
+}
+
+/// What a delivery told the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JsStep {
+    /// Nothing for the driver.
+    Nothing,
+    /// Run job `id` in `slot` (its body and headers are the delivery's),
+    /// of tube `tube` (an index in the configuration's tubes), on its
+    /// `attempt`.
+    Run {
+        /// The slot.
+        slot: usize,
+        /// The job's stream sequence.
+        id: u64,
+        /// Its tube.
+        tube: usize,
+        /// This run's attempt number.
+        attempt: u32,
+    },
+}
+
+/// One JetStream connection's worker rules (see the module docs).
+#[derive(Debug)]
+pub(crate) struct JsMachine {
+    server: usize,
+    stream: String,
+    tubes: Vec<Tube>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    life: Lifecycle,
+    pull: Option<Pull>,
+    /// No pull before this (the cluster could not serve one, or no
+    /// `max_jobs` ticket was free).
+    pull_at: Option<Instant>,
+    /// The next pull goes on scanning the tubes: (tube, tubes left).
+    scan_next: Option<(usize, usize)>,
+    rotate: usize,
+    out: VecDeque<Out>,
+    /// Buries waiting for their copy (the driver's).
+    copies: VecDeque<Pending>,
+    /// Confirmations owed: token, when sent, what for.
+    confirms: VecDeque<(u64, Instant, Owed)>,
+    /// Acks a broken connection sent without a confirmation.
+    carry: Carry,
+    given_back: GivenBack,
+    acks: Pool,
+    sched: Option<Schedule>,
+    touches: VecDeque<(usize, u64, Result<(), JobError>)>,
+    /// The consumers were found with nothing out after an empty wait.
+    quiet: bool,
+    /// An empty wait asks the driver whether jobs are still out.
+    check_idle: bool,
+}
+
+impl JsMachine {
+    /// A machine for server `server` of `sh`'s configuration, at `now`.
+    pub(crate) fn new(sh: &Shared, server: usize, now: Instant) -> JsMachine {
+        let n = sh.cfg.concurrency;
+        JsMachine {
+            server,
+            stream: String::new(),
+            tubes: Vec::new(),
+            slots: (0..n).map(|_| Slot::Free).collect(),
+            free: (0..n).rev().collect(),
+            life: Lifecycle::new(now),
+            pull: None,
+            pull_at: None,
+            scan_next: None,
+            rotate: server,
+            out: VecDeque::with_capacity(2 * n + 8),
+            copies: VecDeque::new(),
+            confirms: VecDeque::with_capacity(2 * n + 8),
+            carry: Carry::default(),
+            given_back: GivenBack::default(),
+            acks: Pool::made(2 * n + 8, ACK_ROOM),
+            sched: sh
+                .cfg
+                .is_weighted()
+                .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
+            touches: VecDeque::new(),
+            quiet: false,
+            check_idle: false,
+        }
+    }
+
+    fn name<'s>(&self, sh: &'s Shared) -> &'s str {
+        sh.cfg.servers[self.server].as_str()
+    }
+
+    /// Handlers running.
+    pub(crate) fn running(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// The stream's name and the tubes as set up (for the driver's copies
+    /// and checks).
+    pub(crate) fn layout(&self) -> (&str, &[Tube]) {
+        (&self.stream, &self.tubes)
+    }
+
+    /// True when a connect may go now.
+    pub(crate) fn wants_connect(&self, sh: &Shared, now: Instant) -> bool {
+        self.life.may_connect(now) && !self.is_done(sh)
+    }
+
+    /// A connection was opened and set up at `now`, on `stream` with
+    /// `tubes` (in the configuration's order). The acks carried from a
+    /// broken connection go out first, but those whose job's lease may
+    /// have ended, which are given up.
+    pub(crate) fn connected(&mut self, sh: &Shared, now: Instant, stream: &str, tubes: Vec<Tube>) {
+        self.life.connected(sh, self.server, now);
+        self.stream.clear();
+        self.stream.push_str(stream);
+        self.tubes = tubes;
+        self.pull = None;
+        self.pull_at = None;
+        self.scan_next = None;
+        self.quiet = false;
+        self.carry.expire(now);
+        self.count_carried(sh);
+        for u in self.carry.open.drain(..).rev() {
+            self.out.push_front(Out::Settle(Pending {
+                seq: u.id,
+                tube: 0,
+                settle: u.settle,
+                kind: ack_kind(u.settle),
+                ack: u.to,
+                due: u.due,
+                resent: true,
+            }));
+        }
+    }
+
+    /// Counts the carried acks resolved (given up: their leases ended).
+    fn count_carried(&mut self, sh: &Shared) {
+        for (id, settle, confirmed) in self.carry.resolved.drain(..) {
+            count_resolved(
+                sh,
+                sh.cfg.servers[self.server].as_str(),
+                id,
+                settle,
+                confirmed,
+            );
+        }
+    }
+
+    /// A connect attempt failed at `now`; `random` spreads the backoff.
+    pub(crate) fn connect_failed(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        e: &ConnectionError,
+        random: u64,
+    ) {
+        self.life.connect_failed(sh, self.server, now, e, random);
+    }
+
+    /// The connection broke at `now`. The pull is over (its tickets go
+    /// back); the acks sent without a confirmation are carried to the next
+    /// connection; touches owed fail. Jobs held keep running: their acks
+    /// go out on the next connection.
+    pub(crate) fn broke(&mut self, sh: &Shared, now: Instant, random: u64) {
+        if !self.life.broke(sh, now, random) {
+            return;
+        }
+        if let Some(p) = self.pull.take() {
+            self.give_tickets(sh, p.left);
+        }
+        self.check_idle = false;
+        while let Some((_, _, owed)) = self.confirms.pop_front() {
+            match owed {
+                Owed::Settle(p) => self.carry.open.push(Unconfirmed {
+                    id: p.seq,
+                    settle: p.settle,
+                    to: p.ack,
+                    due: p.due,
+                }),
+                Owed::Touch { slot, seq } => self.touch_failed(slot, seq),
+            }
+        }
+    }
+
+    fn give_tickets(&self, sh: &Shared, n: u32) {
+        for _ in 0..n {
+            sh.give_ticket();
+        }
+    }
+
+    /// The handler in `slot` ended with `outcome` (`panicked`: it
+    /// panicked). The slot is free again; the job's ack is decided by the
+    /// settle rule and goes out with the next write (a bury's after its
+    /// copy).
+    pub(crate) fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
+        let Some(Slot::Running(h)) = self
+            .slots
+            .get_mut(slot)
+            .map(|s| std::mem::replace(s, Slot::Free))
+        else {
+            return;
+        };
+        self.free.push(slot);
+        let ack_wait = self
+            .tubes
+            .get(h.tube)
+            .map_or(Duration::ZERO, |t| t.ack_wait);
+        let settle = settle_without_info(sh, self.server, h.seq, outcome).unwrap_or_else(|| {
+            let info = delivered_info(ack_wait, h.leased, h.delivered, h.early);
+            let failure = panicked.then_some(Failure::Panicked);
+            settle_with_info(sh, self.server, h.seq, outcome, &info, failure)
+        });
+        let p = Pending {
+            seq: h.seq,
+            tube: h.tube,
+            settle,
+            kind: ack_kind(settle),
+            ack: h.ack,
+            due: h.leased + ack_wait,
+            resent: false,
+        };
+        if let Settle::Bury { .. } = settle {
+            self.copies.push_back(p);
+        } else {
+            self.out.push_back(Out::Settle(p));
+        }
+    }
+
+    /// The next bury whose copy the driver makes: the job's stream
+    /// sequence and its tube's index.
+    pub(crate) fn next_copy(&self) -> Option<(u64, usize)> {
+        if !self.life.up {
+            return None;
+        }
+        self.copies.front().map(|p| (p.seq, p.tube))
+    }
+
+    /// The copy of the bury at the front was stored (its ack goes out
+    /// next) or could not be (`false`: the job comes back after its lease).
+    pub(crate) fn copied(&mut self, sh: &Shared, ok: bool) {
+        let Some(p) = self.copies.pop_front() else {
+            return;
+        };
+        if ok {
+            self.out.push_back(Out::Settle(p));
+        } else {
+            Counters::add(&sh.counters.lease_dropped);
+            sh.give_ticket();
+            tracing::warn!(
+                job = p.seq,
+                server = self.name(sh),
+                "bury not copied: the job comes back"
+            );
+            self.acks.give(p.ack);
+        }
+    }
+
+    /// The handler in `slot` asks to restart the lease of its job `seq`.
+    pub(crate) fn touch(&mut self, slot: usize, seq: u64) {
+        match self.slots.get(slot) {
+            Some(Slot::Running(h)) if h.seq == seq && self.life.up => {
+                self.out.push_back(Out::Touch { slot, seq });
+            }
+            _ => self.touch_failed(slot, seq),
+        }
+    }
+
+    fn touch_failed(&mut self, slot: usize, seq: u64) {
+        let e = JobError::Connection(ConnectionError::Broken);
+        self.touches.push_back((slot, seq, Err(e)));
+    }
+
+    /// The next answer to a handler's touch.
+    pub(crate) fn touched(&mut self) -> Option<(usize, u64, Result<(), JobError>)> {
+        self.touches.pop_front()
+    }
+
+    /// Queues on `session` every ack decided, then the pull the window has
+    /// room for. `Err`: the session refused (the connection is given up).
+    pub(crate) fn transmit(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        session: &mut NatsSession,
+    ) -> Result<(), NatsError> {
+        if !self.life.up {
+            return Ok(());
+        }
+        while let Some(o) = self.out.pop_front() {
+            let r = match &o {
+                Out::Settle(p) => session.queue_ack(&p.ack, p.kind, true),
+                Out::Touch { slot, seq } => match &self.slots[*slot] {
+                    Slot::Running(h) if h.seq == *seq => {
+                        session.queue_ack(&h.ack, AckKind::InProgress, true)
+                    }
+                    // Ended meanwhile: its settle says what the lease is.
+                    _ => {
+                        self.touches
+                            .push_back((*slot, *seq, Err(JobError::LeaseLost)));
+                        continue;
+                    }
+                },
+                Out::Back { ack, delay } => {
+                    let kind = AckKind::Nak {
+                        delay: Some(*delay),
+                    };
+                    session.queue_ack(ack, kind, false)
+                }
+            };
+            let token = match r {
+                Ok(t) => t,
+                Err(e) => {
+                    self.out.push_front(o);
+                    return Err(e);
+                }
+            };
+            match (o, token) {
+                (Out::Settle(p), Some(t)) => self.confirms.push_back((t, now, Owed::Settle(p))),
+                (Out::Touch { slot, seq }, Some(t)) => {
+                    self.confirms.push_back((t, now, Owed::Touch { slot, seq }))
+                }
+                (Out::Back { ack, .. }, _) => self.acks.give(ack),
+                _ => {}
+            }
+        }
+        self.pull_more(sh, now, session)
+    }
+
+    /// Queues a pull for the free room, when none is under way and one may go.
+    fn pull_more(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        session: &mut NatsSession,
+    ) -> Result<(), NatsError> {
+        let room = self.free.len();
+        if self.pull.is_some()
+            || room == 0
+            || self.tubes.is_empty()
+            || sh.stop.load(Ordering::SeqCst)
+            || self.check_idle
+            || self.pull_at.is_some_and(|t| t > now)
+        {
+            return Ok(());
+        }
+        self.pull_at = None;
+        let n = self.tubes.len();
+        let (tube, waits, scan, turn, most) = match self.scan_next.take() {
+            Some((tube, scan)) => (tube, scan == 0, scan, false, room),
+            None => {
+                let want = self.sched.as_ref().map(|s| (s.want(), s.left()));
+                match want {
+                    Some((Want::Try(k), left)) => (k, false, 0, true, (left as usize).min(room)),
+                    _ => {
+                        self.rotate = (self.rotate + 1) % n;
+                        (self.rotate, n == 1, n - 1, false, room)
+                    }
+                }
+            }
+        };
+        let mut batch = 0u32;
+        while (batch as usize) < most.max(1) && sh.take_ticket() {
+            batch += 1;
+        }
+        if batch == 0 {
+            self.pull_at = Some(now + TICKET_RETRY);
+            return Ok(());
+        }
+        let t = &self.tubes[tube];
+        let expires = waits.then(|| sh.cfg.reserve_timeout.max(Duration::from_secs(1)));
+        if let Err(e) = session.queue_pull(&self.stream, &t.consumer, batch, expires, None) {
+            self.give_tickets(sh, batch);
+            return Err(e);
+        }
+        self.pull = Some(Pull {
+            tube,
+            left: batch,
+            waits,
+            scan,
+            turn,
+            sent: now,
+        });
+        Ok(())
+    }
+
+    fn tube_of(&self, subject: &[u8]) -> Option<usize> {
+        self.tubes
+            .iter()
+            .position(|t| t.subject.as_bytes() == subject)
+    }
+
+    /// Takes what the session read at `now`: a delivery, a pull's end or a
+    /// confirmation. `Err(())`: the connection is given up
+    /// ([`broke`](Self::broke) was called).
+    #[allow(clippy::result_unit_err)]
+    pub(crate) fn on_delivery(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        d: Delivery<'_>,
+        random: u64,
+    ) -> Result<JsStep, ()> {
+        match d {
+            Delivery::Msg {
+                subject,
+                reply,
+                headers,
+                body,
+                info,
+            } => {
+                let Some(p) = self.pull.as_mut() else {
+                    // The session passes on only what a pull brings.
+                    return self.fault(sh, now, "MSG", random);
+                };
+                p.left = p.left.saturating_sub(1);
+                let (sent, turn) = (p.sent, p.turn);
+                if p.left == 0 {
+                    self.pull = None;
+                }
+                let Some(tube) = self.tube_of(subject) else {
+                    // A consumer filters on its tube's subject.
+                    return self.fault(sh, now, "MSG", random);
+                };
+                self.life.reconnect.progress();
+                Ok(self.take(
+                    sh,
+                    now,
+                    sent,
+                    turn,
+                    tube,
+                    reply,
+                    headers,
+                    body.len(),
+                    info.delivered,
+                    info.stream_seq,
+                ))
+            }
+            Delivery::Confirmed(token) => {
+                self.life.reconnect.progress();
+                self.confirmed(sh, token);
+                Ok(JsStep::Nothing)
+            }
+            Delivery::Heartbeat => Ok(JsStep::Nothing),
+            Delivery::NoMessages | Delivery::Timeout => {
+                self.life.reconnect.progress();
+                self.pull_empty(sh);
+                Ok(JsStep::Nothing)
+            }
+            other => {
+                tracing::debug!(status = ?other, "pull ended: the cluster cannot serve it now");
+                self.pull_unavailable(sh, now);
+                Ok(JsStep::Nothing)
+            }
+        }
+    }
+
+    /// A pull answered `503` (no responders: an election): tried again
+    /// after a pause.
+    pub(crate) fn pull_unavailable(&mut self, sh: &Shared, now: Instant) {
+        if let Some(p) = self.pull.take() {
+            self.give_tickets(sh, p.left);
+        }
+        self.life.last_busy = now;
+        self.pull_at = Some(now + UNAVAILABLE_PAUSE);
+    }
+
+    fn pull_empty(&mut self, sh: &Shared) {
+        let Some(p) = self.pull.take() else {
+            return;
+        };
+        self.give_tickets(sh, p.left);
+        if p.turn {
+            if let Some(s) = self.sched.as_mut() {
+                s.empty();
+            }
+            return;
+        }
+        if p.scan > 0 && !p.waits {
+            // Nothing on this tube now: the next one, the last one waiting.
+            let n = self.tubes.len();
+            self.scan_next = Some(((p.tube + 1) % n, p.scan - 1));
+            return;
+        }
+        if p.waits {
+            Counters::add(&sh.counters.reserve_timeouts);
+            if self.running() == 0 && sh.cfg.exit_when_idle.is_some() {
+                self.check_idle = true;
+            }
+        }
+    }
+
+    /// The driver's answer to [`wants_idle_check`](Self::wants_idle_check)
+    /// at `now`: whether the consumers still have jobs out (`None`: it
+    /// could not tell).
+    pub(crate) fn idle_checked(&mut self, now: Instant, jobs_out: Option<bool>) {
+        self.check_idle = false;
+        if jobs_out == Some(false) {
+            self.quiet = true;
+        } else {
+            self.quiet = false;
+            self.life.last_busy = now;
+        }
+    }
+
+    /// An empty wait with nothing running: the driver asks the consumers
+    /// whether jobs are still out (no pull goes until it answers).
+    pub(crate) fn wants_idle_check(&self) -> bool {
+        self.life.up && self.check_idle
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn take(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        pulled: Instant,
+        turn: bool,
+        tube: usize,
+        reply: &[u8],
+        headers: Option<HeaderBlock<'_>>,
+        len: usize,
+        delivered: u64,
+        seq: u64,
+    ) -> JsStep {
+        let ready = ready_at(headers.as_ref());
+        let scheduled = headers.as_ref().is_some_and(|h| {
+            h.get(taskq_proto::nats::schedule::SCHEDULER_HEADER)
+                .is_some()
+        });
+        if let Some(delay) = not_ready(ready) {
+            // Early: back for the time left, not an attempt, not a job.
+            sh.give_ticket();
+            self.given_back.note(seq);
+            let ack = self.acks.copy(reply);
+            self.out.push_back(Out::Back { ack, delay });
+            return JsStep::Nothing;
+        }
+        Counters::add(&sh.counters.reserved);
+        self.life.last_busy = now;
+        self.quiet = false;
+        if turn {
+            if let Some(s) = self.sched.as_mut() {
+                s.taken();
+            }
+        }
+        let early = self
+            .given_back
+            .early_deliveries(seq, delivered, ready, scheduled);
+        let ack_wait = self.tubes[tube].ack_wait;
+        let ack = self.acks.copy(reply);
+        let pending = |settle: Settle, kind: AckKind, ack: Vec<u8>| Pending {
+            seq,
+            tube,
+            settle,
+            kind,
+            ack,
+            due: pulled + ack_wait,
+            resent: false,
+        };
+        if sh.stop.load(Ordering::SeqCst) {
+            // Taken after the stop: given back untouched.
+            let back = Settle::Release { pri: 0, delay: 0 };
+            self.out
+                .push_back(Out::Settle(pending(back, ack_kind(back), ack)));
+            return JsStep::Nothing;
+        }
+        if len > sh.cfg.limits.max_job_size {
+            // Never run, never delivered again.
+            Counters::add(&sh.counters.too_big);
+            tracing::warn!(
+                job = seq,
+                server = self.name(sh),
+                size = len,
+                limit = sh.cfg.limits.max_job_size,
+                "job larger than max_job_size: terminated without running"
+            );
+            let bury = Settle::Bury { pri: 0 };
+            self.out
+                .push_back(Out::Settle(pending(bury, AckKind::Term, ack)));
+            return JsStep::Nothing;
+        }
+        let Some(slot) = self.free.pop() else {
+            // A pull never asks for more than the room.
+            let back = Settle::Release { pri: 0, delay: 0 };
+            self.out
+                .push_back(Out::Settle(pending(back, ack_kind(back), ack)));
+            return JsStep::Nothing;
+        };
+        let releases = delivered.saturating_sub(1).saturating_sub(early);
+        let n = crate::worker::settle::attempt(sh, self.server, seq, releases);
+        self.slots[slot] = Slot::Running(Held {
+            seq,
+            tube,
+            ack,
+            delivered,
+            early,
+            leased: pulled,
+        });
+        JsStep::Run {
+            slot,
+            id: seq,
+            tube,
+            attempt: u32::try_from(n).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The confirmation `token` came.
+    fn confirmed(&mut self, sh: &Shared, token: u64) {
+        let Some(i) = self.confirms.iter().position(|(t, _, _)| *t == token) else {
+            return;
+        };
+        let (_, sent, owed) = self.confirms.remove(i).expect("found above");
+        match owed {
+            Owed::Settle(p) => {
+                let server = sh.cfg.servers[self.server].as_str();
+                if p.resent {
+                    count_resolved(sh, server, p.seq, p.settle, true);
+                } else {
+                    let settled = Settled::of(p.settle == Settle::Delete, &Ok(p.settle.reply()));
+                    tally(sh, server, p.seq, p.settle, settled);
+                }
+                self.acks.give(p.ack);
+            }
+            Owed::Touch { slot, seq } => {
+                Counters::add(&sh.counters.touched);
+                if let Some(Slot::Running(h)) = self.slots.get_mut(slot) {
+                    if h.seq == seq {
+                        h.leased = sent;
+                    }
+                }
+                self.touches.push_back((slot, seq, Ok(())));
+            }
+        }
+    }
+
+    /// A failure of the connection (its read or write) at `now`.
+    pub(crate) fn failed(&mut self, sh: &Shared, now: Instant, e: &ConnectionError, random: u64) {
+        failed(sh, self.name(sh), None, e);
+        self.broke(sh, now, random);
+    }
+
+    fn fault(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        word: &'static str,
+        random: u64,
+    ) -> Result<JsStep, ()> {
+        Counters::add(&sh.counters.unexpected_replies);
+        tracing::warn!(server = self.name(sh), reply = word, "unexpected delivery");
+        self.broke(sh, now, random);
+        Err(())
+    }
+
+    /// The deadlines: the pull's, the oldest confirmation's, the next pull
+    /// after a pause, the next connect, the idle exit (while ahead).
+    pub(crate) fn poll_timeout(&self, sh: &Shared, now: Instant) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        if self.life.up {
+            if let Some(d) = self.reply_due(sh) {
+                at(d);
+            }
+            if self.pull.is_none() {
+                if let Some(p) = self.pull_at {
+                    at(p);
+                }
+            }
+        }
+        self.life.due(sh, now, &mut at);
+        t
+    }
+
+    /// When the first reply owed is overdue.
+    fn reply_due(&self, sh: &Shared) -> Option<Instant> {
+        let io = sh.cfg.io_timeout;
+        let pull = self.pull.map(|p| {
+            let wait = if p.waits {
+                sh.cfg.reserve_timeout.max(Duration::from_secs(1))
+            } else {
+                Duration::ZERO
+            };
+            p.sent + wait + io
+        });
+        let confirm = self.confirms.front().map(|(_, sent, _)| *sent + io);
+        match (pull, confirm) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Acts on the deadlines passed at `now`: a reply overdue breaks the
+    /// connection (`true`: the driver closes it).
+    pub(crate) fn handle_timeout(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
+        if !self.life.up {
+            return false;
+        }
+        let Some(due) = self.reply_due(sh) else {
+            return false;
+        };
+        if now < due {
+            return false;
+        }
+        let e = ConnectionError::Timeout {
+            waited: sh.cfg.io_timeout,
+        };
+        self.failed(sh, now, &e, random);
+        true
+    }
+
+    /// The idle-exit rule at `now` (see the beanstalkd machine's).
+    pub(crate) fn is_idle(&self, sh: &Shared, now: Instant) -> bool {
+        let working = self.running() > 0
+            || !self.quiet
+            || !self.confirms.is_empty()
+            || !self.out.is_empty()
+            || !self.copies.is_empty()
+            || !self.carry.open.is_empty();
+        self.life.is_idle(sh, now, working)
+    }
+
+    /// True once the worker stops and this connection has nothing left to
+    /// do: no handler runs, no ack waits to go or for its confirmation
+    /// (while the server cannot be reached, what waits is given up).
+    pub(crate) fn is_done(&self, sh: &Shared) -> bool {
+        let settled = self.out.is_empty()
+            && self.copies.is_empty()
+            && self.confirms.is_empty()
+            && self.carry.open.is_empty();
+        sh.stop.load(Ordering::SeqCst)
+            && self.running() == 0
+            && (settled || (!self.life.up && self.life.reconnect.failures() > 0))
+    }
+
+    /// The end: what is still owed is given up and counted (the server
+    /// gives the jobs back when their leases end).
+    pub(crate) fn close(&mut self, sh: &Shared) {
+        if let Some(p) = self.pull.take() {
+            self.give_tickets(sh, p.left);
+        }
+        for (_, _, owed) in self.confirms.drain(..) {
+            if let Owed::Settle(p) = owed {
+                self.carry.open.push(Unconfirmed {
+                    id: p.seq,
+                    settle: p.settle,
+                    to: p.ack,
+                    due: p.due,
+                });
+            }
+        }
+        for o in self
+            .out
+            .drain(..)
+            .chain(self.copies.drain(..).map(Out::Settle))
+        {
+            if let Out::Settle(p) = o {
+                if p.resent {
+                    self.carry.open.push(Unconfirmed {
+                        id: p.seq,
+                        settle: p.settle,
+                        to: p.ack,
+                        due: p.due,
+                    });
+                } else {
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                }
+            }
+        }
+        self.carry.give_up();
+        self.count_carried(sh);
+        self.life.up = false;
+    }
+}
+
