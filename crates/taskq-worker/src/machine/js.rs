@@ -253,6 +253,29 @@ impl JsMachine {
         self.quiet = false;
         self.carry.expire(now);
         self.count_carried(sh);
+        // Decided while no connection was up, and the job's lease may have
+        // ended since: given up, as a carried ack would be (the server
+        // gives the job back).
+        let mut k = 0;
+        while k < self.out.len() {
+            match &self.out[k] {
+                Out::Settle(p) if p.due <= now => {
+                    let Some(Out::Settle(p)) = self.out.remove(k) else {
+                        unreachable!("matched above")
+                    };
+                    Counters::add(&sh.counters.lease_dropped);
+                    sh.give_ticket();
+                    tracing::warn!(
+                        job = p.seq,
+                        server = self.name(sh),
+                        command = p.settle.name(),
+                        "not sent before the job's lease ended: the job comes back"
+                    );
+                    self.acks.give(p.ack);
+                }
+                _ => k += 1,
+            }
+        }
         for u in self.carry.open.drain(..).rev() {
             self.out.push_front(Out::Settle(Pending {
                 seq: u.id,
@@ -546,7 +569,7 @@ impl JsMachine {
                     return self.fault(sh, now, "MSG", random);
                 };
                 p.left = p.left.saturating_sub(1);
-                let (sent, turn) = (p.sent, p.turn);
+                let sent = p.sent;
                 if p.left == 0 {
                     self.pull = None;
                 }
@@ -559,7 +582,6 @@ impl JsMachine {
                     sh,
                     now,
                     sent,
-                    turn,
                     tube,
                     reply,
                     headers,
@@ -647,7 +669,6 @@ impl JsMachine {
         sh: &Shared,
         now: Instant,
         pulled: Instant,
-        turn: bool,
         tube: usize,
         reply: &[u8],
         headers: Option<HeaderBlock<'_>>,
@@ -671,10 +692,11 @@ impl JsMachine {
         Counters::add(&sh.counters.reserved);
         self.life.last_busy = now;
         self.quiet = false;
-        if turn {
-            if let Some(s) = self.sched.as_mut() {
-                s.taken();
-            }
+        // Each job taken counts down the schedule's run, a turn's or the
+        // fallback's after an empty turn (which ends with it), as the thread
+        // worker counts them.
+        if let Some(s) = self.sched.as_mut() {
+            s.taken();
         }
         let early = self
             .given_back
@@ -906,3 +928,5 @@ impl JsMachine {
     }
 }
 
+#[cfg(test)]
+mod tests;
