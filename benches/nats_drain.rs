@@ -2,7 +2,11 @@
 //! (one thread, no-op handler), a raw socket loop, and `async-nats`, each
 //! taking one job at a time from the same durable pull consumer and settling
 //! it with a confirmed ack; then each with a pull batch of 64 (taskq's
-//! `prefetch`).
+//! `prefetch`), and beside them taskq's `AsyncWorker` at concurrency 64 (a
+//! no-op async handler, 64 jobs in flight on one connection, its pulls
+//! asking for the window's free room) on the bench's current-thread tokio
+//! runtime: one thread, as the thread worker runs its one handler thread,
+//! and what a program that runs its worker on one core builds.
 //!
 //! `cargo bench --bench nats_drain` (env `TASKQ_BENCH_JOBS`, default 20,000
 //! per side and round; `TASKQ_BENCH_ROUNDS`, default 5; `TASKQ_BENCH_NODES`,
@@ -17,6 +21,9 @@
 //! `$JS.API.CONSUMER.MSG.NEXT` pull in one write, then every job of the pull
 //! and every confirmation read before the next write; with a batch of 1, the
 //! ack of the job just done and the pull for the next.
+//!
+//! The async worker's ratios are to the thread worker at prefetch 64 and to
+//! the raw loop with a batch of 64, in the same rounds.
 //!
 //! Each side is timed from its first job in hand to its last ack confirmed:
 //! connecting, looking the stream and the consumer up and starting threads
@@ -33,7 +40,7 @@ use nats_raw::{env_usize, median, Raw};
 use taskq_connect::nats::{ConsumerSpec, NatsConfig, NatsConnection, StreamSpec};
 use taskq_producer::{Producer, PutOptions, PutOutcome};
 use taskq_testkit::NatsCluster;
-use taskq_worker::{Config, Job, Outcome, Worker};
+use taskq_worker::{AsyncJob, AsyncWorker, Config, Job, Outcome, Worker};
 
 #[path = "common/nats_raw.rs"]
 mod nats_raw;
@@ -115,6 +122,37 @@ fn taskq_drain(url: &str, jobs: usize, prefetch: usize) -> Duration {
     )
     .unwrap();
     let counts = worker.run();
+    let end = Instant::now();
+    assert_eq!(counts.deleted, jobs as u64);
+    end - *first.get().expect("a job")
+}
+
+/// The async worker: `jobs` jobs, `concurrency` in flight on one connection,
+/// a no-op handler, on `rt` (the bench's current-thread runtime).
+fn async_worker_drain(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    jobs: usize,
+    concurrency: usize,
+) -> Duration {
+    let first = std::sync::Arc::new(std::sync::OnceLock::new());
+    let first2 = first.clone();
+    let worker = AsyncWorker::new(
+        Config {
+            servers: vec![url.to_owned()],
+            tubes: vec![TUBE.into()],
+            concurrency,
+            max_jobs: Some(jobs as u64),
+            io_timeout: Duration::from_secs(5),
+            ..Config::default()
+        },
+        move |_job: AsyncJob| {
+            first2.get_or_init(Instant::now);
+            async { Outcome::Done }
+        },
+    )
+    .unwrap();
+    let counts = rt.block_on(worker.run());
     let end = Instant::now();
     assert_eq!(counts.deleted, jobs as u64);
     end - *first.get().expect("a job")
@@ -211,32 +249,52 @@ fn main() {
     );
     for batch in [1, BATCH] {
         let (mut vs_raw, mut vs_async) = (Vec::new(), Vec::new());
+        // With a batch of 64, a fourth side: the async worker at concurrency 64.
+        let sides = if batch == BATCH { 4 } else { 3 };
+        let (mut aw_vs_taskq, mut aw_vs_raw) = (Vec::new(), Vec::new());
         for round in 0..rounds {
-            let mut secs = [0f64; 3];
-            for k in 0..3 {
-                let side = (round + k) % 3;
+            let mut secs = [0f64; 4];
+            for k in 0..sides {
+                let side = (round + k) % sides;
                 fill(&mut p, jobs);
                 secs[side] = match side {
                     0 => raw_drain(addr, jobs, batch),
                     1 => taskq_drain(&url, jobs, batch),
-                    _ => async_nats_drain(&rt, addr, jobs, batch),
+                    2 => async_nats_drain(&rt, addr, jobs, batch),
+                    _ => async_worker_drain(&rt, &url, jobs, batch),
                 }
                 .as_secs_f64();
             }
             let rate = |i: usize| jobs as f64 / secs[i];
+            let async_worker = if sides == 4 {
+                format!("  async worker {:>7.0}/s", rate(3))
+            } else {
+                String::new()
+            };
             println!(
-                "batch {batch:>2} round {round}: raw loop {:>7.0}/s  taskq {:>7.0}/s  async-nats {:>7.0}/s",
+                "batch {batch:>2} round {round}: raw loop {:>7.0}/s  taskq {:>7.0}/s  async-nats {:>7.0}/s{async_worker}",
                 rate(0),
                 rate(1),
                 rate(2)
             );
             vs_raw.push(rate(1) / rate(0));
             vs_async.push(rate(1) / rate(2));
+            if sides == 4 {
+                aw_vs_taskq.push(rate(3) / rate(1));
+                aw_vs_raw.push(rate(3) / rate(0));
+            }
         }
         println!(
             "batch {batch:>2}: taskq / raw loop = {:.3}, taskq / async-nats = {:.3} (medians of {rounds} rounds)",
             median(vs_raw),
             median(vs_async)
         );
+        if sides == 4 {
+            println!(
+                "batch {batch:>2}: async worker (concurrency {batch}, current-thread runtime) / taskq prefetch {batch} = {:.3}, async worker / raw loop = {:.3} (medians of {rounds} rounds)",
+                median(aw_vs_taskq),
+                median(aw_vs_raw)
+            );
+        }
     }
 }

@@ -293,11 +293,9 @@ impl fmt::Display for ConfigError {
                 "one engine per worker: either beanstalkd addresses or one nats:// cluster",
             ),
             ConfigError::BadStream { name, error } => write!(f, "stream {name:?}: {error}"),
-            ConfigError::UnsupportedEngine { engine } => write!(
-                f,
-                "this worker does not run on {}",
-                engine.name()
-            ),
+            ConfigError::UnsupportedEngine { engine } => {
+                write!(f, "this worker does not run on {}", engine.name())
+            }
         }
     }
 }

@@ -22,5 +22,6 @@ pub(crate) use beanstalkd::Beanstalkd;
 pub(crate) use beanstalkd::{next_answer, queue_watch};
 pub(crate) use nats::Nats;
 pub(crate) use seam::{
-    Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Taken, Took, Unconfirmed, BODY_ROOM,
+    Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Taken, Took, Unconfirmed,
+    BODY_ROOM,
 };

@@ -189,3 +189,102 @@ pub fn one_job(tube: &str, body: &[u8], ack_wait: Option<Duration>) -> NatsClust
     assert_eq!(put.acked.len(), 1);
     c
 }
+
+/// Node `i`'s monitoring port, read from the `-m PORT` its command line
+/// was started with (the harness keeps the port to itself).
+pub fn monitor_port(c: &NatsCluster, i: usize) -> u16 {
+    let pid = c.pid(i).expect("the node runs");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("the node's command line");
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let at = args
+        .iter()
+        .position(|a| *a == b"-m")
+        .expect("the node was started with -m");
+    std::str::from_utf8(args[at + 1])
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .expect("a monitoring port")
+}
+
+/// A GET of `path` on node `i`'s monitoring port (`/varz`, `/connz`, ...),
+/// parsed as JSON: a bare HTTP/1.0 request, bounded by two seconds.
+pub fn monitor_json(c: &NatsCluster, i: usize, path: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], monitor_port(c, i)));
+    let limit = Duration::from_secs(2);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, limit).expect("the monitoring port");
+    s.set_read_timeout(Some(limit)).unwrap();
+    s.set_write_timeout(Some(limit)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.take(16 << 20).read_to_end(&mut raw).unwrap();
+    let start = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("the end of the HTTP headers");
+    serde_json::from_slice(&raw[start + 4..])
+        .unwrap_or_else(|e| panic!("{path} on n{}: {e}", i + 1))
+}
+
+/// Client connections node `i` has accepted since it started (`/varz`
+/// `total_connections`; routes and the monitoring port's own are not clients).
+pub fn total_connections(c: &NatsCluster, i: usize) -> u64 {
+    let v = monitor_json(c, i, "/varz");
+    v["total_connections"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no total_connections in /varz: {v}"))
+}
+
+/// Client connections open on node `i` now (`/connz` `num_connections`).
+pub fn open_connections(c: &NatsCluster, i: usize) -> u64 {
+    let v = monitor_json(c, i, "/connz");
+    v["num_connections"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no num_connections in /connz: {v}"))
+}
+
+/// The messages stream `TASKQ` holds on each subject, as the stream's own
+/// record gives them (`STREAM.INFO` with a subjects filter); a subject with
+/// none is absent.
+pub fn js_subjects(c: &NatsCluster) -> HashMap<String, u64> {
+    js_subjects_on(&mut js_admin(c)).expect("stream info")
+}
+
+/// [`js_subjects`] on an open connection.
+pub fn js_subjects_on(
+    a: &mut taskq_connect::nats::NatsConnection,
+) -> Result<HashMap<String, u64>, taskq_proto::nats::NatsError> {
+    let v = a.api_request(
+        "$JS.API.STREAM.INFO.TASKQ",
+        &serde_json::json!({ "subjects_filter": ">" }),
+    )?;
+    let mut out = HashMap::new();
+    if let Some(m) = v["state"]["subjects"].as_object() {
+        for (k, n) in m {
+            out.insert(k.clone(), n.as_u64().unwrap_or(0));
+        }
+    }
+    Ok(out)
+}
+
+/// Consumer `taskq-TUBE`'s info as the server gives it, whole (its ack
+/// floor, its pause, its config).
+pub fn js_consumer_json(c: &NatsCluster, tube: &str) -> serde_json::Value {
+    let subject = format!("$JS.API.CONSUMER.INFO.TASKQ.taskq-{tube}");
+    let reply = js_admin(c)
+        .request(&subject, b"", Duration::from_secs(5))
+        .expect("consumer info");
+    serde_json::from_slice(&reply).expect("consumer info is JSON")
+}
+
+/// The stream sequence of consumer `taskq-TUBE`'s ack floor.
+pub fn js_ack_floor(c: &NatsCluster, tube: &str) -> u64 {
+    let v = js_consumer_json(c, tube);
+    v["ack_floor"]["stream_seq"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no ack floor in {v}"))
+}
