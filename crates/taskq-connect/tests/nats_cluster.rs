@@ -12,6 +12,28 @@ use taskq_connect::nats::{NatsConfig, NatsConnection, StreamSpec};
 use taskq_proto::nats::{AckKind, Delivery, NatsError};
 use taskq_testkit::NatsCluster;
 
+/// Runs a setup call (idempotent: a stream or consumer made or found) until
+/// it answers. Making a replicated one waits on the cluster's groups, which
+/// on a busy machine can take longer than one I/O timeout: a timeout breaks
+/// the connection, and the call is made again on a new one, within 30 s.
+fn set_up<T>(
+    conn: &mut NatsConnection,
+    seed: &str,
+    mut call: impl FnMut(&mut NatsConnection) -> Result<T, NatsError>,
+) -> T {
+    let t = Instant::now();
+    loop {
+        match call(conn) {
+            Ok(v) => return v,
+            Err(e @ NatsError::Timeout { .. }) if t.elapsed() < Duration::from_secs(30) => {
+                eprintln!("setup: {e}; again on a new connection");
+                *conn = NatsConnection::connect(&[seed], NatsConfig::default()).unwrap();
+            }
+            Err(e) => panic!("setup: {e:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_replicated_stream_survives_its_leader_and_the_client_learns_the_cluster() {
     let mut c = NatsCluster::start(3).expect("cluster");
@@ -21,10 +43,12 @@ fn a_replicated_stream_survives_its_leader_and_the_client_learns_the_cluster() {
         replicas: 3,
         ..stream_spec()
     };
-    let info = conn.ensure_stream(&spec).unwrap();
+    let seed = c.addr(0).to_string();
+    let info = set_up(&mut conn, &seed, |conn| conn.ensure_stream(&spec));
     assert_eq!(info.replicas, 3);
-    conn.ensure_consumer(STREAM, CONSUMER, &consumer_spec(Duration::from_secs(30)))
-        .unwrap();
+    set_up(&mut conn, &seed, |conn| {
+        conn.ensure_consumer(STREAM, CONSUMER, &consumer_spec(Duration::from_secs(30)))
+    });
     // The cluster's other client addresses arrive in INFO (now or in a later one).
     let t = Instant::now();
     while conn.servers().len() < 3 && t.elapsed() < Duration::from_secs(5) {
