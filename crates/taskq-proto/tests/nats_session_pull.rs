@@ -159,6 +159,71 @@ fn a_pull_ends_after_its_batch_and_late_deliveries_are_dropped() {
     assert!(!s.pulling() && !s.is_broken());
 }
 
+#[test]
+fn pulls_in_a_row_are_answered_oldest_first_and_each_status_ends_its_own() {
+    let mut s = session();
+    let wait = Some(Duration::from_secs(1));
+    // Two waiting pulls of one consumer in one write; `queue_pull` alone
+    // refuses a second.
+    let first = s.queue_pull_behind("TASKQ", "c", 2, wait, None).unwrap();
+    let second = s.queue_pull_behind("TASKQ", "c", 3, wait, None).unwrap();
+    assert_eq!((first, second), (1, 2));
+    assert!(matches!(
+        s.queue_pull("TASKQ", "c", 1, wait, None),
+        Err(NatsError::Busy)
+    ));
+    s.queue_sent();
+    assert_eq!(s.pulls_under_way(), 2);
+    let a = "$JS.ACK.TASKQ.c.1.1.1.1.0";
+    // Three messages: two answer the first pull (over then), the third the
+    // second.
+    let three: String = (0..3).map(|_| msg("taskq.T", Some(a), None, "x")).collect();
+    feed(&mut s, three.as_bytes());
+    let mut pulls = Vec::new();
+    for _ in 0..3 {
+        let f = s.poll_delivery().unwrap().unwrap();
+        pulls.push(f.pull());
+        assert!(matches!(s.take_delivery(f).unwrap(), Delivery::Msg { .. }));
+    }
+    assert_eq!(pulls, [Some(first), Some(first), Some(second)]);
+    assert_eq!(s.pulls_under_way(), 1);
+    // A third behind the second; the second's expiry ends it alone, and
+    // what comes next answers the third.
+    let third = s.queue_pull_behind("TASKQ", "c", 1, wait, None).unwrap();
+    s.queue_sent();
+    let wire = format!(
+        "{}{}",
+        msg(
+            &format!("_INBOX.t.{second}"),
+            None,
+            Some("408 Request Timeout"),
+            ""
+        ),
+        msg("taskq.T", Some(a), None, "y")
+    );
+    feed(&mut s, wire.as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), Some(second));
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Timeout);
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), Some(third));
+    assert!(matches!(s.take_delivery(f).unwrap(), Delivery::Msg { .. }));
+    assert!(!s.pulling());
+    // A confirmation answers no pull.
+    let token = s
+        .queue_ack(a.as_bytes(), AckKind::Ack, true)
+        .unwrap()
+        .unwrap();
+    s.queue_sent();
+    feed(
+        &mut s,
+        msg(&format!("_INBOX.t.{token}"), None, None, "").as_bytes(),
+    );
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), None);
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Confirmed(token));
+}
+
 mod props {
     use proptest::prelude::*;
 

@@ -185,8 +185,43 @@ impl NatsCluster {
         }
         if n > 1 {
             c.wait_meta_leader(START_WAIT)?;
+            c.wait_connect_urls(START_WAIT)?;
         }
         Ok(c)
+    }
+
+    /// Waits until every node announces every node's client port in its
+    /// `connect_urls` (what a client's `INFO` lists): a meta leader needs
+    /// only a quorum of routes, and a client that connects before the last
+    /// route would learn of two nodes of three (and make a stream of one
+    /// replica, by the clients' rule).
+    fn wait_connect_urls(&self, wait: Duration) -> io::Result<()> {
+        let until = Instant::now() + wait;
+        let ports: Vec<u16> = self.running().map(|i| self.addr(i).port()).collect();
+        loop {
+            let all = self.running().all(|i| {
+                let Ok(v) = http_json(self.nodes[i].monitor(), "/varz") else {
+                    return false;
+                };
+                let known: Vec<u16> = v["connect_urls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|u| u.as_str()?.rsplit(':').next()?.parse().ok())
+                    .collect();
+                ports.iter().all(|p| known.contains(p))
+            });
+            if all {
+                return Ok(());
+            }
+            if Instant::now() > until {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the nodes did not all announce each other within {wait:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn spawn(&mut self, i: usize) -> io::Result<()> {

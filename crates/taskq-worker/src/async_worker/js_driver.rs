@@ -247,10 +247,11 @@ fn take_deliveries(
             // acks owed are carried to the next connection.
             Err(e) => return Err(Some(e)),
         };
+        let pull = frame.pull();
         let d = match session.take_delivery(frame) {
             Ok(d) => d,
             Err(NatsError::NoResponders) => {
-                m.pull_unavailable(sh, Instant::now());
+                m.pull_unavailable(sh, Instant::now(), pull);
                 continue;
             }
             Err(e) => return Err(Some(e)),
@@ -261,7 +262,7 @@ fn take_deliveries(
             }
             _ => (&[][..], &[][..]),
         };
-        match m.on_delivery(sh, Instant::now(), d, fastrand::u64(..)) {
+        match m.on_delivery(sh, Instant::now(), d, pull, fastrand::u64(..)) {
             Ok(JsStep::Run {
                 slot,
                 id,

@@ -9,7 +9,9 @@
 //! It keeps:
 //! - the window: up to `concurrency` jobs in flight, each in a slot, filled
 //!   by one pull at a time from a tube's durable consumer, asking for the
-//!   free room (a weighted turn at most its jobs left, without waiting);
+//!   free room not yet asked for (a weighted turn at most its jobs left,
+//!   without waiting; on one tube, up to `MAX_PULLS` waiting pulls in a
+//!   row, which the consumer serves in order);
 //!   every tube is tried without waiting before the last one waits for the
 //!   reserve slice, as the thread worker's pulls do. A pull that ends
 //!   empty answers nothing; one the cluster cannot serve (409, 503) is
@@ -119,9 +121,14 @@ enum Owed {
     Touch { slot: usize, seq: u64 },
 }
 
-/// The pull under way.
+/// Pulls under way at once at most (one tube, unweighted).
+const MAX_PULLS: usize = 4;
+
+/// A pull under way.
 #[derive(Debug, Clone, Copy)]
 struct Pull {
+    /// The session's token for it.
+    token: u64,
     tube: usize,
     /// Jobs it may still deliver.
     left: u32,
@@ -163,7 +170,8 @@ pub(crate) struct JsMachine {
     slots: Vec<Slot>,
     free: Vec<usize>,
     life: Lifecycle,
-    pull: Option<Pull>,
+    /// Pulls under way, oldest first.
+    pulls: VecDeque<Pull>,
     /// No pull before this (the cluster could not serve one, or no
     /// `max_jobs` ticket was free).
     pull_at: Option<Instant>,
@@ -198,7 +206,7 @@ impl JsMachine {
             slots: (0..n).map(|_| Slot::Free).collect(),
             free: (0..n).rev().collect(),
             life: Lifecycle::new(now),
-            pull: None,
+            pulls: VecDeque::with_capacity(MAX_PULLS),
             pull_at: None,
             scan_next: None,
             rotate: server,
@@ -247,7 +255,7 @@ impl JsMachine {
         self.stream.clear();
         self.stream.push_str(stream);
         self.tubes = tubes;
-        self.pull = None;
+        self.pulls.clear();
         self.pull_at = None;
         self.scan_next = None;
         self.quiet = false;
@@ -321,9 +329,7 @@ impl JsMachine {
         if !self.life.broke(sh, now, random) {
             return;
         }
-        if let Some(p) = self.pull.take() {
-            self.give_tickets(sh, p.left);
-        }
+        self.end_pulls(sh);
         self.check_idle = false;
         while let Some((_, _, owed)) = self.confirms.pop_front() {
             match owed {
@@ -335,6 +341,13 @@ impl JsMachine {
                 }),
                 Owed::Touch { slot, seq } => self.touch_failed(slot, seq),
             }
+        }
+    }
+
+    /// Every pull is over (the connection is): their tickets go back.
+    fn end_pulls(&mut self, sh: &Shared) {
+        while let Some(p) = self.pulls.pop_front() {
+            self.give_tickets(sh, p.left);
         }
     }
 
@@ -482,16 +495,29 @@ impl JsMachine {
         self.pull_more(sh, now, session)
     }
 
-    /// Queues a pull for the free room, when none is under way and one may go.
+    /// Queues a pull for the free room not yet asked for, when one may go:
+    /// with none under way, or, on one tube and unweighted, behind the
+    /// waiting pulls under way (up to [`MAX_PULLS`]; the consumer serves
+    /// them in order), so that room freed while a pull is answered is asked
+    /// for at once.
     fn pull_more(
         &mut self,
         sh: &Shared,
         now: Instant,
         session: &mut NatsSession,
     ) -> Result<(), NatsError> {
-        let room = self.free.len();
-        if self.pull.is_some()
-            || room == 0
+        let asked: usize = self.pulls.iter().map(|p| p.left as usize).sum();
+        let room = self.free.len().saturating_sub(asked);
+        let behind = !self.pulls.is_empty();
+        if behind
+            && (self.pulls.len() >= MAX_PULLS
+                || self.tubes.len() != 1
+                || self.sched.is_some()
+                || self.pulls.iter().any(|p| !p.waits))
+        {
+            return Ok(());
+        }
+        if room == 0
             || self.tubes.is_empty()
             || sh.stop.load(Ordering::SeqCst)
             || self.check_idle
@@ -524,11 +550,16 @@ impl JsMachine {
         }
         let t = &self.tubes[tube];
         let expires = waits.then(|| sh.cfg.reserve_timeout.max(Duration::from_secs(1)));
-        if let Err(e) = session.queue_pull(&self.stream, &t.consumer, batch, expires, None) {
-            self.give_tickets(sh, batch);
-            return Err(e);
-        }
-        self.pull = Some(Pull {
+        let token = match session.queue_pull_behind(&self.stream, &t.consumer, batch, expires, None)
+        {
+            Ok(token) => token,
+            Err(e) => {
+                self.give_tickets(sh, batch);
+                return Err(e);
+            }
+        };
+        self.pulls.push_back(Pull {
+            token,
             tube,
             left: batch,
             waits,
@@ -549,13 +580,19 @@ impl JsMachine {
     /// confirmation. `Err(())`: the connection is given up
     /// ([`broke`](Self::broke) was called).
     #[allow(clippy::result_unit_err)]
+    ///
+    /// `pull` is the token of the pull it answers ([`DeliveryFrame::pull`]).
+    ///
+    /// [`DeliveryFrame::pull`]: taskq_proto::nats::DeliveryFrame::pull
     pub(crate) fn on_delivery(
         &mut self,
         sh: &Shared,
         now: Instant,
         d: Delivery<'_>,
+        pull: Option<u64>,
         random: u64,
     ) -> Result<JsStep, ()> {
+        let at = pull.and_then(|t| self.pulls.iter().position(|p| p.token == t));
         match d {
             Delivery::Msg {
                 subject,
@@ -564,14 +601,15 @@ impl JsMachine {
                 body,
                 info,
             } => {
-                let Some(p) = self.pull.as_mut() else {
+                let Some(i) = at else {
                     // The session passes on only what a pull brings.
                     return self.fault(sh, now, "MSG", random);
                 };
+                let p = &mut self.pulls[i];
                 p.left = p.left.saturating_sub(1);
                 let sent = p.sent;
                 if p.left == 0 {
-                    self.pull = None;
+                    self.pulls.remove(i);
                 }
                 let Some(tube) = self.tube_of(subject) else {
                     // A consumer filters on its tube's subject.
@@ -598,12 +636,14 @@ impl JsMachine {
             Delivery::Heartbeat => Ok(JsStep::Nothing),
             Delivery::NoMessages | Delivery::Timeout => {
                 self.life.reconnect.progress();
-                self.pull_empty(sh);
+                if let Some(p) = at.and_then(|i| self.pulls.remove(i)) {
+                    self.pull_empty(sh, p);
+                }
                 Ok(JsStep::Nothing)
             }
             other => {
                 tracing::debug!(status = ?other, "pull ended: the cluster cannot serve it now");
-                self.pull_unavailable(sh, now);
+                self.pull_unavailable(sh, now, pull);
                 Ok(JsStep::Nothing)
             }
         }
@@ -611,18 +651,17 @@ impl JsMachine {
 
     /// A pull answered `503` (no responders: an election): tried again
     /// after a pause.
-    pub(crate) fn pull_unavailable(&mut self, sh: &Shared, now: Instant) {
-        if let Some(p) = self.pull.take() {
+    /// `pull`: the token of the pull it ended.
+    pub(crate) fn pull_unavailable(&mut self, sh: &Shared, now: Instant, pull: Option<u64>) {
+        let at = pull.and_then(|t| self.pulls.iter().position(|p| p.token == t));
+        if let Some(p) = at.and_then(|i| self.pulls.remove(i)) {
             self.give_tickets(sh, p.left);
         }
         self.life.last_busy = now;
         self.pull_at = Some(now + UNAVAILABLE_PAUSE);
     }
 
-    fn pull_empty(&mut self, sh: &Shared) {
-        let Some(p) = self.pull.take() else {
-            return;
-        };
+    fn pull_empty(&mut self, sh: &Shared, p: Pull) {
         self.give_tickets(sh, p.left);
         if p.turn {
             if let Some(s) = self.sched.as_mut() {
@@ -816,7 +855,7 @@ impl JsMachine {
             if let Some(d) = self.reply_due(sh) {
                 at(d);
             }
-            if self.pull.is_none() {
+            if self.pulls.is_empty() {
                 if let Some(p) = self.pull_at {
                     at(p);
                 }
@@ -829,14 +868,18 @@ impl JsMachine {
     /// When the first reply owed is overdue.
     fn reply_due(&self, sh: &Shared) -> Option<Instant> {
         let io = sh.cfg.io_timeout;
-        let pull = self.pull.map(|p| {
-            let wait = if p.waits {
-                sh.cfg.reserve_timeout.max(Duration::from_secs(1))
-            } else {
-                Duration::ZERO
-            };
-            p.sent + wait + io
-        });
+        let pull = self
+            .pulls
+            .iter()
+            .map(|p| {
+                let wait = if p.waits {
+                    sh.cfg.reserve_timeout.max(Duration::from_secs(1))
+                } else {
+                    Duration::ZERO
+                };
+                p.sent + wait + io
+            })
+            .min();
         let confirm = self.confirms.front().map(|(_, sent, _)| *sent + io);
         match (pull, confirm) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -890,9 +933,7 @@ impl JsMachine {
     /// The end: what is still owed is given up and counted (the server
     /// gives the jobs back when their leases end).
     pub(crate) fn close(&mut self, sh: &Shared) {
-        if let Some(p) = self.pull.take() {
-            self.give_tickets(sh, p.left);
-        }
+        self.end_pulls(sh);
         for (_, _, owed) in self.confirms.drain(..) {
             if let Owed::Settle(p) = owed {
                 self.carry.open.push(Unconfirmed {

@@ -113,7 +113,7 @@ impl NatsSession {
         body: &[u8],
     ) -> Result<u64, NatsError> {
         self.usable()?;
-        if self.pull.is_some() || self.pull_queued.is_some() {
+        if !self.pulls.is_empty() || !self.pulls_queued.is_empty() {
             return Err(NatsError::Busy);
         }
         let token = self.peek_token();

@@ -57,9 +57,23 @@ pub struct DeliveryFrame(Next);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
-    Msg(MsgFrame),
-    Status(u16, Span, Span),
+    /// A message, for the pull with this token.
+    Msg(MsgFrame, u64),
+    /// A status of the pull with this token.
+    Status(u16, Span, Span, u64),
     Confirmed(u64),
+}
+
+impl DeliveryFrame {
+    /// The token of the pull this delivery or status answers (as
+    /// [`queue_pull_behind`](NatsSession::queue_pull_behind) returned it);
+    /// `None` for an ack's confirmation.
+    pub fn pull(&self) -> Option<u64> {
+        match self.0 {
+            Next::Msg(_, t) | Next::Status(.., t) => Some(t),
+            Next::Confirmed(_) => None,
+        }
+    }
 }
 
 impl NatsSession {
@@ -78,7 +92,31 @@ impl NatsSession {
         heartbeat: Option<Duration>,
     ) -> Result<(), NatsError> {
         self.usable()?;
-        if self.pull.is_some() || self.pull_queued.is_some() || !self.pubacks.is_empty() {
+        if !self.pulls.is_empty() || !self.pulls_queued.is_empty() {
+            return Err(NatsError::Busy);
+        }
+        self.queue_pull_behind(stream, consumer, batch, expires, heartbeat)
+            .map(|_| ())
+    }
+
+    /// Queues a pull as [`queue_pull`](Self::queue_pull) does, behind the
+    /// pulls already under way or queued, and returns its token (which
+    /// [`DeliveryFrame::pull`] names for what answers it). The consumer
+    /// serves its waiting pulls in order, a delivery answering the oldest;
+    /// so the pulls under way at once must be of one consumer, each
+    /// waiting (with `expires`): a `no_wait` pull's status may come before
+    /// an older pull is over. Refused ([`NatsError::Busy`]) while PubAcks
+    /// are owed.
+    pub fn queue_pull_behind(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        batch: u32,
+        expires: Option<Duration>,
+        heartbeat: Option<Duration>,
+    ) -> Result<u64, NatsError> {
+        self.usable()?;
+        if !self.pubacks.is_empty() {
             return Err(NatsError::Busy);
         }
         let token = self.peek_token();
@@ -125,16 +163,21 @@ impl NatsSession {
             return Err(e.into());
         }
         self.token();
-        self.pull_queued = Some(PullOwed {
+        self.pulls_queued.push_back(PullOwed {
             token,
             remaining: u64::from(batch),
         });
-        Ok(())
+        Ok(token)
     }
 
     /// True while a pull may still deliver.
     pub fn pulling(&self) -> bool {
-        self.pull.is_some()
+        !self.pulls.is_empty()
+    }
+
+    /// Pulls under way.
+    pub fn pulls_under_way(&self) -> usize {
+        self.pulls.len()
     }
 
     /// Ack confirmations owed.
@@ -148,7 +191,7 @@ impl NatsSession {
     /// heartbeat. [`NatsError::NothingOwed`] when neither is owed.
     pub fn poll_delivery(&mut self) -> Result<Option<DeliveryFrame>, NatsError> {
         self.usable()?;
-        if self.pull.is_none() && self.confirms.is_empty() {
+        if self.pulls.is_empty() && self.confirms.is_empty() {
             return Err(NatsError::NothingOwed);
         }
         loop {
@@ -156,25 +199,26 @@ impl NatsSession {
                 None => return Ok(None),
                 Some(Event::Pong) => continue,
                 Some(Event::Delivery(m)) => {
-                    let Some(p) = self.pull.as_mut() else {
+                    let Some(p) = self.pulls.front_mut() else {
                         continue; // a late delivery nobody waits for: redelivered after ack wait
                     };
                     p.remaining = p.remaining.saturating_sub(1);
+                    let pull = p.token;
                     if p.remaining == 0 {
-                        self.pull = None;
+                        self.pulls.pop_front();
                     }
-                    Next::Msg(m)
+                    Next::Msg(m, pull)
                 }
                 Some(Event::Reply { token, m }) => {
-                    if self.pull.is_some_and(|p| p.token == token) {
+                    if let Some(i) = self.pulls.iter().position(|p| p.token == token) {
                         let Some((raw, code, desc)) = m.headers else {
                             let e = NatsProtoError::Malformed { op: "HMSG" };
                             return Err(self.broke(NatsError::Protocol(e)));
                         };
                         if code != 100 {
-                            self.pull = None;
+                            self.pulls.remove(i);
                         }
-                        Next::Status(code, raw, desc)
+                        Next::Status(code, raw, desc, token)
                     } else if let Some(i) = self.confirms.iter().position(|&t| t == token) {
                         self.confirms.remove(i);
                         if no_responders(&m) {
@@ -196,7 +240,7 @@ impl NatsSession {
     pub fn take_delivery(&mut self, f: DeliveryFrame) -> Result<Delivery<'_>, NatsError> {
         match f.0 {
             Next::Confirmed(t) => Ok(Delivery::Confirmed(t)),
-            Next::Status(code, raw, desc) => {
+            Next::Status(code, raw, desc, _) => {
                 let description = desc.of(raw.of(self.event_bytes()));
                 Ok(match code {
                     404 => Delivery::NoMessages,
@@ -207,7 +251,7 @@ impl NatsSession {
                     code => Delivery::Status { code, description },
                 })
             }
-            Next::Msg(m) => {
+            Next::Msg(m, _) => {
                 // The buffer through its field, so that breaking the session
                 // on a bad ack subject does not conflict with the borrow.
                 let m = m.attach(self.rx.from(self.base));

@@ -85,10 +85,12 @@ pub struct NatsSession {
     /// `_INBOX.<random>.`
     pub(super) inbox: Vec<u8>,
     next_token: u64,
-    /// The pull under way (its request written).
-    pub(super) pull: Option<PullOwed>,
-    /// A pull encoded into the send buffer, owed once the buffer is written.
-    pub(super) pull_queued: Option<PullOwed>,
+    /// The pulls under way (their requests written), oldest first: a
+    /// consumer serves its waiting pulls in order, so a delivery answers
+    /// the oldest.
+    pub(super) pulls: VecDeque<PullOwed>,
+    /// Pulls encoded into the send buffer, owed once the buffer is written.
+    pub(super) pulls_queued: VecDeque<PullOwed>,
     /// PubAcks owed, by token, in the order their publishes were queued.
     pub(super) pubacks: VecDeque<u64>,
     /// Ack confirmations owed, by token.
@@ -109,7 +111,7 @@ impl std::fmt::Debug for NatsSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsSession")
             .field("server_id", &self.server_id)
-            .field("pulling", &self.pull.is_some())
+            .field("pulling", &!self.pulls.is_empty())
             .field("pubacks", &self.pubacks.len())
             .field("confirms", &self.confirms.len())
             .field("queued", &self.tx.len())
@@ -161,8 +163,8 @@ impl NatsSession {
             put: PutEncoder::new(inbox),
             inbox: inbox.to_vec(),
             next_token: 1,
-            pull: None,
-            pull_queued: None,
+            pulls: VecDeque::new(),
+            pulls_queued: VecDeque::new(),
             pubacks: VecDeque::with_capacity(OWED_INITIAL),
             confirms: VecDeque::with_capacity(OWED_INITIAL),
             pongs_owed: 0,
@@ -233,7 +235,7 @@ impl NatsSession {
     #[inline]
     pub fn idle(&self) -> Result<(), NatsError> {
         self.usable()?;
-        if self.pull.is_some() || !self.pubacks.is_empty() || !self.confirms.is_empty() {
+        if !self.pulls.is_empty() || !self.pubacks.is_empty() || !self.confirms.is_empty() {
             return Err(NatsError::Busy);
         }
         Ok(())
@@ -274,9 +276,7 @@ impl NatsSession {
     #[inline]
     pub fn queue_sent(&mut self) {
         self.tx.clear();
-        if let Some(p) = self.pull_queued.take() {
-            self.pull = Some(p);
-        }
+        self.pulls.append(&mut self.pulls_queued);
     }
 
     /// Drops the queued operations without sending them (a pull among them
@@ -284,7 +284,7 @@ impl NatsSession {
     /// owed: drop them by replacing the connection.
     pub fn clear_queue(&mut self) {
         self.tx.clear();
-        self.pull_queued = None;
+        self.pulls_queued.clear();
     }
 
     /// Zeroes and drops the send buffer: after `CONNECT`, whose line holds

@@ -211,10 +211,11 @@ impl Rig {
                 }
                 Err(e) => panic!("{e}"),
             };
+            let pull = f.pull();
             let d = match self.wire.take_delivery(f) {
                 Ok(d) => d,
                 Err(NatsError::NoResponders) => {
-                    self.m.pull_unavailable(&self.sh, now);
+                    self.m.pull_unavailable(&self.sh, now, pull);
                     continue;
                 }
                 Err(e) => panic!("{e}"),
@@ -223,7 +224,7 @@ impl Rig {
                 Delivery::Msg { body, .. } => String::from_utf8(body.to_vec()).unwrap(),
                 _ => String::new(),
             };
-            match self.m.on_delivery(&self.sh, now, d, 0) {
+            match self.m.on_delivery(&self.sh, now, d, pull, 0) {
                 Ok(JsStep::Run {
                     slot,
                     id,
@@ -352,10 +353,15 @@ fn an_ack_counts_only_on_its_own_confirmation() {
         [ack("default", 1, 5, "+ACK"), pull("default", 1, true)]
     );
     r.finish(&runs[1], Outcome::Fail);
+    // The room freed while the first pull waits is asked for at once, by
+    // a second waiting pull behind it.
     let second = r.send(3);
     assert_eq!(
         what(&second),
-        [ack("default", 1, 6, "-NAK {\"delay\":1000000000}")]
+        [
+            ack("default", 1, 6, "-NAK {\"delay\":1000000000}"),
+            pull("default", 1, true)
+        ]
     );
     let (done, nak) = (first[0].token(), second[0].token());
     assert_ne!(done, nak);
@@ -369,7 +375,7 @@ fn an_ack_counts_only_on_its_own_confirmation() {
     // and nothing to the machine either.
     r.take(4, &confirm(99));
     assert_eq!(
-        r.m.on_delivery(&r.sh, r.at(4), Delivery::Confirmed(99), 0),
+        r.m.on_delivery(&r.sh, r.at(4), Delivery::Confirmed(99), None, 0),
         Ok(JsStep::Nothing)
     );
     let c = r.counts();
@@ -383,7 +389,7 @@ fn an_ack_counts_only_on_its_own_confirmation() {
     assert_eq!((c.deleted, c.released), (1, 1));
     // The same token again counts nothing more.
     assert_eq!(
-        r.m.on_delivery(&r.sh, r.at(7), Delivery::Confirmed(done), 0),
+        r.m.on_delivery(&r.sh, r.at(7), Delivery::Confirmed(done), None, 0),
         Ok(JsStep::Nothing)
     );
     let c = r.counts();
@@ -527,7 +533,7 @@ fn acks_unconfirmed_at_a_break_go_first_on_the_next_connection_and_count_once() 
     // Each once: the tokens of the broken connection count nothing now.
     for t in [sent[0].token(), sent[1].token(), resent[0].token()] {
         assert_eq!(
-            r.m.on_delivery(&r.sh, r.at(6), Delivery::Confirmed(t), 0),
+            r.m.on_delivery(&r.sh, r.at(6), Delivery::Confirmed(t), None, 0),
             Ok(JsStep::Nothing)
         );
     }
@@ -637,7 +643,8 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     let first = r.send(100);
     r.finish(&runs[1], Outcome::Done);
     let second = r.send(300);
-    assert_eq!((first.len(), second.len()), (2, 1));
+    // Each: an ack and a waiting pull for the slot it freed.
+    assert_eq!((first.len(), second.len()), (2, 2));
     // The oldest confirmation (100 + 5 s) is before the pull's (100 + 6 s).
     assert_eq!(r.m.poll_timeout(&r.sh, r.at(300)), Some(r.at(5_100)));
     r.take(400, &confirm(first[0].token()));
@@ -977,4 +984,67 @@ fn a_delivery_on_a_subject_of_no_tube_breaks_the_connection() {
     assert_eq!(r.counts().unexpected_replies, 1);
     assert_eq!(r.m.running(), 0);
     assert!(r.send(2).is_empty(), "down: nothing queued");
+}
+
+#[test]
+fn room_freed_while_a_pull_waits_is_asked_for_behind_it_and_each_status_ends_its_own_pull() {
+    let mut r = Rig::new(cfg(4));
+    let sent = r.send(0);
+    assert_eq!(what(&sent), [pull("default", 4, true)]);
+    let first = sent[0].token();
+    // Two of four come and are done: their acks, and a pull for the two
+    // slots the first pull no longer covers, behind it.
+    let runs = r.take(
+        1,
+        &[job("default", 1, 1, "a"), job("default", 2, 1, "b")].concat(),
+    );
+    assert_eq!(runs.len(), 2);
+    assert!(r.send(2).is_empty(), "the window is asked for in full");
+    r.finish(&runs[0], Outcome::Done);
+    r.finish(&runs[1], Outcome::Done);
+    let sent = r.send(3);
+    assert_eq!(
+        what(&sent),
+        [
+            ack("default", 1, 1, "+ACK"),
+            ack("default", 1, 2, "+ACK"),
+            pull("default", 2, true)
+        ]
+    );
+    let second = sent[2].token();
+    // The first pull expires: only it ends; the next job answers the
+    // second, and runs.
+    let runs = r.take(4, &status(first, "408 Request Timeout"));
+    assert!(runs.is_empty());
+    // Its two slots are asked for again, behind the second pull.
+    let third = r.send(5);
+    assert_eq!(what(&third), [pull("default", 2, true)]);
+    let runs = r.take(6, &job("default", 3, 1, "c"));
+    assert_eq!(runs.len(), 1, "answers the second pull");
+    assert_eq!(r.counts().reserve_timeouts, 1);
+    // The second pull's status ends it, not a later one.
+    r.take(7, &status(second, "408 Request Timeout"));
+    assert_eq!(r.counts().reserve_timeouts, 2);
+    assert_eq!(r.counts().unexpected_replies, 0);
+}
+
+#[test]
+fn at_most_four_pulls_wait_in_a_row() {
+    let mut r = Rig::new(cfg(8));
+    assert_eq!(what(&r.send(0)), [pull("default", 8, true)]);
+    let mut pulls = 1;
+    for k in 0..6u64 {
+        // A job comes (for the oldest pull) and is done: its slot is asked
+        // for again while fewer than four pulls wait.
+        let runs = r.take(10 * k + 1, &job("default", k + 1, 1, "x"));
+        r.finish(&runs[0], Outcome::Done);
+        let sent = r.send(10 * k + 2);
+        let new = sent
+            .iter()
+            .filter(|p| p.subject.contains("MSG.NEXT"))
+            .count();
+        pulls += new;
+        assert!(pulls <= 4, "{pulls} pulls under way");
+    }
+    assert_eq!(pulls, 4);
 }
