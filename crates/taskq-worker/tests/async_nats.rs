@@ -1,6 +1,7 @@
 //! `AsyncWorker` on NATS JetStream, against real nats-server nodes on
-//! loopback: throughput at concurrency 1,000 on a 3-node cluster of each
-//! tested release, on one connection and the runtime's threads alone;
+//! loopback: throughput at concurrency 1,000 on each tested release, on the
+//! worker's two connections and the runtime's threads alone; TLS with a
+//! password in the address, which shows nowhere;
 //! connection resets at fixed byte counts through the chaos proxy; a worker
 //! killed with SIGKILL; the stream's leader killed under the worker; a job
 //! kept past its ack wait by touches; the two stops; weighted tubes;
@@ -1355,4 +1356,158 @@ fn an_idle_worker_exits_once_the_queue_is_empty_and_nothing_is_ack_pending() {
         "{ci:?}"
     );
     assert_eq!(js_admin(&c).stream_info("TASKQ").unwrap().messages, 0);
+}
+
+/// A `Write` into a shared buffer: the captured log.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Runs `f` on a current-thread runtime (every task of the worker on this
+/// thread) with every log event, down to trace, written to `log`.
+fn logged<T>(log: &Captured, f: impl std::future::Future<Output = T>) -> T {
+    let log = log.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || log.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(sub, || rt.block_on(f))
+}
+
+#[test]
+fn over_tls_with_a_password_in_the_address_jobs_are_done_and_no_secret_shows() {
+    let _one = heavy();
+    let pki = |n: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../taskq-producer/tests/tls")
+            .join(n)
+    };
+    let c = NatsCluster::builder()
+        .config(format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\" }}\n\
+             authorization {{ users = [ {{ user: alice, password: \"s3cret-pw\" }} ] }}",
+            pki("server.pem").display(),
+            pki("server-key.pem").display()
+        ))
+        .start()
+        .unwrap();
+    let host = c.addr(0).to_string();
+    let access = taskq_worker::NatsAccess {
+        tls: taskq_worker::TlsSettings {
+            ca_file: Some(pki("ca.pem")),
+            ..taskq_worker::TlsSettings::default()
+        },
+        ..taskq_worker::NatsAccess::default()
+    };
+    let mut p = Producer::builder()
+        .nats_access(access.clone())
+        .connect(format!("tls://alice:s3cret-pw@{host}").as_str())
+        .unwrap();
+    for i in 0..20 {
+        p.put(format!("sealed {i}").as_bytes(), PutOptions::default())
+            .unwrap();
+    }
+    let worker_cfg = |password: &str| Config {
+        servers: vec![format!("tls://alice:{password}@{host}")],
+        concurrency: 8,
+        max_jobs: Some(20),
+        io_timeout: Duration::from_secs(2),
+        reconnect_backoff: Backoff {
+            initial: Duration::from_millis(50),
+            max: Duration::from_millis(200),
+            jitter: Jitter::Full,
+        },
+        jetstream: JetStreamConfig {
+            access: access.clone(),
+            ..JetStreamConfig::default()
+        },
+        ..Config::default()
+    };
+    let log = Captured::default();
+    let worker = AsyncWorker::new(worker_cfg("s3cret-pw"), |job: AsyncJob| async move {
+        assert!(job.body().starts_with(b"sealed"));
+        Outcome::Done
+    })
+    .unwrap();
+    let shown = format!("{worker:?}");
+    let counts = logged(&log, async {
+        tokio::time::timeout(Duration::from_secs(30), worker.run())
+            .await
+            .expect("the worker ends within 30 s")
+    });
+    assert_eq!(counts.deleted, 20, "{counts}");
+    assert_eq!(
+        js_admin_tls(&host, &access)
+            .stream_info("TASKQ")
+            .unwrap()
+            .messages,
+        0
+    );
+    // A wrong password: refused, tried again with the backoff, and shown
+    // nowhere either.
+    let refused = Captured::default();
+    let worker = AsyncWorker::new(worker_cfg("wr0ng-pw"), |_job: AsyncJob| async {
+        Outcome::Done
+    })
+    .unwrap();
+    let shown_too = format!("{worker:?}");
+    let failed = logged(&refused, async {
+        worker
+            .run_until(tokio::time::sleep(Duration::from_millis(1500)))
+            .await
+    });
+    assert!(failed.connect_failures >= 1, "{failed}");
+    assert_eq!(failed.deleted, 0, "{failed}");
+    let logs = (log.text(), refused.text());
+    assert!(
+        logs.1.contains("cannot connect"),
+        "the refusal is logged: {}",
+        logs.1
+    );
+    for text in [
+        shown,
+        shown_too,
+        counts.to_string(),
+        failed.to_string(),
+        logs.0,
+        logs.1,
+    ] {
+        for secret in ["s3cret-pw", "wr0ng-pw"] {
+            assert!(!text.contains(secret), "{secret} shown in: {text}");
+        }
+    }
+}
+
+/// An admin connection over TLS with alice's password.
+fn js_admin_tls(host: &str, access: &taskq_worker::NatsAccess) -> NatsConnection {
+    let mut a = access.clone();
+    a.user = Some(("alice".into(), taskq_worker::Secret::new("s3cret-pw")));
+    NatsConnection::connect(
+        &[host],
+        taskq_connect::nats::NatsConfig {
+            access: a,
+            ..taskq_connect::nats::NatsConfig::default()
+        },
+    )
+    .unwrap()
 }
