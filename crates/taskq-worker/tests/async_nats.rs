@@ -1480,10 +1480,12 @@ fn over_tls_with_a_password_in_the_address_jobs_are_done_and_no_secret_shows() {
     assert_eq!(failed.deleted, 0, "{failed}");
     let logs = (log.text(), refused.text());
     assert!(
-        logs.1.contains("cannot connect"),
-        "the refusal is logged: {}",
+        logs.1.contains("cannot connect") && logs.1.contains("Authorization Violation"),
+        "the refusal is logged with the server's reason: {}",
         logs.1
     );
+    // Nothing of a job was sent: no outcome is unknown.
+    assert!(!logs.1.contains("outcome unknown"), "{}", logs.1);
     for text in [
         shown,
         shown_too,

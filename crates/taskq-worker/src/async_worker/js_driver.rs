@@ -31,7 +31,9 @@ use tokio::time::Sleep;
 
 use super::slot::{Inbox, SlotCell};
 use crate::config::Config;
-use crate::engine::nats::parts::{bury_copy_id, conn_error, jobs_out, kept_headers, Tube};
+use crate::engine::nats::parts::{
+    bury_copy_id, conn_error, connect_error, jobs_out, kept_headers, Tube,
+};
 use crate::engine::nats::{nats_config, seeds, set_up};
 use crate::machine::js::{JsMachine, JsStep};
 use crate::shared::Shared;
@@ -293,12 +295,12 @@ async fn open(
     let ncfg = nats_config(cfg, &addr);
     let mut api = AsyncNatsConn::connect(&seeds, &ncfg)
         .await
-        .map_err(conn_error)?;
+        .map_err(connect_error)?;
     let nodes = api.servers().len();
     let (layout, tubes) = set_up(&mut api, cfg, server, nodes).await?;
     let jobs = AsyncNatsConn::connect(&seeds, &ncfg)
         .await
-        .map_err(conn_error)?;
+        .map_err(connect_error)?;
     let conns = Conns {
         jobs,
         api: Some(api),

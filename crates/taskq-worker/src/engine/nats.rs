@@ -47,8 +47,8 @@ use super::seam::{
 use crate::config::Config;
 use crate::job_info::JobInfo;
 use parts::{
-    ack_kind, conn_error, delivered_info, keep_early, pick, resend, Buffers, Early, End, GivenBack,
-    Held, Owed, Pull, Tube,
+    ack_kind, conn_error, connect_error, delivered_info, keep_early, pick, resend, Buffers, Early,
+    End, GivenBack, Held, Owed, Pull, Tube,
 };
 
 pub(crate) mod parts;
@@ -165,7 +165,7 @@ impl Link for Nats {
             .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
         let seeds = seeds(&addr, nth, learned);
         let ncfg = nats_config(cfg, &addr);
-        let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(conn_error)?;
+        let mut conn = NatsConnection::connect(&seeds, ncfg).map_err(connect_error)?;
         let nodes = conn.servers().len();
         let (layout, tubes) = run_blocking(set_up(&mut conn, cfg, server, nodes))?;
         resend(&mut conn, carry).map_err(|e| {
@@ -484,7 +484,7 @@ pub(crate) async fn set_up<L: ApiLink>(
         .map_err(|e| ConnectionError::NotSent(std::io::Error::other(e.to_string())))?;
     let setup = |e: NatsError| {
         tracing::warn!(server, error = %e, "cannot set the JetStream stream or consumer up");
-        conn_error(e)
+        connect_error(e)
     };
     let replicas = cfg
         .jetstream

@@ -354,6 +354,17 @@ pub(crate) fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A failure to connect or to set the stream up, in the loop's terms:
+/// nothing of a job was sent, so no outcome is unknown (a refusal names
+/// the server's reason; a deadline stays a timeout, for its counter).
+pub(crate) fn connect_error(e: NatsError) -> ConnectionError {
+    match e {
+        NatsError::Timeout { waited } => ConnectionError::Timeout { waited },
+        NatsError::NotSent(io) => ConnectionError::NotSent(io),
+        other => ConnectionError::NotSent(std::io::Error::other(other.to_string())),
+    }
+}
+
 /// The transport's errors in the loop's terms.
 pub(crate) fn conn_error(e: NatsError) -> ConnectionError {
     match e {
