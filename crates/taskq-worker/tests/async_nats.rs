@@ -2,7 +2,8 @@
 //! loopback: throughput at concurrency 1,000 on each tested release, on the
 //! worker's two connections and the runtime's threads alone; TLS with a
 //! password in the address, which shows nowhere;
-//! connection resets at fixed byte counts through the chaos proxy; a worker
+//! connection resets at fixed byte counts and a silence through the chaos
+//! proxy; a worker
 //! killed with SIGKILL; the stream's leader killed under the worker; a job
 //! kept past its ack wait by touches; the two stops; weighted tubes;
 //! panicking handlers; an oversized job; a consumer paused before any
@@ -432,6 +433,69 @@ fn resets(tube: &str, direction: Direction, bytes: u64, min_reconnects: u64) {
         ci.delivered >= total_runs && ci.delivered >= counts.reserved,
         "{what}: {counts}"
     );
+}
+
+/// Replies stop coming through the proxy (on the worker's connection and on
+/// every one it opens until the silence ends) while jobs are delivered, run
+/// and acked: the worker notices by its reply deadline alone (the oldest
+/// ack confirmation or pull owed), closes the connection, and once replies
+/// flow again does every job, each ack confirmed, nothing lost and the
+/// counts those of the stream's own record. Deliveries the silence swallowed
+/// come back after the ack wait.
+#[test]
+fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resumes() {
+    let _one = heavy();
+    log_from_env();
+    let tube = "silence";
+    let c = NatsCluster::start(1).unwrap();
+    let ack_wait = Duration::from_secs(5);
+    js_setup(&c, tube, Some(ack_wait));
+    let n = 400u64;
+    let ids: HashSet<u64> = put_all(&c, tube, &numbered(n as usize))
+        .into_iter()
+        .collect();
+    let proxy = ChaosProxy::start(c.addr(0)).unwrap();
+    let config = Config {
+        io_timeout: Duration::from_secs(1),
+        ..cfg(&format!("nats://{}", proxy.addr()), tube, 10, ack_wait)
+    };
+    let (worker, runs) = counted_worker(config, 5);
+    let control = worker.control();
+    let rt = runtime();
+    let h = rt.spawn(worker.run());
+    assert!(
+        wait_until(Duration::from_secs(20), || control.counters().deleted >= 50),
+        "{}",
+        control.counters()
+    );
+    let detected = silence_until_detected(&proxy, || control.counters());
+    proxy.clear();
+    // The deadline of a waiting pull is the longest: the reserve slice (1 s)
+    // plus the I/O timeout (1 s); an ack's confirmation is due within 1 s.
+    assert!(detected <= Duration::from_millis(3000), "{detected:?}");
+    let mut rec = Record::new(&c);
+    let drained = wait_until(Duration::from_secs(60), || rec.tube_done(tube));
+    control.shutdown();
+    let counts = run_within(&rt, async { h.await.unwrap() }, Duration::from_secs(30));
+    let s = js_admin(&c).stream_info("TASKQ").unwrap();
+    let runs = runs.lock().unwrap();
+    let what = format!(
+        "silence detected after {detected:?}, {} connections through the proxy",
+        proxy.opened()
+    );
+    assert!(drained, "{what}: not drained: {counts}");
+    let removed = s.last_seq - s.messages;
+    check_ledger(&ids, &runs, &counts, removed, &what);
+    assert!(
+        counts.io_timeouts >= 1 && counts.reconnects >= 1,
+        "{what}: {counts}"
+    );
+    assert_eq!(
+        counts.ack_unknown, 0,
+        "{what}: every ack confirmed: {counts}"
+    );
+    assert_eq!((s.last_seq, s.messages), (n, 0), "{what}");
+    assert_eq!(counts.deleted, n, "{what}: {counts}");
 }
 
 /// Set in the child process of the kill -9 test: the cluster's address.
