@@ -2,7 +2,8 @@
 //! many tasks on one connection, each PubAck matched to its put by reply
 //! subject, checked against the stream's own record (every stored message
 //! read back); through cut connections the puts owed are sent again with
-//! their `Nats-Msg-Id` and each body is stored once.
+//! their `Nats-Msg-Id` and each body is stored once. Each test that puts
+//! runs on nats-server 2.9.10 and again on the pinned current release.
 #![cfg(feature = "tokio")]
 
 mod common;
@@ -10,7 +11,26 @@ mod common;
 use common::shared::{check_against_record, cut_run, put_from_tasks, run, stalled_run, Record};
 use taskq_connect::nats::{MsgSelect, NatsConfig, NatsConnection};
 use taskq_producer::{Error, PutOptions, PutOutcome, SharedProducer};
-use taskq_testkit::{ChaosProxy, Direction, NatsCluster};
+use taskq_testkit::{current_node, ChaosProxy, Direction, NatsCluster};
+
+/// A test of `body` on nats-server 2.9.10 (`name`) and the same on the
+/// pinned current release (`current`, which says it skipped where that
+/// binary is not here).
+macro_rules! on_both_servers {
+    ($name:ident, $current:ident, $body:ident) => {
+        #[test]
+        fn $name() {
+            $body(&NatsCluster::start(1).unwrap());
+        }
+
+        #[test]
+        fn $current() {
+            if let Some(c) = current_node() {
+                $body(&c);
+            }
+        }
+    };
+}
 
 /// Every message of the stream: sequence → (tube, body).
 fn stream_record(c: &NatsCluster) -> Record {
@@ -36,9 +56,13 @@ fn stream_record(c: &NatsCluster) -> Record {
     jobs
 }
 
-#[test]
-fn two_hundred_fifty_six_tasks_each_get_their_own_sequence_on_one_connection() {
-    let c = NatsCluster::start(1).unwrap();
+on_both_servers!(
+    two_hundred_fifty_six_tasks_each_get_their_own_sequence_on_one_connection,
+    on_a_current_server_two_hundred_fifty_six_tasks_each_get_their_own_sequence_on_one_connection,
+    two_hundred_fifty_six_tasks_each_get_their_own_sequence_on_one_connection_on
+);
+
+fn two_hundred_fifty_six_tasks_each_get_their_own_sequence_on_one_connection_on(c: &NatsCluster) {
     let url = c.url();
     let (outcomes, connects) = run(async {
         let p = SharedProducer::connect(&url).await.unwrap();
@@ -46,21 +70,27 @@ fn two_hundred_fifty_six_tasks_each_get_their_own_sequence_on_one_connection() {
         (outcomes, p.connects())
     });
     assert_eq!(connects, 1);
-    let jobs = stream_record(&c);
+    let jobs = stream_record(c);
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     assert_eq!((acked, unknown, jobs.len()), (25_600, 0, 25_600));
 }
 
-#[test]
-fn pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once() {
-    let c = NatsCluster::start(1).unwrap();
+on_both_servers!(
+    pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once,
+    on_a_current_server_pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once,
+    pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once_on
+);
+
+fn pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once_on(
+    c: &NatsCluster,
+) {
     let proxy = ChaosProxy::start(c.addr(0)).unwrap();
     let url = format!("nats://{}", proxy.addr());
     // Every connection closes after 20,000 bytes from the server (its INFO
     // and about 200 PubAcks): the PubAcks then owed are lost, and their puts
     // go again, with their ids, on the next connection.
     let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Downstream, 20_000), 64, 40);
-    let jobs = stream_record(&c);
+    let jobs = stream_record(c);
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     eprintln!("acked {acked}, unknown {unknown}, connects {connects}");
     // 2,560 PubAcks of over 40 bytes cannot pass through 20,000-byte connections in fewer than 5.
@@ -73,15 +103,19 @@ fn pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_onc
     assert_eq!(jobs.len(), 2_560, "each body stored once");
 }
 
-#[test]
-fn requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once() {
-    let c = NatsCluster::start(1).unwrap();
+on_both_servers!(
+    requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once,
+    on_a_current_server_requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once,
+    requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once_on
+);
+
+fn requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once_on(c: &NatsCluster) {
     let proxy = ChaosProxy::start(c.addr(0)).unwrap();
     let url = format!("nats://{}", proxy.addr());
     // Every connection forwards 30,000 bytes of requests (its CONNECT, and
     // about 230 publishes), then closes: the last is cut mid-way.
     let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Upstream, 30_000), 32, 60);
-    let jobs = stream_record(&c);
+    let jobs = stream_record(c);
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     eprintln!("acked {acked}, unknown {unknown}, connects {connects}");
     // 1,920 publishes of over 100 bytes need at least 7 connections of 30,000.
@@ -89,9 +123,13 @@ fn requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once() {
     assert_eq!((acked, unknown, jobs.len()), (1_920, 0, 1_920));
 }
 
-#[test]
-fn a_batch_and_lone_puts_share_the_connection_and_get_their_own_sequences() {
-    let c = NatsCluster::start(1).unwrap();
+on_both_servers!(
+    a_batch_and_lone_puts_share_the_connection_and_get_their_own_sequences,
+    on_a_current_server_a_batch_and_lone_puts_share_the_connection_and_get_their_own_sequences,
+    a_batch_and_lone_puts_share_the_connection_and_get_their_own_sequences_on
+);
+
+fn a_batch_and_lone_puts_share_the_connection_and_get_their_own_sequences_on(c: &NatsCluster) {
     let url = c.url();
     let (out, lone) = run(async {
         let p = SharedProducer::connect(&url).await.unwrap();
@@ -103,7 +141,7 @@ fn a_batch_and_lone_puts_share_the_connection_and_get_their_own_sequences() {
         assert_eq!(r.unwrap().inserted, 300);
         (out, lone.unwrap().get())
     });
-    let jobs = stream_record(&c);
+    let jobs = stream_record(c);
     for (i, o) in out.iter().enumerate() {
         let seq = o.id().expect("stored").get();
         assert_eq!(
@@ -128,14 +166,18 @@ fn a_tube_that_is_not_one_subject_token_is_refused_before_sending() {
     assert_eq!(stream_record(&c).len(), 1);
 }
 
-#[test]
-fn a_stopped_server_holds_puts_back_within_the_bound_and_they_go_on_after() {
-    let c = NatsCluster::start(1).unwrap();
+on_both_servers!(
+    a_stopped_server_holds_puts_back_within_the_bound_and_they_go_on_after,
+    on_a_current_server_a_stopped_server_holds_puts_back_within_the_bound_and_they_go_on_after,
+    a_stopped_server_holds_puts_back_within_the_bound_and_they_go_on_after_on
+);
+
+fn a_stopped_server_holds_puts_back_within_the_bound_and_they_go_on_after_on(c: &NatsCluster) {
     // SIGSTOP: every thread of the node stopped before `stop` returns.
     let (outcomes, most_waiting) =
         stalled_run(&c.url(), 32, || c.stop(0).unwrap(), || c.cont(0).unwrap());
     assert_eq!(most_waiting, 32, "at most max_queued_puts wait");
-    let mut jobs = stream_record(&c);
+    let mut jobs = stream_record(c);
     jobs.retain(|_, (_, b)| b != b"before");
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     assert_eq!((acked, unknown, jobs.len()), (400, 0, 400));
