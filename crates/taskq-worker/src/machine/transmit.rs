@@ -121,12 +121,8 @@ impl Machine {
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
         if self.life.up {
-            if let Some(front) = self.owed.front() {
-                let wait = match *front {
-                    Owed::Ask { wait } => wait,
-                    _ => 0,
-                };
-                at(self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait)));
+            if let Some(due) = self.front_due(sh) {
+                at(due);
             }
             if self.dry && self.asks == 0 && !self.blocking {
                 if let Some(p) = self.probe_at {
@@ -141,25 +137,28 @@ impl Machine {
         t
     }
 
+    /// When the reply at the front of the pipeline is overdue: the I/O
+    /// timeout, plus what a blocking reserve may take by design, after it
+    /// was sent or the reply before it came.
+    fn front_due(&self, sh: &Shared) -> Option<Instant> {
+        let wait = match self.owed.front()? {
+            Owed::Ask { wait } => *wait,
+            _ => 0,
+        };
+        Some(self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait)))
+    }
+
     /// Acts on the deadlines passed at `now`: a reply overdue breaks the
     /// connection (`true`: the driver closes it). (The idle exit's deadline
     /// is the driver's to act on: see [`is_idle`](Self::is_idle).)
     pub(crate) fn handle_timeout(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
-        let mut broke = false;
-        if self.life.up && !self.owed.is_empty() {
-            let wait = match self.owed.front() {
-                Some(Owed::Ask { wait }) => *wait,
-                _ => 0,
-            };
-            let due = self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait));
-            if now >= due {
-                let e = ConnectionError::Timeout {
-                    waited: now - self.front_since,
-                };
-                let _ = self.fault(sh, now, None, Fault::Conn(e), random);
-                broke = true;
-            }
+        if !self.life.up || self.front_due(sh).is_none_or(|due| now < due) {
+            return false;
         }
-        broke
+        let e = ConnectionError::Timeout {
+            waited: now - self.front_since,
+        };
+        let _ = self.fault(sh, now, None, Fault::Conn(e), random);
+        true
     }
 }
