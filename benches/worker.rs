@@ -1,7 +1,8 @@
 //! Worker drain throughput: the taskq-worker library (no-op handler, one thread,
 //! delete pipelined with the next reserve), the same with a window of 64
 //! prefetched jobs, and the `AsyncWorker` with 64 jobs in flight on one
-//! connection (a current-thread tokio runtime, no-op async handler), beside
+//! connection (a current-thread tokio runtime, no-op async handler), with
+//! each job looked up before it runs (the default) and without, beside
 //! two raw loops on a plain TcpStream against the same
 //! local beanstalkd in the same run: reserve/delete one command per write and
 //! read, and 64 `reserve-with-timeout 0` in one write then 64 deletes in one
@@ -10,7 +11,7 @@
 //! beanstalkd runs on core 0 and this process on core 1 (`taskset`, when there
 //! are two cores or more): on a 2-core machine a raw sync loop sharing cores
 //! with the server swings between two speeds. Each round starts with the next
-//! of the five drains.
+//! of the six drains.
 //!
 //! `cargo bench --bench worker` (env `TASKQ_BENCH_JOBS`, default 20000; `TASKQ_BENCH_ROUNDS`, default 3).
 //!
@@ -110,13 +111,15 @@ fn drain_worker(addr: SocketAddr, n: usize, prefetch: usize) -> (u64, u64) {
 
 /// The async worker with `concurrency` jobs in flight on one connection, on
 /// a current-thread runtime (one thread, as the blocking worker's).
-fn drain_async(addr: SocketAddr, n: usize, concurrency: usize) -> (u64, u64) {
+/// `lookup`: [`Config::job_lookup`] (each job looked up before it runs).
+fn drain_async(addr: SocketAddr, n: usize, concurrency: usize, lookup: bool) -> (u64, u64) {
     let worker = AsyncWorker::new(
         Config {
             servers: vec![addr.to_string()],
             concurrency,
             max_jobs: Some(n as u64),
             io_timeout: Duration::from_secs(2),
+            job_lookup: lookup,
             ..Config::default()
         },
         |_: AsyncJob| async { Outcome::Done },
@@ -248,24 +251,25 @@ fn main() {
             "not pinned"
         }
     );
-    let mut ratios: [Vec<f64>; 4] = Default::default();
+    let mut ratios: [Vec<f64>; 5] = Default::default();
     for round in 1..=rounds {
-        let drains: [&dyn Fn() -> (u64, u64); 5] = [
+        let drains: [&dyn Fn() -> (u64, u64); 6] = [
             &|| drain_raw(addr, n),
             &|| drain_raw_pipelined(addr, n),
             &|| drain_worker(addr, n, 1),
             &|| drain_worker(addr, n, 64),
-            &|| drain_async(addr, n, 64),
+            &|| drain_async(addr, n, 64, true),
+            &|| drain_async(addr, n, 64, false),
         ];
         // Each round starts with the next drain, so that none is always
         // measured in the same moment of a noisy machine.
-        let mut d: [Option<Drain>; 5] = Default::default();
+        let mut d: [Option<Drain>; 6] = Default::default();
         for k in 0..drains.len() {
             let which = (round - 1 + k) % drains.len();
             fill(addr, n);
             d[which] = Some(measure(server.pid(), n, drains[which]));
         }
-        let [Some(raw), Some(piped), Some(lib), Some(pre), Some(aw)] = d else {
+        let [Some(raw), Some(piped), Some(lib), Some(pre), Some(aw), Some(quick)] = d else {
             unreachable!("every drain ran");
         };
         let r = [
@@ -273,14 +277,15 @@ fn main() {
             pre.jobs_per_sec / raw.jobs_per_sec,
             pre.jobs_per_sec / piped.jobs_per_sec,
             aw.jobs_per_sec / pre.jobs_per_sec,
+            quick.jobs_per_sec / pre.jobs_per_sec,
         ];
         println!(
-            "round {round}: {n} jobs  raw sync {:>7.0}/s  raw pipelined K=64 {:>7.0}/s  worker {:>7.0}/s  worker --prefetch 64 {:>7.0}/s  async worker 64 {:>7.0}/s",
-            raw.jobs_per_sec, piped.jobs_per_sec, lib.jobs_per_sec, pre.jobs_per_sec, aw.jobs_per_sec
+            "round {round}: {n} jobs  raw sync {:>7.0}/s  raw pipelined K=64 {:>7.0}/s  worker {:>7.0}/s  worker --prefetch 64 {:>7.0}/s  async worker 64 {:>7.0}/s  without lookup {:>7.0}/s",
+            raw.jobs_per_sec, piped.jobs_per_sec, lib.jobs_per_sec, pre.jobs_per_sec, aw.jobs_per_sec, quick.jobs_per_sec
         );
         println!(
-            "    worker/raw sync {:.2}x  prefetch 64/raw sync {:.2}x  prefetch 64/raw pipelined {:.2}  async 64/prefetch 64 {:.2}",
-            r[0], r[1], r[2], r[3]
+            "    worker/raw sync {:.2}x  prefetch 64/raw sync {:.2}x  prefetch 64/raw pipelined {:.2}  async 64/prefetch 64 {:.2}  async 64 without lookup/prefetch 64 {:.2}",
+            r[0], r[1], r[2], r[3], r[4]
         );
         for (name, d) in [
             ("raw sync", &raw),
@@ -288,6 +293,7 @@ fn main() {
             ("worker", &lib),
             ("prefetch 64", &pre),
             ("async 64", &aw),
+            ("async no look", &quick),
         ] {
             let per = |x: u64| x as f64 / n as f64;
             println!(
@@ -307,7 +313,7 @@ fn main() {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let [a, b, c, d] = &mut ratios;
+    let [a, b, c, d, e] = &mut ratios;
     println!("worker/raw sync median ratio: {:.2}x", median(a));
     println!(
         "worker --prefetch 64/raw sync median ratio: {:.2}x",
@@ -320,5 +326,9 @@ fn main() {
     println!(
         "async worker, 64 in flight/worker --prefetch 64 median ratio: {:.2}",
         median(d)
+    );
+    println!(
+        "async worker, 64 in flight, job_lookup off/worker --prefetch 64 median ratio: {:.2}",
+        median(e)
     );
 }

@@ -76,6 +76,18 @@ pub struct Config {
     pub prefetch: usize,
     /// The JetStream layout and the settings of what the worker creates there.
     pub jetstream: JetStreamConfig,
+    /// Whether the [`AsyncWorker`](crate::AsyncWorker) looks each
+    /// beanstalkd job up (`stats-job`, pipelined with the other requests)
+    /// before its handler runs, so that `AsyncJob::tube()` and
+    /// `AsyncJob::attempt()` are known without a wait (default `true`).
+    /// That request is half again beanstalkd's work per job: a service whose
+    /// quick handlers read neither can turn it off. Then `attempt()` is 0
+    /// (not known), `tube()` names the tube watched (empty with several),
+    /// and a job that fails is looked up only then, for its settle
+    /// (`max_attempts` counts as before). JetStream tells both with the
+    /// delivery, and the thread [`Worker`](crate::Worker) asks only when a
+    /// handler calls [`Job::attempt`](crate::Job::attempt): neither reads it.
+    pub job_lookup: bool,
 }
 
 /// Shows every setting, the servers without the credentials their
@@ -101,6 +113,7 @@ impl std::fmt::Debug for Config {
             limits,
             prefetch,
             jetstream,
+            job_lookup,
         } = self;
         let servers: Vec<String> = servers
             .iter()
@@ -122,6 +135,7 @@ impl std::fmt::Debug for Config {
             .field("max_jobs", max_jobs)
             .field("limits", limits)
             .field("prefetch", prefetch)
+            .field("job_lookup", job_lookup)
             .field("jetstream", jetstream)
             .finish()
     }
@@ -198,6 +212,7 @@ impl Default for Config {
             limits: Limits::default(),
             prefetch: 1,
             jetstream: JetStreamConfig::default(),
+            job_lookup: true,
         }
     }
 }

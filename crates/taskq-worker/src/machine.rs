@@ -15,7 +15,9 @@
 //!   blocking reserve never holds a settle or a touch behind it;
 //! - the lookup: each job taken is looked up (`stats-job`, in the next
 //!   write) before its handler starts, so that the handler is told its tube
-//!   and attempt without a wait, and the settle has the job's numbers;
+//!   and attempt without a wait, and the settle has the job's numbers
+//!   (unless `Config::job_lookup` is off: then the job starts at once, and
+//!   only a settle that needs the numbers asks for them);
 //! - settling: the settle rule of `worker::settle` (a job done is deleted;
 //!   any other outcome releases with the backoff or buries after
 //!   `max_attempts`, by the job's numbers, asked for first where the job was
@@ -231,6 +233,11 @@ pub(crate) enum Step {
     Nothing,
     /// A job was taken into a slot: keep its body (its lookup follows).
     Hold(Start),
+    /// A job was taken into a slot and starts now, not looked up
+    /// ([`Config::job_lookup`](crate::Config::job_lookup) off): keep its
+    /// body and run it, its attempt not known (0), its tube the one
+    /// watched (none with several).
+    Take(Start),
     /// The job in `slot` was looked up: run it. Its tube's name is the one
     /// the lookup's reply carried; `attempt` counts as `max_attempts` does.
     Run {

@@ -271,6 +271,78 @@ fn a_panic_in_the_closure_or_its_future_is_a_failed_attempt_and_poison_jobs_are_
     );
 }
 
+/// With `Config::job_lookup` off a job starts as soon as it is reserved:
+/// the handler is told the tube watched and attempt 0 (not known), and the
+/// server's own count of `stats-job` requests shows a lookup only for each
+/// failure's settle (a job done is deleted without one). The failures still
+/// count as `max_attempts` does: released once, then buried.
+#[test]
+fn without_the_lookup_jobs_start_at_once_and_only_a_failure_is_looked_up() {
+    let server = Beanstalkd::start().unwrap();
+    let n = 300;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    let ids = put_all(server.addr(), "default", 60, &bodies);
+    let failing: Vec<u64> = (0..n).filter(|i| i % 10 == 0).map(|i| ids[i]).collect();
+    let cfg = Config {
+        job_lookup: false,
+        max_attempts: 2,
+        retry_backoff: Backoff {
+            initial: Duration::ZERO,
+            max: Duration::ZERO,
+            jitter: Jitter::None,
+        },
+        ..cfg(server.addr(), 16)
+    };
+    type Seen = Arc<std::sync::Mutex<Vec<(u64, u32, String)>>>;
+    let seen: Seen = Arc::default();
+    let s2 = seen.clone();
+    let worker = AsyncWorker::new(cfg, move |job: AsyncJob| {
+        s2.lock()
+            .unwrap()
+            .push((job.id().get(), job.attempt(), job.tube().to_owned()));
+        let i: usize = std::str::from_utf8(job.body()).unwrap().parse().unwrap();
+        async move {
+            if i.is_multiple_of(10) {
+                Outcome::Fail
+            } else {
+                Outcome::Done
+            }
+        }
+    })
+    .unwrap();
+    let before = record(server.addr());
+    let rt = runtime();
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(60), || {
+        drained(server.addr()) && record(server.addr()).buried == 30
+    });
+    let after = record(server.addr());
+    eprintln!("{counts}");
+    assert_eq!(
+        (counts.deleted, counts.released, counts.buried),
+        (270, 30, 30)
+    );
+    assert_eq!(
+        after.cmd_stats_job - before.cmd_stats_job,
+        60,
+        "one lookup for each failed run's settle, none before a job runs"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.len(),
+        330,
+        "each good job once, each failing one twice"
+    );
+    assert!(
+        seen.iter().all(|(_, a, t)| *a == 0 && t == "default"),
+        "{:?}",
+        seen.iter().find(|(_, a, t)| *a != 0 || t != "default")
+    );
+    for id in failing {
+        let (state, _, _, releases) = job_state(server.addr(), id).unwrap();
+        assert_eq!((state.as_str(), releases), ("buried", 1), "job {id}");
+    }
+}
+
 #[test]
 fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
     let server = Beanstalkd::start().unwrap();

@@ -160,6 +160,14 @@ fn take_replies(
         };
         match m.on_reply(sh, Instant::now(), answer, fastrand::u64(..)) {
             Ok(Step::Hold(start)) => cells[start.slot].hold(body, &[]),
+            Ok(Step::Take(start)) => {
+                cells[start.slot].hold(body, &[]);
+                let watched = match sh.cfg.tubes.as_slice() {
+                    [one] => one.as_str(),
+                    _ => "",
+                };
+                cells[start.slot].run(start.id, 0, watched);
+            }
             Ok(Step::Run { slot, id, attempt }) => cells[slot].run(id, attempt, tube),
             Ok(Step::Nothing) => {}
             Err(()) => return false,

@@ -221,7 +221,9 @@ impl AsyncJob {
     }
 
     /// The name of the tube the job was put in (looked up with the job,
-    /// before the handler runs: no request here).
+    /// before the handler runs: no request here). With
+    /// [`Config::job_lookup`](crate::Config::job_lookup) off, on
+    /// beanstalkd: the tube watched, or empty when several are.
     pub fn tube(&self) -> &str {
         &self.tube
     }
@@ -229,7 +231,8 @@ impl AsyncJob {
     /// This run's attempt number, counted as
     /// [`Config::max_attempts`](crate::Config::max_attempts) counts: 1 on
     /// the first run; on a failure the job is buried when it equals
-    /// `max_attempts`.
+    /// `max_attempts`. 0 (not known) with
+    /// [`Config::job_lookup`](crate::Config::job_lookup) off, on beanstalkd.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }

@@ -54,8 +54,11 @@ impl Machine {
                 } else {
                     self.blocking = false;
                 }
-                self.took(sh, now, took)
-                    .map(|s| s.map_or(Step::Nothing, Step::Hold))
+                self.took(sh, now, took).map(|s| match s {
+                    None => Step::Nothing,
+                    Some(s) if sh.cfg.job_lookup => Step::Hold(s),
+                    Some(s) => Step::Take(s),
+                })
             }
             (Owed::Settle { id, settle }, Answer::Settled(reply)) => {
                 let settled = Settled::of(settle == Settle::Delete, &reply);
@@ -241,8 +244,11 @@ impl Machine {
             info: None,
         };
         // Its tube and attempt are told to the handler: looked up first, in
-        // the next write (the settle needs the same numbers).
-        self.out.push_back(Out::Lookup(slot, id));
+        // the next write (the settle needs the same numbers), unless the
+        // handler is not told them.
+        if sh.cfg.job_lookup {
+            self.out.push_back(Out::Lookup(slot, id));
+        }
         Ok(Some(Start { slot, id }))
     }
 

@@ -76,6 +76,10 @@ impl Rig {
             };
             match self.m.on_reply(&self.sh, now, answer, 0) {
                 Ok(Step::Hold(s)) => starts.push(s),
+                Ok(Step::Take(s)) => {
+                    starts.push(s);
+                    self.runs.push((s.slot, 0));
+                }
                 Ok(Step::Run { slot, attempt, .. }) => self.runs.push((slot, attempt)),
                 Ok(Step::Nothing) => {}
                 Err(()) => return (starts, true),
@@ -227,6 +231,45 @@ fn a_failure_is_released_with_the_backoff_and_buried_after_the_last_attempt() {
     }
     let c = r.counts();
     assert_eq!((c.released, c.buried, c.deleted), (2, 1, 0));
+}
+
+#[test]
+fn without_the_lookup_a_job_runs_at_once_and_only_its_failure_is_looked_up() {
+    let cfg = Config {
+        max_attempts: 2,
+        job_lookup: false,
+        ..cfg(2)
+    };
+    let mut r = Rig::new(cfg);
+    assert_eq!(
+        r.send(0),
+        ["reserve-with-timeout 0", "reserve-with-timeout 0"]
+    );
+    let (s, broke) = r.reply(1, &[reserved(7), reserved(8)].concat());
+    assert!(!broke);
+    // Both run at once, their attempt not known; nothing is asked first.
+    assert_eq!(r.runs, [(s[0].slot, 0), (s[1].slot, 0)]);
+    assert_eq!(r.send(1), Vec::<String>::new());
+    // A job done is deleted without a lookup; one that failed is looked up
+    // for its settle, which its numbers decide.
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[1].slot, Outcome::Fail, false);
+    assert_eq!(
+        r.send(2),
+        [
+            "delete 7",
+            "stats-job 8",
+            "reserve-with-timeout 0",
+            "reserve-with-timeout 0"
+        ]
+    );
+    r.reply(3, b"DELETED\r\n");
+    r.reply(3, &stats(1));
+    // Released once before: this was its last attempt.
+    assert_eq!(r.send(3), ["bury 8 9"]);
+    r.reply(4, b"TIMED_OUT\r\nTIMED_OUT\r\nBURIED\r\n");
+    let c = r.counts();
+    assert_eq!((c.deleted, c.buried, c.released), (1, 1, 0));
 }
 
 #[test]
