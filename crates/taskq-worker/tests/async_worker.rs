@@ -343,6 +343,80 @@ fn without_the_lookup_jobs_start_at_once_and_only_a_failure_is_looked_up() {
     }
 }
 
+/// The async worker's counters through the same Prometheus endpoint as the
+/// thread worker's (`metrics::MetricsServer` on its `Control`), scraped over
+/// HTTP while its last job is held: what it says is the server's own record
+/// (`cmd-delete` over the run), and the held job is reserved, not deleted.
+#[cfg(feature = "metrics")]
+#[test]
+fn its_counters_are_scraped_mid_run_and_agree_with_the_servers_record() {
+    use std::io::{Read, Write};
+    let server = Beanstalkd::start().unwrap();
+    let n = 20;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let before = record(server.addr());
+    let go = Arc::new(tokio::sync::Notify::new());
+    let g2 = go.clone();
+    let worker = AsyncWorker::new(cfg(server.addr(), 4), move |job: AsyncJob| {
+        let last = job.body() == format!("{}", n - 1).as_bytes();
+        let go = g2.clone();
+        async move {
+            if last {
+                go.notified().await;
+            }
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let control = worker.control();
+    let metrics =
+        taskq_worker::metrics::MetricsServer::start("127.0.0.1:0", control.clone()).unwrap();
+    let rt = runtime();
+    let h = rt.spawn(worker.run());
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let c = control.counters();
+            c.reserved == n as u64 && c.deleted == n as u64 - 1
+        }),
+        "{}",
+        control.counters()
+    );
+    let mut s = std::net::TcpStream::connect(metrics.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {}\r\n\r\n",
+        metrics.addr()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let value = |name: &str| -> u64 {
+        let metric = format!("taskq_worker_{name}_total ");
+        out.lines()
+            .find_map(|l| l.strip_prefix(&metric))
+            .unwrap_or_else(|| panic!("{metric} missing in:\n{out}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let mid = record(server.addr());
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(value("reserved"), n as u64);
+    assert_eq!(value("deleted"), mid.cmd_delete - before.cmd_delete);
+    assert_eq!(value("deleted"), n as u64 - 1);
+    assert_eq!((mid.reserved, mid.ready), (1, 0), "the last job held");
+    assert_eq!((value("ack_unknown"), value("panicked")), (0, 0));
+    go.notify_one();
+    assert!(wait_until(Duration::from_secs(10), || drained(
+        server.addr()
+    )));
+    control.shutdown();
+    let counts = run_within(&rt, async { h.await.unwrap() }, Duration::from_secs(10));
+    assert_eq!(counts.deleted, n as u64);
+}
+
 #[test]
 fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
     let server = Beanstalkd::start().unwrap();
