@@ -7,16 +7,14 @@
 
 mod common;
 
-use std::future::{poll_fn, Future};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::pin::pin;
 use std::sync::mpsc;
-use std::task::Poll;
 use std::time::Duration;
 
 use common::shared::{
-    check_against_record, cut_run, put_from_tasks, run, stalled_run, tube_of, Record,
+    check_against_record, cut_run, drop_one_before_its_write_then_put, put_from_tasks, run,
+    stalled_run, tube_of, Record,
 };
 use common::{Act, FakePeer};
 use taskq_producer::{Error, PutOptions, PutOutcome, SharedProducer};
@@ -140,34 +138,10 @@ fn a_stalled_server_holds_puts_back_within_the_bound_and_they_go_on_after() {
     );
 }
 
-/// Polls `f` once, in the current task, and returns whether it finished.
-async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
-    let mut f = Some(f);
-    poll_fn(|cx| Poll::Ready(f.take().unwrap().poll(cx).is_ready())).await
-}
-
 #[test]
 fn a_put_dropped_before_its_write_is_never_sent() {
     let server = Beanstalkd::start().unwrap();
-    let addr = server.addr().to_string();
-    // One thread: the driver cannot run between handing the put in and dropping it.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let kept = rt.block_on(async {
-        let p = SharedProducer::connect(&addr).await.unwrap();
-        {
-            let dropped = pin!(p.put("tube0", b"dropped", PutOptions::default()));
-            assert!(!poll_once(dropped).await, "handed in, not answered");
-            assert_eq!(p.waiting(), 1);
-        }
-        assert_eq!(p.waiting(), 0, "taken back at once");
-        p.put("tube0", b"kept", PutOptions::default())
-            .await
-            .unwrap()
-            .get()
-    });
+    let kept = drop_one_before_its_write_then_put(&server.addr().to_string());
     let jobs = server_record(server.addr(), 1);
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[&kept].1, b"kept");

@@ -2,16 +2,21 @@
 //! many tasks on one connection, each PubAck matched to its put by reply
 //! subject, checked against the stream's own record (every stored message
 //! read back); through cut connections the puts owed are sent again with
-//! their `Nats-Msg-Id` and each body is stored once. Each test that puts
-//! runs on nats-server 2.9.10 and again on the pinned current release.
+//! their `Nats-Msg-Id` and each body is stored once; a put's future dropped
+//! before its write is never published, and one dropped after leaves its
+//! PubAck to nobody. Each test that puts runs on nats-server 2.9.10 and
+//! again on the pinned current release.
 #![cfg(feature = "tokio")]
 
 mod common;
 
-use common::shared::{check_against_record, cut_run, put_from_tasks, run, stalled_run, Record};
+use common::shared::{
+    check_against_record, cut_run, drop_one_before_its_write_then_put, put_from_tasks, run,
+    stalled_run, Record,
+};
 use taskq_connect::nats::{MsgSelect, NatsConfig, NatsConnection};
-use taskq_producer::{Error, PutOptions, PutOutcome, SharedProducer};
-use taskq_testkit::{current_node, ChaosProxy, Direction, NatsCluster};
+use taskq_producer::{Error, Producer, PutOptions, PutOutcome, SharedProducer};
+use taskq_testkit::{current_node, ChaosProxy, Direction, NatsCluster, Toxic};
 
 /// A test of `body` on nats-server 2.9.10 (`name`) and the same on the
 /// pinned current release (`current`, which says it skipped where that
@@ -181,4 +186,94 @@ fn a_stopped_server_holds_puts_back_within_the_bound_and_they_go_on_after_on(c: 
     jobs.retain(|_, (_, b)| b != b"before");
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     assert_eq!((acked, unknown, jobs.len()), (400, 0, 400));
+}
+
+on_both_servers!(
+    a_put_dropped_before_its_write_is_never_published,
+    on_a_current_server_a_put_dropped_before_its_write_is_never_published,
+    a_put_dropped_before_its_write_is_never_published_on
+);
+
+fn a_put_dropped_before_its_write_is_never_published_on(c: &NatsCluster) {
+    let kept = drop_one_before_its_write_then_put(&c.url());
+    let jobs = stream_record(c);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[&kept], ("tube0".to_owned(), b"kept".to_vec()));
+}
+
+on_both_servers!(
+    a_put_dropped_after_its_write_keeps_its_puback_from_the_next_caller,
+    on_a_current_server_a_put_dropped_after_its_write_keeps_its_puback_from_the_next_caller,
+    a_put_dropped_after_its_write_keeps_its_puback_from_the_next_caller_on
+);
+
+/// The first put's publish is stored, and its PubAck held back by the proxy
+/// (5 s of latency from the server) while its future is dropped: the PubAck
+/// then goes to nobody, and the next caller gets its own sequence, on the
+/// same connection.
+fn a_put_dropped_after_its_write_keeps_its_puback_from_the_next_caller_on(c: &NatsCluster) {
+    let proxy = ChaosProxy::start(c.addr(0)).unwrap();
+    let url = format!("nats://{}", proxy.addr());
+    let (warm, second, waiting, connects) = run(async {
+        let p = Producer::builder()
+            // Far beyond the held PubAcks: no deadline breaks the connection.
+            .io_timeout(std::time::Duration::from_secs(60))
+            .connect_shared(&url)
+            .await
+            .unwrap();
+        let warm = p
+            .put("tube0", b"warm", PutOptions::default())
+            .await
+            .unwrap();
+        proxy.add(
+            Toxic::Latency {
+                delay: std::time::Duration::from_secs(5),
+                jitter: std::time::Duration::ZERO,
+            },
+            Direction::Downstream,
+            1.0,
+        );
+        let first = tokio::spawn({
+            let p = p.clone();
+            async move { p.put("tube0", b"first", PutOptions::default()).await }
+        });
+        let admin = c.addr(0);
+        let stored = tokio::task::spawn_blocking(move || {
+            let mut a = NatsConnection::connect(&[admin.to_string()], NatsConfig::default())
+                .expect("admin");
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while std::time::Instant::now() < until {
+                if a.stream_info("TASKQ").expect("stream info").messages == 2 {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            false
+        })
+        .await
+        .unwrap();
+        assert!(stored, "the first put's publish reached the stream");
+        first.abort();
+        assert!(
+            first.await.unwrap_err().is_cancelled(),
+            "dropped while its PubAck was held"
+        );
+        let second = p.put("tube0", b"second", PutOptions::default()).await;
+        (
+            warm.get(),
+            second.map(|id| id.get()),
+            p.waiting(),
+            p.connects(),
+        )
+    });
+    let jobs = stream_record(c);
+    let second = second.unwrap();
+    assert_eq!(jobs[&warm], ("tube0".to_owned(), b"warm".to_vec()));
+    assert_eq!(jobs[&second], ("tube0".to_owned(), b"second".to_vec()));
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    assert!(
+        jobs.values().any(|(_, b)| b == b"first"),
+        "the dropped put was stored once: {jobs:?}"
+    );
+    assert_eq!((waiting, connects), (0, 1), "nothing waits, one connection");
 }

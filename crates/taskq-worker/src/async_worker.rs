@@ -128,15 +128,19 @@ where
 /// A worker whose handlers are async functions, on a tokio runtime.
 ///
 /// `Config::concurrency` is the number of jobs in flight per server, all
-/// on one connection to it: the reserves and settles are pipelined, their
-/// replies matched in order. It keeps the rules of [`Worker`](crate::Worker):
-/// a job is done only on `DELETED`; a failure is released with the retry
-/// backoff and buried after `max_attempts`; a handler's panic, in the
+/// on one connection to it: on beanstalkd the reserves and settles are
+/// pipelined, their replies matched in order; on JetStream (a `nats://` or
+/// `tls://` address) the jobs come from one pull consumer per tube, and each
+/// ack is matched to its confirmation by reply subject. It keeps the rules
+/// of [`Worker`](crate::Worker): a job is done only on the server's
+/// confirmation (`DELETED`, or the ack's); a failure is released with the
+/// retry backoff and buried after `max_attempts`; a handler's panic, in the
 /// closure or in its future, is a failed attempt (counted `panicked`); a
-/// job larger than `limits.max_job_size` is buried unread; every reply has
-/// a deadline, and a silent or broken connection is replaced with the
-/// reconnect backoff; a first stop takes nothing more and lets the running
-/// jobs finish, a second gives them back at once.
+/// job larger than `limits.max_job_size` is set aside unread (buried on
+/// beanstalkd, `+TERM` on JetStream); every reply has a deadline, and a
+/// silent or broken connection is replaced with the reconnect backoff; a
+/// first stop takes nothing more and lets the running jobs finish, a second
+/// gives them back at once.
 ///
 /// ```no_run
 /// use taskq_worker::{AsyncJob, AsyncWorker, Config, Outcome};

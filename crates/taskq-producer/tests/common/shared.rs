@@ -24,6 +24,37 @@ pub fn run<T>(f: impl Future<Output = T>) -> T {
     })
 }
 
+/// Polls `f` once, in the current task, and returns whether it finished.
+async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
+    let mut f = Some(f);
+    std::future::poll_fn(|cx| std::task::Poll::Ready(f.take().unwrap().poll(cx).is_ready())).await
+}
+
+/// On a current-thread runtime, so that the driver cannot run between
+/// handing a put in and dropping it: connects a shared producer to `addr`,
+/// hands in a put of `dropped` to `tube0` and drops its future before the
+/// driver wrote it (it is taken back at once), then puts `kept` there.
+/// Returns the kept put's id.
+pub fn drop_one_before_its_write_then_put(addr: &str) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let p = SharedProducer::connect(addr).await.unwrap();
+        {
+            let dropped = std::pin::pin!(p.put("tube0", b"dropped", PutOptions::default()));
+            assert!(!poll_once(dropped).await, "handed in, not answered");
+            assert_eq!(p.waiting(), 1);
+        }
+        assert_eq!(p.waiting(), 0, "taken back at once");
+        p.put("tube0", b"kept", PutOptions::default())
+            .await
+            .unwrap()
+            .get()
+    })
+}
+
 /// What each caller came to: (tube, body, outcome) for every put.
 pub type Outcomes = Vec<(String, Vec<u8>, Result<u64, Error>)>;
 
