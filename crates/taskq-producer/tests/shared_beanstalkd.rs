@@ -18,7 +18,7 @@ use common::shared::{
 };
 use common::{Act, FakePeer};
 use taskq_producer::{Error, PutOptions, PutOutcome, SharedProducer};
-use taskq_testkit::{Beanstalkd, ChaosProxy, Direction};
+use taskq_testkit::{Beanstalkd, ChaosProxy, Direction, Toxic};
 
 /// Every job of `tubes` tubes on the server, reserved and deleted.
 fn server_record(addr: std::net::SocketAddr, tubes: usize) -> Record {
@@ -80,12 +80,22 @@ fn tube_changes_in_flight_insert_a_use_only_where_the_tube_changes() {
 
 #[test]
 fn replies_cut_off_mid_run_leave_every_acknowledged_job_its_callers() {
+    replies_cut_off(Toxic::LimitData { bytes: 3_000 });
+}
+
+#[test]
+fn replies_reset_mid_run_leave_every_acknowledged_job_its_callers() {
+    replies_cut_off(Toxic::ResetAfterData { bytes: 3_000 });
+}
+
+fn replies_cut_off(cut: Toxic) {
     let server = Beanstalkd::start().unwrap();
     let proxy = ChaosProxy::start(server.addr()).unwrap();
-    // Every connection closes after 3,000 bytes of replies (about 230
-    // `INSERTED`s): the puts then owed are unknown, the rest go on anew.
+    // Every connection closes (or is reset) after 3,000 bytes of replies
+    // (about 230 `INSERTED`s): the puts then owed are unknown, the rest go
+    // on anew.
     let url = proxy.addr().to_string();
-    let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Downstream, 3_000), 64, 60);
+    let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Downstream, cut), 64, 60);
     let jobs = server_record(server.addr(), 2);
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     eprintln!(
@@ -100,12 +110,21 @@ fn replies_cut_off_mid_run_leave_every_acknowledged_job_its_callers() {
 
 #[test]
 fn requests_cut_off_mid_put_are_unknown_or_not_sent_never_misplaced() {
+    requests_cut_off(Toxic::LimitData { bytes: 5_000 });
+}
+
+#[test]
+fn requests_reset_mid_put_are_unknown_or_not_sent_never_misplaced() {
+    requests_cut_off(Toxic::ResetAfterData { bytes: 5_000 });
+}
+
+fn requests_cut_off(cut: Toxic) {
     let server = Beanstalkd::start().unwrap();
     let proxy = ChaosProxy::start(server.addr()).unwrap();
-    // Each connection forwards 5,000 bytes of requests, then closes: the
-    // last put is cut mid-line or mid-body.
+    // Each connection forwards 5,000 bytes of requests, then closes (or is
+    // reset): the last put is cut mid-line or mid-body.
     let url = proxy.addr().to_string();
-    let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Upstream, 5_000), 32, 50);
+    let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Upstream, cut), 32, 50);
     let jobs = server_record(server.addr(), 2);
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     eprintln!("acked {acked}, unknown {unknown}, connects {connects}");

@@ -18,20 +18,20 @@ use taskq_connect::nats::{MsgSelect, NatsConfig, NatsConnection};
 use taskq_producer::{Error, Producer, PutOptions, PutOutcome, SharedProducer};
 use taskq_testkit::{current_node, ChaosProxy, Direction, NatsCluster, Toxic};
 
-/// A test of `body` on nats-server 2.9.10 (`name`) and the same on the
-/// pinned current release (`current`, which says it skipped where that
-/// binary is not here).
+/// A test of `body` (given the node, then any further arguments) on
+/// nats-server 2.9.10 (`name`) and the same on the pinned current release
+/// (`current`, which says it skipped where that binary is not here).
 macro_rules! on_both_servers {
-    ($name:ident, $current:ident, $body:ident) => {
+    ($name:ident, $current:ident, $body:ident $(, $arg:expr)*) => {
         #[test]
         fn $name() {
-            $body(&NatsCluster::start(1).unwrap());
+            $body(&NatsCluster::start(1).unwrap() $(, $arg)*);
         }
 
         #[test]
         fn $current() {
             if let Some(c) = current_node() {
-                $body(&c);
+                $body(&c $(, $arg)*);
             }
         }
     };
@@ -83,18 +83,24 @@ fn two_hundred_fifty_six_tasks_each_get_their_own_sequence_on_one_connection_on(
 on_both_servers!(
     pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once,
     on_a_current_server_pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once,
-    pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once_on
+    pubacks_cut_off,
+    Toxic::LimitData { bytes: 20_000 }
 );
 
-fn pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_once_on(
-    c: &NatsCluster,
-) {
+on_both_servers!(
+    pubacks_reset_mid_run_are_resolved_by_resending_and_each_body_is_stored_once,
+    on_a_current_server_pubacks_reset_mid_run_are_resolved_by_resending_and_each_body_is_stored_once,
+    pubacks_cut_off,
+    Toxic::ResetAfterData { bytes: 20_000 }
+);
+
+fn pubacks_cut_off(c: &NatsCluster, cut: Toxic) {
     let proxy = ChaosProxy::start(c.addr(0)).unwrap();
     let url = format!("nats://{}", proxy.addr());
-    // Every connection closes after 20,000 bytes from the server (its INFO
-    // and about 200 PubAcks): the PubAcks then owed are lost, and their puts
-    // go again, with their ids, on the next connection.
-    let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Downstream, 20_000), 64, 40);
+    // Every connection closes (or is reset) after 20,000 bytes from the
+    // server (its INFO and about 200 PubAcks): the PubAcks then owed are
+    // lost, and their puts go again, with their ids, on the next connection.
+    let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Downstream, cut), 64, 40);
     let jobs = stream_record(c);
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     eprintln!("acked {acked}, unknown {unknown}, connects {connects}");
@@ -111,15 +117,24 @@ fn pubacks_cut_off_mid_run_are_resolved_by_resending_and_each_body_is_stored_onc
 on_both_servers!(
     requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once,
     on_a_current_server_requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once,
-    requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once_on
+    requests_cut_off,
+    Toxic::LimitData { bytes: 30_000 }
 );
 
-fn requests_cut_off_mid_publish_are_resent_with_their_ids_and_stored_once_on(c: &NatsCluster) {
+on_both_servers!(
+    requests_reset_mid_publish_are_resent_with_their_ids_and_stored_once,
+    on_a_current_server_requests_reset_mid_publish_are_resent_with_their_ids_and_stored_once,
+    requests_cut_off,
+    Toxic::ResetAfterData { bytes: 30_000 }
+);
+
+fn requests_cut_off(c: &NatsCluster, cut: Toxic) {
     let proxy = ChaosProxy::start(c.addr(0)).unwrap();
     let url = format!("nats://{}", proxy.addr());
     // Every connection forwards 30,000 bytes of requests (its CONNECT, and
-    // about 230 publishes), then closes: the last is cut mid-way.
-    let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Upstream, 30_000), 32, 60);
+    // about 230 publishes), then closes (or is reset): the last is cut
+    // mid-way.
+    let (outcomes, connects) = cut_run(&proxy, &url, (Direction::Upstream, cut), 32, 60);
     let jobs = stream_record(c);
     let (acked, unknown) = check_against_record(&outcomes, &jobs);
     eprintln!("acked {acked}, unknown {unknown}, connects {connects}");

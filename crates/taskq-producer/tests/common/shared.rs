@@ -131,12 +131,13 @@ pub fn check_against_record(outcomes: &Outcomes, jobs: &Record) -> (usize, usize
 }
 
 /// A shared producer through `proxy`, whose every connection from then on
-/// closes after `bytes` bytes in `direction`; `tasks` × `per_task` puts over
-/// two tubes. Returns the outcomes and the connections opened.
+/// is cut by `toxic` (a close or a reset after so many bytes) in
+/// `direction`; `tasks` × `per_task` puts over two tubes. Returns the
+/// outcomes and the connections opened.
 pub fn cut_run(
     proxy: &ChaosProxy,
     url: &str,
-    (direction, bytes): (Direction, u64),
+    (direction, toxic): (Direction, Toxic),
     tasks: usize,
     per_task: usize,
 ) -> (Outcomes, u64) {
@@ -147,7 +148,7 @@ pub fn cut_run(
             .connect_shared(url)
             .await
             .unwrap();
-        proxy.add(Toxic::LimitData { bytes }, direction, 1.0);
+        proxy.add(toxic, direction, 1.0);
         let outcomes = put_from_tasks(&p, tasks, per_task, 2).await;
         (outcomes, p.connects())
     })
