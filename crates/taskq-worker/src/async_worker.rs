@@ -20,6 +20,7 @@ use taskq_connect::{Address, Engine};
 use crate::config::{Config, ConfigError};
 use crate::counters::Snapshot;
 use crate::handler::Outcome;
+use crate::machine::{Answered, Asked};
 use crate::shared::Shared;
 use crate::worker::Control;
 
@@ -35,21 +36,21 @@ use slot::{Inbox, SlotCell};
 trait Hands {
     /// The handler in `slot` ended with `outcome`.
     fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool);
-    /// The handler in `slot` asks to touch job `id`.
-    fn touch(&mut self, slot: usize, id: u64);
-    /// The next answer to a touch.
-    fn touched(&mut self) -> Option<(usize, u64, Result<(), crate::job::JobError>)>;
+    /// The handler of job `id` in `slot` asks `what` of it.
+    fn ask(&mut self, slot: usize, id: u64, what: Asked);
+    /// The next answer to what a handler asked.
+    fn answered(&mut self) -> Option<(usize, u64, Answered)>;
 }
 
 impl Hands for crate::machine::Machine {
     fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
         crate::machine::Machine::finished(self, sh, slot, outcome, panicked);
     }
-    fn touch(&mut self, slot: usize, id: u64) {
-        crate::machine::Machine::touch(self, slot, id);
+    fn ask(&mut self, slot: usize, id: u64, what: Asked) {
+        crate::machine::Machine::handler_asks(self, slot, id, what);
     }
-    fn touched(&mut self) -> Option<(usize, u64, Result<(), crate::job::JobError>)> {
-        crate::machine::Machine::touched(self)
+    fn answered(&mut self) -> Option<(usize, u64, Answered)> {
+        crate::machine::Machine::answered(self)
     }
 }
 
@@ -57,17 +58,17 @@ impl Hands for crate::machine::js::JsMachine {
     fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
         crate::machine::js::JsMachine::finished(self, sh, slot, outcome, panicked);
     }
-    fn touch(&mut self, slot: usize, id: u64) {
-        crate::machine::js::JsMachine::touch(self, slot, id);
+    fn ask(&mut self, slot: usize, id: u64, what: Asked) {
+        crate::machine::js::JsMachine::handler_asks(self, slot, id, what);
     }
-    fn touched(&mut self) -> Option<(usize, u64, Result<(), crate::job::JobError>)> {
-        crate::machine::js::JsMachine::touched(self)
+    fn answered(&mut self) -> Option<(usize, u64, Answered)> {
+        crate::machine::js::JsMachine::answered(self)
     }
 }
 
 /// A driver's turn with its slots: a second stop drops the running
 /// handlers' futures (once: `aborted`); the slots' messages go to the
-/// machine, and the touches' answers to the slots.
+/// machine, and the answers to what they asked to the slots.
 fn hand_over(
     sh: &Shared,
     m: &mut impl Hands,
@@ -88,11 +89,11 @@ fn hand_over(
                 outcome,
                 panicked,
             } => m.finished(sh, slot, outcome, panicked),
-            slot::Msg::Touch { slot, id } => m.touch(slot, id),
+            slot::Msg::Ask { slot, id, what } => m.ask(slot, id, what),
         }
     }
-    while let Some((slot, id, r)) = m.touched() {
-        cells[slot].answer_touch(id, r);
+    while let Some((slot, id, a)) = m.answered() {
+        cells[slot].answer(id, a);
     }
 }
 

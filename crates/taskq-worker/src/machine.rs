@@ -250,6 +250,35 @@ pub(crate) enum Step {
     },
 }
 
+/// What a handler asks of its job's server while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// Restart the job's lease.
+    Touch,
+    /// The job's numbers (`stats-job` on beanstalkd; the delivery's on
+    /// JetStream, known without a request).
+    Stats,
+}
+
+/// The answer to what a handler asked.
+#[derive(Debug)]
+pub(crate) enum Answered {
+    Touch(Result<(), JobError>),
+    Stats(Result<JobInfo, JobError>),
+}
+
+impl Asked {
+    /// The answer when the job's connection broke (or the job is no longer
+    /// the slot's).
+    pub(crate) fn broken(self) -> Answered {
+        let e = JobError::Connection(ConnectionError::Broken);
+        match self {
+            Asked::Touch => Answered::Touch(Err(e)),
+            Asked::Stats => Answered::Stats(Err(e)),
+        }
+    }
+}
+
 /// A reply owed, in the order sent.
 #[derive(Debug, Clone, Copy)]
 enum Owed {
@@ -277,6 +306,11 @@ enum Owed {
         slot: usize,
         id: u64,
     },
+    /// A lookup its handler asked for.
+    Stats {
+        slot: usize,
+        id: u64,
+    },
 }
 
 /// A request decided and not yet given to the sink.
@@ -284,7 +318,7 @@ enum Owed {
 enum Out {
     Settle(u64, Settle),
     Info(u64, Outcome, bool),
-    Touch(usize, u64),
+    Ask(usize, u64, Asked),
     Lookup(usize, u64),
 }
 
@@ -330,8 +364,8 @@ pub(crate) struct Machine {
     /// No job may be out: the last blocking reserve found none.
     quiet: bool,
     sched: Option<Schedule>,
-    /// Answers for handlers' touches: (slot, job, result).
-    touches: VecDeque<(usize, u64, Result<(), JobError>)>,
+    /// Answers to what handlers asked: (slot, job, answer).
+    answers: VecDeque<(usize, u64, Answered)>,
 }
 
 impl Machine {
@@ -358,7 +392,7 @@ impl Machine {
                 .cfg
                 .is_weighted()
                 .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
-            touches: VecDeque::new(),
+            answers: VecDeque::new(),
         }
     }
 
@@ -428,7 +462,8 @@ impl Machine {
                     Counters::add(&sh.counters.lease_dropped);
                     sh.give_ticket();
                 }
-                Owed::Touch { slot, id } => self.touch_failed(slot, id),
+                Owed::Touch { slot, id } => self.cannot_answer(slot, id, Asked::Touch),
+                Owed::Stats { slot, id } => self.cannot_answer(slot, id, Asked::Stats),
             }
         }
         while let Some(o) = self.out.pop_front() {
@@ -439,7 +474,7 @@ impl Machine {
                     sh.give_ticket();
                 }
                 Out::Lookup(..) => {}
-                Out::Touch(slot, id) => self.touch_failed(slot, id),
+                Out::Ask(slot, id, what) => self.cannot_answer(slot, id, what),
             }
         }
         for k in 0..self.slots.len() {
@@ -506,32 +541,32 @@ impl Machine {
         }
     }
 
-    /// The handler in `slot` asks to restart the lease of its job `job`: the touch
-    /// goes out with the next write, and its answer comes back through
-    /// [`touched`](Self::touched). Refused at once when the job's
+    /// The handler in `slot` asks `what` of its job `job` (a touch, to
+    /// restart its lease; its numbers, `stats-job`): the request goes out
+    /// with the next write, and its answer comes back through
+    /// [`answered`](Self::answered). Refused at once when the job's
     /// connection broke.
-    pub(crate) fn touch(&mut self, slot: usize, job: u64) {
+    pub(crate) fn handler_asks(&mut self, slot: usize, job: u64, what: Asked) {
         match self.slots.get(slot).copied() {
             Some(Slot::Running { id, epoch, .. })
                 if id == job && self.life.up && epoch == self.epoch =>
             {
-                self.out.push_back(Out::Touch(slot, id));
+                self.out.push_back(Out::Ask(slot, id, what));
             }
-            _ => self.touch_failed(slot, job),
+            _ => self.cannot_answer(slot, job, what),
         }
     }
 
-    /// The touch of job `id` in `slot` cannot be answered: its connection
-    /// broke (or the job is no longer the slot's).
-    fn touch_failed(&mut self, slot: usize, id: u64) {
-        let e = JobError::Connection(ConnectionError::Broken);
-        self.touches.push_back((slot, id, Err(e)));
+    /// What job `id`'s handler in `slot` asked cannot be answered: its
+    /// connection broke (or the job is no longer the slot's).
+    fn cannot_answer(&mut self, slot: usize, id: u64, what: Asked) {
+        self.answers.push_back((slot, id, what.broken()));
     }
 
-    /// The next answer to a handler's touch: its slot, its job, and the
-    /// result.
-    pub(crate) fn touched(&mut self) -> Option<(usize, u64, Result<(), JobError>)> {
-        self.touches.pop_front()
+    /// The next answer to what a handler asked: its slot, its job, and the
+    /// answer.
+    pub(crate) fn answered(&mut self) -> Option<(usize, u64, Answered)> {
+        self.answers.pop_front()
     }
 
     /// The idle-exit rule for this connection at `now`: quiet (no job taken,

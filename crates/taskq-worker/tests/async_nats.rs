@@ -1277,6 +1277,10 @@ fn a_handler_is_told_the_headers_the_tube_and_the_attempt_on_a_redelivery() {
     put_all(&c, "a", &[b"y".to_vec()]);
     let told: Arc<Mutex<Told>> = Arc::default();
     let t2 = told.clone();
+    // What each run's `stats()` said: (body, reserves).
+    type Reserves = Arc<Mutex<Vec<(Vec<u8>, u64)>>>;
+    let stats: Reserves = Arc::default();
+    let s2 = stats.clone();
     let config = Config {
         tubes: vec!["a".into(), "b".into()],
         max_attempts: 3,
@@ -1313,12 +1317,30 @@ fn a_handler_is_told_the_headers_the_tube_and_the_attempt_on_a_redelivery() {
             },
             _ => Outcome::Done,
         };
-        async move { outcome }
+        let s2 = s2.clone();
+        async move {
+            // From the delivery, without a request.
+            let reserves = job.stats().await.expect("the job is held").reserves;
+            s2.lock().unwrap().push((job.body().to_vec(), reserves));
+            outcome
+        }
     })
     .unwrap();
     let rt = runtime();
     let counts = run_within(&rt, worker.run(), Duration::from_secs(30));
     assert_eq!((counts.deleted, counts.released), (2, 2), "{counts}");
+    let mut stats = stats.lock().unwrap().clone();
+    stats.sort();
+    assert_eq!(
+        stats,
+        [
+            (b"x".to_vec(), 1),
+            (b"x".to_vec(), 2),
+            (b"y".to_vec(), 1),
+            (b"y".to_vec(), 2)
+        ],
+        "each run's stats() counts its delivery"
+    );
     let mut told = told.lock().unwrap().clone();
     told.sort();
     let x = [

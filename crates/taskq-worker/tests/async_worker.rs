@@ -271,6 +271,21 @@ fn a_panic_in_the_closure_or_its_future_is_a_failed_attempt_and_poison_jobs_are_
     );
 }
 
+/// `concurrency` jobs in flight with `Config::job_lookup` off, two
+/// attempts, and no wait before a retry.
+fn without_lookup(addr: SocketAddr, concurrency: usize) -> Config {
+    Config {
+        job_lookup: false,
+        max_attempts: 2,
+        retry_backoff: Backoff {
+            initial: Duration::ZERO,
+            max: Duration::ZERO,
+            jitter: Jitter::None,
+        },
+        ..cfg(addr, concurrency)
+    }
+}
+
 /// With `Config::job_lookup` off a job starts as soon as it is reserved:
 /// the handler is told the tube watched and attempt 0 (not known), and the
 /// server's own count of `stats-job` requests shows a lookup only for each
@@ -283,16 +298,7 @@ fn without_the_lookup_jobs_start_at_once_and_only_a_failure_is_looked_up() {
     let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
     let ids = put_all(server.addr(), "default", 60, &bodies);
     let failing: Vec<u64> = (0..n).filter(|i| i % 10 == 0).map(|i| ids[i]).collect();
-    let cfg = Config {
-        job_lookup: false,
-        max_attempts: 2,
-        retry_backoff: Backoff {
-            initial: Duration::ZERO,
-            max: Duration::ZERO,
-            jitter: Jitter::None,
-        },
-        ..cfg(server.addr(), 16)
-    };
+    let cfg = without_lookup(server.addr(), 16);
     type Seen = Arc<std::sync::Mutex<Vec<(u64, u32, String)>>>;
     let seen: Seen = Arc::default();
     let s2 = seen.clone();
@@ -340,6 +346,61 @@ fn without_the_lookup_jobs_start_at_once_and_only_a_failure_is_looked_up() {
     for id in failing {
         let (state, _, _, releases) = job_state(server.addr(), id).unwrap();
         assert_eq!((state.as_str(), releases), ("buried", 1), "job {id}");
+    }
+}
+
+/// With the lookup off, a handler that needs its job's numbers asks for
+/// them (`stats().await`, one `stats-job` each): it is told the releases
+/// the server counts, and the failure's settle uses those numbers and asks
+/// no more, by beanstalkd's own count of `stats-job` requests.
+#[test]
+fn a_handler_asks_for_its_jobs_numbers_when_the_lookup_is_off() {
+    let server = Beanstalkd::start().unwrap();
+    let n = 100;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 60, &bodies);
+    let cfg = without_lookup(server.addr(), 8);
+    // What each failing run's stats() said: (job, releases).
+    let told: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let t2 = told.clone();
+    let worker = AsyncWorker::new(cfg, move |job: AsyncJob| {
+        let t2 = t2.clone();
+        async move {
+            let i: usize = std::str::from_utf8(job.body()).unwrap().parse().unwrap();
+            if !i.is_multiple_of(10) {
+                return Outcome::Done;
+            }
+            let info = job.stats().await.expect("the job is ours");
+            t2.lock().unwrap().push((job.id().get(), info.releases));
+            Outcome::Fail
+        }
+    })
+    .unwrap();
+    let before = record(server.addr());
+    let rt = runtime();
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(60), || {
+        drained(server.addr()) && record(server.addr()).buried == 10
+    });
+    let after = record(server.addr());
+    assert_eq!(
+        (counts.deleted, counts.released, counts.buried),
+        (90, 10, 10)
+    );
+    assert_eq!(
+        after.cmd_stats_job - before.cmd_stats_job,
+        20,
+        "one lookup for each failing run, asked by its handler, none by its settle"
+    );
+    let mut told = told.lock().unwrap().clone();
+    told.sort();
+    assert_eq!(told.len(), 20, "{told:?}");
+    for pair in told.chunks(2) {
+        assert_eq!(pair[0].0, pair[1].0, "{told:?}");
+        assert_eq!(
+            (pair[0].1, pair[1].1),
+            (0, 1),
+            "releases as the server counts them"
+        );
     }
 }
 

@@ -21,6 +21,8 @@ use tokio::sync::Notify;
 use crate::counters::Counters;
 use crate::handler::{panic_message, Outcome};
 use crate::job::JobError;
+use crate::job_info::JobInfo;
+use crate::machine::{Answered, Asked};
 use crate::shared::Shared;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -36,8 +38,8 @@ pub(super) enum Msg {
         outcome: Outcome,
         panicked: bool,
     },
-    /// The handler of job `id` in `slot` asks to touch it.
-    Touch { slot: usize, id: u64 },
+    /// The handler of job `id` in `slot` asks `what` of it.
+    Ask { slot: usize, id: u64, what: Asked },
 }
 
 /// A driver's inbox: its slots' messages, and the wake-up for them.
@@ -86,9 +88,10 @@ struct SlotState {
     headers: Vec<u8>,
     /// The tube of the job held, or a spare string.
     tube: String,
-    /// Answers to touches: the job's id, and the result (two at most: the
-    /// running job's, and one of a job its handler kept past its end).
-    touched: Vec<(u64, Result<(), JobError>)>,
+    /// Answers to what handlers asked: the job's id, and the answer (few:
+    /// the running job's, and those of a job its handler kept past its
+    /// end).
+    answers: Vec<(u64, Answered)>,
     /// The worker is over: the slot's task ends.
     closed: bool,
 }
@@ -113,7 +116,7 @@ impl SlotCell {
             inbox,
             state: Mutex::new(SlotState {
                 body: Vec::with_capacity(crate::engine::BODY_ROOM),
-                touched: Vec::with_capacity(2),
+                answers: Vec::with_capacity(2),
                 ..SlotState::default()
             }),
             wake: Notify::new(),
@@ -137,16 +140,16 @@ impl SlotCell {
         let mut st = lock(&self.state);
         st.tube.clear();
         st.tube.push_str(tube);
-        // Answers nobody waits for (a touch given up by an earlier job).
-        st.touched.clear();
+        // Answers nobody waits for (asked by an earlier job, given up).
+        st.answers.clear();
         st.given = Some(Given { id, attempt });
         drop(st);
         self.wake.notify_one();
     }
 
-    /// The answer to job `id`'s touch.
-    pub(super) fn answer_touch(&self, id: u64, r: Result<(), JobError>) {
-        lock(&self.state).touched.push((id, r));
+    /// The answer to what job `id`'s handler asked.
+    pub(super) fn answer(&self, id: u64, a: Answered) {
+        lock(&self.state).answers.push((id, a));
         self.wake.notify_one();
     }
 
@@ -263,17 +266,53 @@ impl AsyncJob {
     /// [`JobError::Connection`] when that connection broke (the server has
     /// the job back).
     pub async fn touch(&self) -> Result<(), JobError> {
-        self.cell.inbox.send(Msg::Touch {
+        match self.ask(Asked::Touch).await {
+            Answered::Touch(r) => r,
+            Answered::Stats(_) => unreachable!("a touch is answered as one"),
+        }
+    }
+
+    /// The job's numbers as the server keeps them: its priority, time to
+    /// run, lease left, reserves, timeouts, releases and buries. On
+    /// beanstalkd one `stats-job`, sent with the driver's next write (with
+    /// [`Config::job_lookup`](crate::Config::job_lookup) off, the way to
+    /// learn a job's releases when a handler needs them; the settle then
+    /// uses these numbers and asks no more). On JetStream what the
+    /// delivery said (its delivery count; the lease left from the ack
+    /// wait), without a request. [`JobError::LeaseLost`] when the server no
+    /// longer counts the job as ours; [`JobError::Connection`] when its
+    /// connection broke.
+    pub async fn stats(&self) -> Result<JobInfo, JobError> {
+        match self.ask(Asked::Stats).await {
+            Answered::Stats(r) => r,
+            Answered::Touch(_) => unreachable!("a lookup is answered as one"),
+        }
+    }
+
+    /// Asks `what` of the job's server through the slot's driver, and waits
+    /// for the answer.
+    async fn ask(&self, what: Asked) -> Answered {
+        self.cell.inbox.send(Msg::Ask {
             slot: self.cell.index,
             id: self.id,
+            what,
         });
         loop {
             {
                 let mut st = lock(&self.cell.state);
                 // A job kept past its handler's end shares the slot with
-                // the next job: each takes only its own answer.
-                if let Some(k) = st.touched.iter().position(|(id, _)| *id == self.id) {
-                    return st.touched.swap_remove(k).1;
+                // the next job: each takes only its own answer, and only
+                // to what it asked (a touch and a lookup may be owed at
+                // once: both take `&self`).
+                let mine = st.answers.iter().position(|(id, a)| {
+                    *id == self.id
+                        && matches!(
+                            (a, what),
+                            (Answered::Touch(_), Asked::Touch) | (Answered::Stats(_), Asked::Stats)
+                        )
+                });
+                if let Some(k) = mine {
+                    return st.answers.swap_remove(k).1;
                 }
             }
             self.cell.wake.notified().await;

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError, NatsSession};
 use taskq_proto::ConnectionError;
 
-use super::{Lifecycle, TICKET_RETRY};
+use super::{Answered, Asked, Lifecycle, TICKET_RETRY};
 use crate::counters::Counters;
 use crate::engine::nats::parts::{ack_kind, delivered_info, not_ready, ready_at, GivenBack, Tube};
 use crate::engine::{Carry, Pool, Settle, Unconfirmed};
@@ -188,7 +188,8 @@ pub(crate) struct JsMachine {
     given_back: GivenBack,
     acks: Pool,
     sched: Option<Schedule>,
-    touches: VecDeque<(usize, u64, Result<(), JobError>)>,
+    /// Answers to what handlers asked: (slot, job, answer).
+    answers: VecDeque<(usize, u64, Answered)>,
     /// The consumers were found with nothing out after an empty wait.
     quiet: bool,
     /// An empty wait asks the driver whether jobs are still out.
@@ -220,7 +221,7 @@ impl JsMachine {
                 .cfg
                 .is_weighted()
                 .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
-            touches: VecDeque::new(),
+            answers: VecDeque::new(),
             quiet: false,
             check_idle: false,
         }
@@ -339,7 +340,7 @@ impl JsMachine {
                     to: p.ack,
                     due: p.due,
                 }),
-                Owed::Touch { slot, seq } => self.touch_failed(slot, seq),
+                Owed::Touch { slot, seq } => self.cannot_answer(slot, seq, Asked::Touch),
             }
         }
     }
@@ -424,24 +425,36 @@ impl JsMachine {
         }
     }
 
-    /// The handler in `slot` asks to restart the lease of its job `seq`.
-    pub(crate) fn touch(&mut self, slot: usize, seq: u64) {
-        match self.slots.get(slot) {
-            Some(Slot::Running(h)) if h.seq == seq && self.life.up => {
+    /// The handler in `slot` asks `what` of its job `seq`: a touch goes
+    /// out as `+WPI` and is answered on its confirmation; the job's numbers
+    /// are the delivery's (`parts::delivered_info`), answered at once. What
+    /// the handler of a job no longer held, or on a broken connection,
+    /// asks is refused.
+    pub(crate) fn handler_asks(&mut self, slot: usize, seq: u64, what: Asked) {
+        match (self.slots.get(slot), what) {
+            (Some(Slot::Running(h)), Asked::Touch) if h.seq == seq && self.life.up => {
                 self.out.push_back(Out::Touch { slot, seq });
             }
-            _ => self.touch_failed(slot, seq),
+            (Some(Slot::Running(h)), Asked::Stats) if h.seq == seq => {
+                let ack_wait = self
+                    .tubes
+                    .get(h.tube)
+                    .map_or(Duration::ZERO, |t| t.ack_wait);
+                let info = delivered_info(ack_wait, h.leased, h.delivered, h.early);
+                self.answers
+                    .push_back((slot, seq, Answered::Stats(Ok(info))));
+            }
+            _ => self.cannot_answer(slot, seq, what),
         }
     }
 
-    fn touch_failed(&mut self, slot: usize, seq: u64) {
-        let e = JobError::Connection(ConnectionError::Broken);
-        self.touches.push_back((slot, seq, Err(e)));
+    fn cannot_answer(&mut self, slot: usize, seq: u64, what: Asked) {
+        self.answers.push_back((slot, seq, what.broken()));
     }
 
-    /// The next answer to a handler's touch.
-    pub(crate) fn touched(&mut self) -> Option<(usize, u64, Result<(), JobError>)> {
-        self.touches.pop_front()
+    /// The next answer to what a handler asked.
+    pub(crate) fn answered(&mut self) -> Option<(usize, u64, Answered)> {
+        self.answers.pop_front()
     }
 
     /// Queues on `session` every ack decided, then the pull the window has
@@ -464,8 +477,8 @@ impl JsMachine {
                     }
                     // Ended meanwhile: its settle says what the lease is.
                     _ => {
-                        self.touches
-                            .push_back((*slot, *seq, Err(JobError::LeaseLost)));
+                        let lost = Answered::Touch(Err(JobError::LeaseLost));
+                        self.answers.push_back((*slot, *seq, lost));
                         continue;
                     }
                 },
@@ -822,7 +835,7 @@ impl JsMachine {
                         h.leased = sent;
                     }
                 }
-                self.touches.push_back((slot, seq, Ok(())));
+                self.answers.push_back((slot, seq, Answered::Touch(Ok(()))));
             }
         }
     }

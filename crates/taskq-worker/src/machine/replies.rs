@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::ConnectionError;
 
-use super::{Answer, Expect, Machine, Out, Owed, Slot, Start, Step, PROBE_MIN, TICKET_YIELD};
+use super::{
+    Answer, Answered, Expect, Machine, Out, Owed, Slot, Start, Step, PROBE_MIN, TICKET_YIELD,
+};
 use crate::counters::Counters;
 use crate::engine::{Fault, Settle, Took};
 use crate::failure::Failure;
@@ -22,7 +24,7 @@ impl Machine {
             Owed::Ask { .. } => Expect::Took,
             Owed::Settle { .. } => Expect::Settled,
             Owed::Touch { .. } => Expect::Touched,
-            Owed::Info { .. } | Owed::Lookup { .. } => Expect::Info,
+            Owed::Info { .. } | Owed::Lookup { .. } | Owed::Stats { .. } => Expect::Info,
         })
     }
 
@@ -103,9 +105,10 @@ impl Machine {
                     self.life.reconnect.progress();
                     if ok {
                         Counters::add(&sh.counters.touched);
-                        self.touches.push_back((slot, id, Ok(())));
+                        self.answers.push_back((slot, id, Answered::Touch(Ok(()))));
                     } else {
-                        self.touches.push_back((slot, id, Err(JobError::LeaseLost)));
+                        let lost = Answered::Touch(Err(JobError::LeaseLost));
+                        self.answers.push_back((slot, id, lost));
                     }
                     Ok(Step::Nothing)
                 }
@@ -142,6 +145,33 @@ impl Machine {
                 }
                 Err(f) => {
                     self.owed.push_front(Owed::Lookup { slot, id });
+                    Err((Some(id), f))
+                }
+            },
+            (Owed::Stats { slot, id }, Answer::Info(info)) => match info {
+                Ok(Some(info)) => {
+                    self.life.reconnect.progress();
+                    // Kept for the settle too (not looked up when taken).
+                    if let Some(Slot::Running {
+                        id: i, info: kept, ..
+                    }) = self.slots.get_mut(slot)
+                    {
+                        if *i == id && kept.is_none() {
+                            *kept = Some(info);
+                        }
+                    }
+                    self.answers
+                        .push_back((slot, id, Answered::Stats(Ok(info))));
+                    Ok(Step::Nothing)
+                }
+                Ok(None) => {
+                    self.life.reconnect.progress();
+                    let lost = Answered::Stats(Err(JobError::LeaseLost));
+                    self.answers.push_back((slot, id, lost));
+                    Ok(Step::Nothing)
+                }
+                Err(f) => {
+                    self.owed.push_front(Owed::Stats { slot, id });
                     Err((Some(id), f))
                 }
             },

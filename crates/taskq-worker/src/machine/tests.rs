@@ -273,6 +273,48 @@ fn without_the_lookup_a_job_runs_at_once_and_only_its_failure_is_looked_up() {
 }
 
 #[test]
+fn a_handler_asks_for_its_jobs_numbers_and_the_settle_needs_no_second_lookup() {
+    let cfg = Config {
+        max_attempts: 2,
+        job_lookup: false,
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"]);
+    let (s, _) = r.reply(1, &reserved(8));
+    r.m.handler_asks(s[0].slot, 8, Asked::Stats);
+    assert!(r.m.answered().is_none(), "answered on the server's reply");
+    assert_eq!(r.send(2), ["stats-job 8"]);
+    r.reply(3, &stats(1));
+    match r.m.answered() {
+        Some((slot, 8, Answered::Stats(Ok(info)))) => {
+            assert_eq!(slot, s[0].slot);
+            assert_eq!((info.releases, info.pri), (1, 9));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Released once before: the failure buries it, by the numbers asked.
+    r.m.finished(&r.sh, s[0].slot, Outcome::Fail, false);
+    assert_eq!(r.send(4), ["bury 8 9", "reserve-with-timeout 0"]);
+    let (s, _) = r.reply(5, &[&b"BURIED\r\n"[..], &reserved(9)].concat());
+    // A job no longer ours: its lease ran out.
+    r.m.handler_asks(s[0].slot, 9, Asked::Stats);
+    r.send(6);
+    r.reply(7, b"NOT_FOUND\r\n");
+    assert!(matches!(
+        r.m.answered(),
+        Some((_, 9, Answered::Stats(Err(JobError::LeaseLost))))
+    ));
+    // Asked of a job not the slot's: refused at once.
+    r.m.handler_asks(s[0].slot, 10, Asked::Stats);
+    assert!(matches!(
+        r.m.answered(),
+        Some((_, 10, Answered::Stats(Err(JobError::Connection(_)))))
+    ));
+    assert_eq!(r.counts().buried, 1);
+}
+
+#[test]
 fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
     let mut r = Rig::new(cfg(2));
     r.send(0);
@@ -372,29 +414,32 @@ fn a_handlers_touch_goes_out_and_its_answer_comes_back_to_its_slot() {
     let mut r = Rig::new(cfg(1));
     r.send(0);
     let s = r.take(1, &reserved(4), 0);
-    r.m.touch(s[0].slot, 4);
+    r.m.handler_asks(s[0].slot, 4, Asked::Touch);
     assert_eq!(r.send(2), ["touch 4"]);
     r.reply(3, b"TOUCHED\r\n");
-    assert!(matches!(r.m.touched(), Some((0, 4, Ok(())))));
-    r.m.touch(s[0].slot, 4);
+    assert!(matches!(
+        r.m.answered(),
+        Some((0, 4, Answered::Touch(Ok(()))))
+    ));
+    r.m.handler_asks(s[0].slot, 4, Asked::Touch);
     r.send(4);
     r.reply(5, b"NOT_FOUND\r\n");
     assert!(matches!(
-        r.m.touched(),
-        Some((0, 4, Err(JobError::LeaseLost)))
+        r.m.answered(),
+        Some((0, 4, Answered::Touch(Err(JobError::LeaseLost))))
     ));
     // A touch owed when the connection breaks is answered too.
-    r.m.touch(s[0].slot, 4);
+    r.m.handler_asks(s[0].slot, 4, Asked::Touch);
     r.send(6);
     r.m.broke(&r.sh, r.at(7), 0);
     assert!(matches!(
-        r.m.touched(),
-        Some((0, 4, Err(JobError::Connection(_))))
+        r.m.answered(),
+        Some((0, 4, Answered::Touch(Err(JobError::Connection(_)))))
     ));
-    r.m.touch(s[0].slot, 4);
+    r.m.handler_asks(s[0].slot, 4, Asked::Touch);
     assert!(matches!(
-        r.m.touched(),
-        Some((0, 4, Err(JobError::Connection(_))))
+        r.m.answered(),
+        Some((0, 4, Answered::Touch(Err(JobError::Connection(_)))))
     ));
     assert_eq!(r.counts().touched, 1);
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::ConnectionError;
 
-use super::{Machine, Out, Owed, Sink, PROBE_MIN, TICKET_RETRY};
+use super::{Asked, Machine, Out, Owed, Sink, PROBE_MIN, TICKET_RETRY};
 use crate::engine::{Ask, Fault, Req};
 use crate::shared::Shared;
 
@@ -38,7 +38,10 @@ impl Machine {
                         panicked,
                     },
                 ),
-                Out::Touch(slot, id) => (sink.req(Req::Touch(id)), Owed::Touch { slot, id }),
+                Out::Ask(slot, id, Asked::Touch) => {
+                    (sink.req(Req::Touch(id)), Owed::Touch { slot, id })
+                }
+                Out::Ask(slot, id, Asked::Stats) => (sink.info(id), Owed::Stats { slot, id }),
                 Out::Lookup(slot, id) => (sink.info(id), Owed::Lookup { slot, id }),
             };
             if let Err(e) = r {

@@ -578,13 +578,13 @@ fn a_confirmed_touch_restarts_the_lease_a_carried_ack_is_kept_for() {
     let mut r = Rig::new(cfg(1));
     r.send(0);
     let run = r.take(1, &job("default", 4, 1, "t"));
-    r.m.touch(run[0].slot, 4);
+    r.m.handler_asks(run[0].slot, 4, Asked::Touch);
     let sent = r.send(5_000);
     assert_eq!(what(&sent), [ack("default", 1, 4, "+WPI")]);
     assert_eq!(r.counts().touched, 0);
-    assert!(r.m.touched().is_none(), "answered on its confirmation");
+    assert!(r.m.answered().is_none(), "answered on its confirmation");
     r.take(5_001, &confirm(sent[0].token()));
-    assert!(matches!(r.m.touched(), Some((s, 4, Ok(()))) if s == run[0].slot));
+    assert!(matches!(r.m.answered(), Some((s, 4, Answered::Touch(Ok(())))) if s == run[0].slot));
     assert_eq!(r.counts().touched, 1);
     r.finish(&run[0], Outcome::Done);
     assert_eq!(
@@ -605,19 +605,19 @@ fn a_touch_owed_at_a_break_or_asked_on_none_fails_at_once() {
     let mut r = Rig::new(cfg(1));
     r.send(0);
     let run = r.take(1, &job("default", 4, 1, "t"));
-    r.m.touch(run[0].slot, 4);
+    r.m.handler_asks(run[0].slot, 4, Asked::Touch);
     assert_eq!(what(&r.send(2)), [ack("default", 1, 4, "+WPI")]);
     r.m.broke(&r.sh, r.at(3), 0);
     assert!(matches!(
-        r.m.touched(),
-        Some((_, 4, Err(JobError::Connection(_))))
+        r.m.answered(),
+        Some((_, 4, Answered::Touch(Err(JobError::Connection(_)))))
     ));
-    r.m.touch(run[0].slot, 4);
+    r.m.handler_asks(run[0].slot, 4, Asked::Touch);
     assert!(matches!(
-        r.m.touched(),
-        Some((_, 4, Err(JobError::Connection(_))))
+        r.m.answered(),
+        Some((_, 4, Answered::Touch(Err(JobError::Connection(_)))))
     ));
-    assert!(r.m.touched().is_none());
+    assert!(r.m.answered().is_none());
     assert_eq!(r.counts().touched, 0);
 }
 
