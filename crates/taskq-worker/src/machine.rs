@@ -25,8 +25,9 @@
 //!   each reply counts as ([`Settled`] and the tally of `worker::account`):
 //!   done only on `DELETED`;
 //! - `max_jobs`: each reserve takes one of the worker's shared tickets;
-//! - leases: a handler's touch goes out in the next write and its answer
-//!   comes back to that handler ([`Machine::touched`]);
+//! - leases: a handler's touch (and a lookup it asks for, `stats`) goes
+//!   out in the next write and its answer comes back to that handler
+//!   ([`Machine::answered`]);
 //! - weighted tubes: the reserves follow `fair::Schedule`;
 //! - the reply deadline: the reply at the front of the pipeline is due the
 //!   I/O timeout (plus a blocking reserve's slice) after it was sent or the
