@@ -594,9 +594,8 @@ impl JsMachine {
     /// ([`broke`](Self::broke) was called).
     #[allow(clippy::result_unit_err)]
     ///
-    /// `pull` is the token of the pull it answers ([`DeliveryFrame::pull`]).
-    ///
-    /// [`DeliveryFrame::pull`]: taskq_proto::nats::DeliveryFrame::pull
+    /// `pull` is the token of the pull it answers (the session's
+    /// `DeliveryFrame::pull`).
     pub(crate) fn on_delivery(
         &mut self,
         sh: &Shared,
