@@ -70,12 +70,16 @@ fn no_allocation_per_job() {
 
 #[test]
 fn no_allocation_per_job_on_jetstream() {
-    // The setup's count varies by up to about 70 from run to run (buffers
-    // grown to the largest burst of deliveries and confirmations, which
-    // depends on timing), and not with the number of jobs: 761-830 for
-    // 1,000 jobs, 829 for 3,000, 844 for 30,000 (measured here). One
-    // allocation per job would add 9,000.
-    per_job(true, "JetStream", 100);
+    // What a run allocates beyond its setup is the growth of its reused
+    // buffers and queues to the largest burst of deliveries and
+    // unconfirmed acks it meets (an ack subject buffer past the pool's
+    // first 2 x 64 + 8, a queue doubling), and that burst depends on
+    // timing, not on the number of jobs: 761-864 for 1,000 jobs, 844 for
+    // 30,000, and once 845 for 1,000 against 956 for 10,000 (a CI run on
+    // the current server, where a bound of 100 failed). So the bound is a
+    // rate: fewer than one allocation per 30 jobs beyond the smaller run.
+    // One allocation per job would add 9,000.
+    per_job(true, "JetStream", 9_000 / 30);
 }
 
 /// The count is of every thread's allocations: one test at a time.
