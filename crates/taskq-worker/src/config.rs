@@ -81,10 +81,13 @@ pub struct Config {
     /// before its handler runs, so that `AsyncJob::tube()` and
     /// `AsyncJob::attempt()` are known without a wait (default `true`).
     /// That request is half again beanstalkd's work per job: a service whose
-    /// quick handlers read neither can turn it off. Then `attempt()` is 0
-    /// (not known), `tube()` names the tube watched (empty with several),
-    /// and a job that fails is looked up only then, for its settle
-    /// (`max_attempts` counts as before). JetStream tells both with the
+    /// quick handlers read neither can turn it off. Then a job starts as
+    /// soon as it is reserved, `attempt()` is 0 (not known; a handler that
+    /// needs it asks, `AsyncJob::stats().await`), `tube()` is the tube its
+    /// reserve watched, and a job that fails is looked up only then, for its
+    /// settle (`max_attempts` counts as before). A job reserved while
+    /// several tubes were watched at once (tubes without weights, or a
+    /// weighted fallback run) is still looked up first, for its tube. JetStream tells both with the
     /// delivery, and the thread [`Worker`](crate::Worker) asks only when a
     /// handler calls [`Job::attempt`](crate::Job::attempt): neither reads it.
     pub job_lookup: bool,

@@ -16,8 +16,10 @@
 //! - the lookup: each job taken is looked up (`stats-job`, in the next
 //!   write) before its handler starts, so that the handler is told its tube
 //!   and attempt without a wait, and the settle has the job's numbers
-//!   (unless `Config::job_lookup` is off: then the job starts at once, and
-//!   only a settle that needs the numbers asks for them);
+//!   (unless `Config::job_lookup` is off: then a job whose reserve watched
+//!   one tube starts at once, and only a settle that needs the numbers asks
+//!   for them; with several tubes watched at once, the lookup still tells
+//!   the tube);
 //! - settling: the settle rule of `worker::settle` (a job done is deleted;
 //!   any other outcome releases with the backoff or buries after
 //!   `max_attempts`, by the job's numbers, asked for first where the job was
@@ -225,6 +227,9 @@ pub(crate) struct Start {
     pub(crate) slot: usize,
     /// The job's id.
     pub(crate) id: u64,
+    /// Its tube (an index into the configured tubes) when it starts
+    /// without a lookup; `None` when it is looked up first.
+    pub(crate) tube: Option<usize>,
 }
 
 /// What a reply told the driver.
@@ -235,9 +240,9 @@ pub(crate) enum Step {
     /// A job was taken into a slot: keep its body (its lookup follows).
     Hold(Start),
     /// A job was taken into a slot and starts now, not looked up
-    /// ([`Config::job_lookup`](crate::Config::job_lookup) off): keep its
-    /// body and run it, its attempt not known (0), its tube the one
-    /// watched (none with several).
+    /// ([`Config::job_lookup`](crate::Config::job_lookup) off, and its
+    /// reserve watched one tube, `start.tube`): keep its body and run it,
+    /// its attempt not known (0).
     Take(Start),
     /// The job in `slot` was looked up: run it. Its tube's name is the one
     /// the lookup's reply carried; `attempt` counts as `max_attempts` does.
@@ -283,9 +288,11 @@ impl Asked {
 /// A reply owed, in the order sent.
 #[derive(Debug, Clone, Copy)]
 enum Owed {
-    /// A reserve; `wait` is what the server may take by design (seconds).
+    /// A reserve; `wait` is what the server may take by design (seconds);
+    /// `tube`: the one tube it watched, when it watched one.
     Ask {
         wait: u32,
+        tube: Option<usize>,
     },
     Settle {
         id: u64,

@@ -162,10 +162,7 @@ fn take_replies(
             Ok(Step::Hold(start)) => cells[start.slot].hold(body, &[]),
             Ok(Step::Take(start)) => {
                 cells[start.slot].hold(body, &[]);
-                let watched = match sh.cfg.tubes.as_slice() {
-                    [one] => one.as_str(),
-                    _ => "",
-                };
+                let watched = start.tube.map_or("", |k| sh.cfg.tubes[k].as_str());
                 cells[start.slot].run(start.id, 0, watched);
             }
             Ok(Step::Run { slot, id, attempt }) => cells[slot].run(id, attempt, tube),

@@ -226,7 +226,8 @@ impl AsyncJob {
     /// The name of the tube the job was put in (looked up with the job,
     /// before the handler runs: no request here). With
     /// [`Config::job_lookup`](crate::Config::job_lookup) off, on
-    /// beanstalkd: the tube watched, or empty when several are.
+    /// beanstalkd: the tube its reserve watched (a job reserved while
+    /// several were watched is still looked up first, for its tube).
     pub fn tube(&self) -> &str {
         &self.tube
     }
@@ -234,8 +235,9 @@ impl AsyncJob {
     /// This run's attempt number, counted as
     /// [`Config::max_attempts`](crate::Config::max_attempts) counts: 1 on
     /// the first run; on a failure the job is buried when it equals
-    /// `max_attempts`. 0 (not known) with
-    /// [`Config::job_lookup`](crate::Config::job_lookup) off, on beanstalkd.
+    /// `max_attempts`. 0 (not known) for a job not looked up
+    /// ([`Config::job_lookup`](crate::Config::job_lookup) off, on
+    /// beanstalkd); [`stats`](Self::stats) asks.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }

@@ -50,16 +50,16 @@ impl Machine {
         };
         self.front_since = now;
         let r = match (owed, answer) {
-            (Owed::Ask { wait }, Answer::Took(took)) => {
+            (Owed::Ask { wait, tube }, Answer::Took(took)) => {
                 if wait == 0 {
                     self.asks -= 1;
                 } else {
                     self.blocking = false;
                 }
-                self.took(sh, now, took).map(|s| match s {
+                self.took(sh, now, took, tube).map(|s| match s {
                     None => Step::Nothing,
-                    Some(s) if sh.cfg.job_lookup => Step::Hold(s),
-                    Some(s) => Step::Take(s),
+                    Some(s) if s.tube.is_some() => Step::Take(s),
+                    Some(s) => Step::Hold(s),
                 })
             }
             (Owed::Settle { id, settle }, Answer::Settled(reply)) => {
@@ -204,6 +204,7 @@ impl Machine {
         sh: &Shared,
         now: Instant,
         took: Result<Took<'_>, Fault>,
+        tube: Option<usize>,
     ) -> Result<Option<Start>, (Option<u64>, Fault)> {
         let took = took.map_err(|f| {
             sh.give_ticket();
@@ -275,11 +276,12 @@ impl Machine {
         };
         // Its tube and attempt are told to the handler: looked up first, in
         // the next write (the settle needs the same numbers), unless the
-        // handler is not told them.
-        if sh.cfg.job_lookup {
+        // handler is not told its attempt and the reserve says its tube.
+        let tube = tube.filter(|_| !sh.cfg.job_lookup);
+        if tube.is_none() {
             self.out.push_back(Out::Lookup(slot, id));
         }
-        Ok(Some(Start { slot, id }))
+        Ok(Some(Start { slot, id, tube }))
     }
 
     /// Counts a failed request and gives the connection up.

@@ -273,6 +273,61 @@ fn without_the_lookup_a_job_runs_at_once_and_only_its_failure_is_looked_up() {
 }
 
 #[test]
+fn without_the_lookup_a_job_is_still_looked_up_when_several_tubes_were_watched() {
+    let cfg = Config {
+        tubes: vec!["a".into(), "b".into()],
+        job_lookup: false,
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"]);
+    let (held, _) = r.reply(1, &reserved(7));
+    assert_eq!(held[0].tube, None, "either tube's");
+    assert!(r.runs.is_empty(), "not run before its lookup");
+    assert_eq!(r.send(1), ["stats-job 7"]);
+    r.reply(2, &stats(0));
+    assert_eq!(r.runs, [(held[0].slot, 1)], "run once looked up");
+    assert_eq!(r.tube, "default", "its tube, as the lookup said");
+}
+
+#[test]
+fn without_the_lookup_a_job_of_a_weighted_turn_starts_at_once_with_its_tube() {
+    let cfg = Config {
+        tubes: vec!["a".into(), "b".into()],
+        weights: vec![1, 1],
+        run_scale: 1,
+        job_lookup: false,
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    // Tube a's turn: it alone is watched.
+    assert_eq!(r.send(0), ["ignore b", "reserve-with-timeout 0"]);
+    let (s, _) = r.reply(1, b"WATCHING 1\r\nRESERVED 7 4\r\nbody\r\n");
+    assert_eq!(s[0].tube, Some(0), "tube a's");
+    assert_eq!(
+        r.runs,
+        [(s[0].slot, 0)],
+        "run at once, its attempt not known"
+    );
+    r.runs.clear();
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    // Tube b's turn, alone too; it has nothing.
+    assert_eq!(
+        r.send(2),
+        ["delete 7", "watch b", "ignore a", "reserve-with-timeout 0"]
+    );
+    let (none, _) = r.reply(3, b"DELETED\r\nWATCHING 2\r\nWATCHING 1\r\nTIMED_OUT\r\n");
+    assert!(none.is_empty());
+    // The fallback run watches both: a job it takes is looked up first,
+    // for its tube.
+    assert_eq!(r.send(4), ["watch a", "reserve-with-timeout 1"]);
+    let (held, _) = r.reply(5, b"WATCHING 2\r\nRESERVED 8 4\r\nbody\r\n");
+    assert_eq!(held[0].tube, None);
+    assert!(r.runs.is_empty(), "not run before its lookup");
+    assert_eq!(r.send(6), ["stats-job 8"]);
+}
+
+#[test]
 fn a_handler_asks_for_its_jobs_numbers_and_the_settle_needs_no_second_lookup() {
     let cfg = Config {
         max_attempts: 2,

@@ -7,6 +7,7 @@ use taskq_proto::ConnectionError;
 
 use super::{Asked, Machine, Out, Owed, Sink, PROBE_MIN, TICKET_RETRY};
 use crate::engine::{Ask, Fault, Req};
+use crate::fair::{Schedule, Want};
 use crate::shared::Shared;
 
 impl Machine {
@@ -105,13 +106,20 @@ impl Machine {
         slice: u32,
         tubes: &[String],
     ) -> Result<(), ConnectionError> {
+        // The one tube this reserve watches, if it watches one: a job it
+        // takes is that tube's.
+        let tube = match self.sched.as_ref().map(Schedule::want) {
+            Some(Want::Try(k)) => Some(k),
+            Some(Want::All) => None,
+            None => (tubes.len() == 1).then_some(0),
+        };
         let ask = Ask {
             sched: self.sched.as_mut(),
             tubes,
             slice,
         };
         sink.req(Req::Ask(ask))?;
-        self.owed.push_back(Owed::Ask { wait: slice });
+        self.owed.push_back(Owed::Ask { wait: slice, tube });
         Ok(())
     }
 
@@ -145,7 +153,7 @@ impl Machine {
     /// was sent or the reply before it came.
     fn front_due(&self, sh: &Shared) -> Option<Instant> {
         let wait = match self.owed.front()? {
-            Owed::Ask { wait } => *wait,
+            Owed::Ask { wait, .. } => *wait,
             _ => 0,
         };
         Some(self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait)))
