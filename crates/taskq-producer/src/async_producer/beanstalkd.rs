@@ -10,7 +10,7 @@ use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
 use crate::builder::Builder;
 use crate::classify::Chunk;
 use crate::classify::{
-    check_tube, not_inserted, record, too_big, use_failed_on_reconnect, using, Attempts, Batch,
+    check_tube, not_inserted, record, too_big, use_failed_on_reconnect, using, Attempts,
     BatchRetry, Rule,
 };
 use crate::error::{Error, NotSent};
@@ -165,30 +165,15 @@ impl AsyncBeanstalkd {
         r
     }
 
-    /// Puts many jobs with one write (per [`MAX_PIPELINE_JOBS`](crate::MAX_PIPELINE_JOBS)
-    /// jobs or [`MAX_PIPELINE_BYTES`](crate::MAX_PIPELINE_BYTES) bytes) and reads the
-    /// replies in order, exactly as [`Producer::put_batch`](crate::Producer::put_batch):
-    /// `out[i]` receives the outcome of `bodies[i]`; `Err` says where the batch broke off.
-    pub(crate) async fn put_batch<B: AsRef<[u8]>>(
-        &mut self,
-        bodies: &[B],
-        opts: PutOptions,
-        out: &mut [PutOutcome],
-    ) -> Result<BatchReport, BatchError> {
-        let retry = BatchRetry::new(self.retries, None);
-        let (mut batch, out) = Batch::start(bodies, out, self.cfg.limits.max_job_size, retry)?;
-        while let Some(chunk) = batch.next_chunk(bodies, 0, opts) {
-            let r = self.batch_chunk(chunk, out, &mut batch.report).await;
-            if let Some(pause) = batch.after(r, out, Instant::now)? {
-                tokio::time::sleep(pause).await;
-            }
-        }
-        Ok(batch.report)
+    /// When a batch's chunk goes again: in at-least-once mode, up to its
+    /// retries.
+    pub(crate) fn batch_retry(&self) -> BatchRetry {
+        BatchRetry::new(self.retries, None)
     }
 
     /// Sends `chunk` in one write and reads its replies; returns where the
-    /// next chunk starts.
-    async fn batch_chunk<B: AsRef<[u8]>>(
+    /// next chunk starts. (The batch's loop is `AsyncProducer::put_batch`.)
+    pub(crate) async fn batch_chunk<B: AsRef<[u8]>>(
         &mut self,
         chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],

@@ -13,7 +13,7 @@ use taskq_proto::{ConnectionConfig, IoCounts};
 use crate::builder::Builder;
 use crate::classify::Chunk;
 use crate::classify::{
-    check_tube, chunk_write_failed, record, too_big, Attempts, Batch, BatchRetry, Rule,
+    check_tube, chunk_write_failed, record, too_big, Attempts, BatchRetry, Rule,
 };
 use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
@@ -174,32 +174,23 @@ impl AsyncJetStream {
         attempts.outcome(r)
     }
 
-    /// Puts many jobs with one write per chunk and reads the PubAcks in
-    /// order, exactly as [`Producer::put_batch`](crate::Producer::put_batch)
-    /// on JetStream: the message ids are fixed before the first send, so a
-    /// chunk sent again (within `resolve_for`, or in at-least-once mode) is
-    /// stored once.
-    pub(crate) async fn put_batch<B: AsRef<[u8]>>(
-        &mut self,
-        bodies: &[B],
-        opts: PutOptions,
-        out: &mut [PutOutcome],
-    ) -> Result<BatchReport, BatchError> {
-        let retry = BatchRetry::new(self.retries, Some(Instant::now() + self.resolve_for));
-        let (mut batch, out) = Batch::start(bodies, out, self.cfg.limits.max_job_size, retry)?;
-        let first = self.setup.ids.take(bodies.len() as u64);
-        while let Some(chunk) = batch.next_chunk(bodies, first, opts) {
-            let r = self.batch_chunk(chunk, out, &mut batch.report).await;
-            if let Some(pause) = batch.after(r, out, Instant::now)? {
-                tokio::time::sleep(pause).await;
-            }
-        }
-        Ok(batch.report)
+    /// When a batch's chunk goes again: within `resolve_for` from now (the
+    /// message ids make a chunk sent again stored once), and in
+    /// at-least-once mode up to its retries.
+    pub(crate) fn batch_retry(&self) -> BatchRetry {
+        BatchRetry::new(self.retries, Some(Instant::now() + self.resolve_for))
+    }
+
+    /// The message-id counters of a batch of `n` jobs, taken before its
+    /// first send: the first of them.
+    pub(crate) fn batch_ids(&mut self, n: usize) -> u64 {
+        self.setup.ids.take(n as u64)
     }
 
     /// Sends `chunk` in one write (job `i` with the id of counter `first +
     /// i`) and reads its PubAcks; returns where the next chunk starts.
-    async fn batch_chunk<B: AsRef<[u8]>>(
+    /// (The batch's loop is `AsyncProducer::put_batch`.)
+    pub(crate) async fn batch_chunk<B: AsRef<[u8]>>(
         &mut self,
         chunk: Chunk<'_, B>,
         out: &mut [PutOutcome],

@@ -3,9 +3,12 @@
 //! ([`beanstalkd`]: one `TcpStream` under the beanstalkd session) and on
 //! JetStream ([`jetstream`]: one `TcpStream` under the NATS session).
 
+use std::time::Instant;
+
 use taskq_proto::IoCounts;
 
 use crate::builder::Builder;
+use crate::classify::Batch;
 use crate::error::Error;
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::{JobId, PutOptions};
@@ -197,10 +200,31 @@ impl AsyncProducer {
         opts: PutOptions,
         out: &mut [PutOutcome],
     ) -> Result<BatchReport, BatchError> {
-        match &mut self.engine {
-            Engine::Beanstalkd(b) => b.put_batch(bodies, opts, out).await,
-            Engine::JetStream(j) => j.put_batch(bodies, opts, out).await,
+        // One loop for both engines, as the blocking producer's: the
+        // batch's rule (`Batch`: chunks, what a break makes of each job,
+        // whether and when a chunk goes again) drives each engine's chunk.
+        let (max, retry) = match &self.engine {
+            Engine::Beanstalkd(b) => (b.max_job_size(), b.batch_retry()),
+            Engine::JetStream(j) => (j.max_job_size(), j.batch_retry()),
+        };
+        let (mut batch, out) = Batch::start(bodies, out, max, retry)?;
+        // JetStream: the batch's message ids, fixed before the first send
+        // so that a chunk sent again is stored once.
+        let first = match &mut self.engine {
+            Engine::Beanstalkd(_) => 0,
+            Engine::JetStream(j) => j.batch_ids(bodies.len()),
+        };
+        while let Some(chunk) = batch.next_chunk(bodies, first, opts) {
+            let report = &mut batch.report;
+            let r = match &mut self.engine {
+                Engine::Beanstalkd(b) => b.batch_chunk(chunk, out, report).await,
+                Engine::JetStream(j) => j.batch_chunk(chunk, out, report).await,
+            };
+            if let Some(pause) = batch.after(r, out, Instant::now)? {
+                tokio::time::sleep(pause).await;
+            }
         }
+        Ok(batch.report)
     }
 
     /// True while a connection is open (it may still turn out broken on the next call).
