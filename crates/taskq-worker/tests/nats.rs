@@ -24,22 +24,27 @@ fn put_all(c: &NatsCluster, tube: &str, bodies: &[Vec<u8>], opts: PutOptions) ->
     out.iter().map(|o| o.id().unwrap().get()).collect()
 }
 
+/// The worker's settings for these tests. Their I/O timeout is long: they
+/// count each job's deliveries exactly, and a count is exact only while the
+/// connection stays up (a reply late past the deadline replaces the
+/// connection, and a delivery lost with it is one more the server counts:
+/// seen in CI runs with 2 s, on a busy 2-core machine running this binary's
+/// clusters side by side, as a second release 63 s in, after the ack
+/// wait). Deadlines and silences are the fault tests' (`nats_faults.rs`).
 fn cfg(c: &NatsCluster, tube: &str) -> Config {
     Config {
         servers: vec![c.url()],
         tubes: vec![tube.into()],
-        io_timeout: Duration::from_secs(2),
+        io_timeout: Duration::from_secs(15),
         exit_when_idle: Some(Duration::from_secs(3)),
         ..Config::default()
     }
 }
 
 /// The 10,000-job drains run one at a time: two at once (six nodes and
-/// eight worker threads on a 2-core machine) starve the servers past the I/O
-/// deadline. The tests that count a job's deliveries exactly run apart from
-/// them too: a reply late past the I/O deadline replaces the connection, and
-/// a delivery lost with it is one more the server counts (seen in CI: the
-/// lost delivery came back after the ack wait, 63 s in, as a second release).
+/// eight worker threads on a 2-core machine) starve the servers. The tests
+/// that count a job's deliveries exactly run apart from them too (see
+/// [`cfg`] for why a late reply would spoil the count).
 static HEAVY: Mutex<()> = Mutex::new(());
 
 fn drain(c: &NatsCluster, k: usize, prefetch: usize) {
@@ -126,7 +131,13 @@ type Attempts = HashMap<Vec<u8>, Vec<(u64, Instant)>>;
 
 #[test]
 fn release_with_delay_redelivers_and_attempts_end_in_burial() {
-    let c = NatsCluster::start(3).unwrap();
+    // Apart from the drains, on one node: the delivery counts below are
+    // exact only while the connection stays up, and a three-node cluster
+    // among this binary's others on two cores once left a pull unanswered
+    // past even a 15 s deadline (a stall the fault tests cover, not this).
+    let _one = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    log_from_env();
+    let c = NatsCluster::start(1).unwrap();
     let ids = put_all(
         &c,
         "work",
@@ -164,6 +175,11 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     )
     .unwrap();
     let counts = worker.run();
+    assert_eq!(
+        (counts.io_timeouts, counts.reconnects),
+        (0, 0),
+        "the connection stayed up: {counts}"
+    );
     let a = attempts.lock().unwrap();
     // Failed twice (attempts 1 and 2), then buried.
     let fail = &a[&b"fail".to_vec()];
@@ -291,14 +307,6 @@ fn delayed_jobs_run_once_never_early(c: &NatsCluster) -> u64 {
     let worker = Worker::new(
         Config {
             exit_when_idle: Some(Duration::from_secs(4)),
-            // The count of releases below is exact only while the
-            // connection stays up: a delivery lost with a replaced
-            // connection is one more the server counts (seen in a CI run,
-            // a reply later than the 2 s of the other tests while the
-            // binary's other clusters ran: the lost delivery came back
-            // after the ack wait, 63 s in, as a second release). Deadlines
-            // are not what this test is about.
-            io_timeout: Duration::from_secs(15),
             ..cfg(c, "later")
         },
         move |job: &mut Job<'_>| {
