@@ -411,7 +411,6 @@ fn a_handler_asks_for_its_jobs_numbers_when_the_lookup_is_off() {
 #[cfg(feature = "metrics")]
 #[test]
 fn its_counters_are_scraped_mid_run_and_agree_with_the_servers_record() {
-    use std::io::{Read, Write};
     let server = Beanstalkd::start().unwrap();
     let n = 20;
     let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
@@ -443,27 +442,10 @@ fn its_counters_are_scraped_mid_run_and_agree_with_the_servers_record() {
         "{}",
         control.counters()
     );
-    let mut s = std::net::TcpStream::connect(metrics.addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {}\r\n\r\n",
-        metrics.addr()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let value = |name: &str| -> u64 {
-        let metric = format!("taskq_worker_{name}_total ");
-        out.lines()
-            .find_map(|l| l.strip_prefix(&metric))
-            .unwrap_or_else(|| panic!("{metric} missing in:\n{out}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let (head, body) = scrape(&metrics.addr().to_string(), "/metrics");
+    let value = |name: &str| value(&body, name);
     let mid = record(server.addr());
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(value("reserved"), n as u64);
     assert_eq!(value("deleted"), mid.cmd_delete - before.cmd_delete);
     assert_eq!(value("deleted"), n as u64 - 1);

@@ -3,32 +3,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use common::*;
 use taskq_testkit::Beanstalkd;
-
-fn scrape(addr: &str, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(addr).expect("connect to metrics");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").expect("a head");
-    (head.to_owned(), body.to_owned())
-}
-
-fn value(body: &str, name: &str) -> u64 {
-    let metric = format!("taskq_worker_{name}_total ");
-    body.lines()
-        .find_map(|l| l.strip_prefix(&metric))
-        .unwrap_or_else(|| panic!("{metric} missing in:\n{body}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 #[test]
 fn counters_are_scraped_mid_run_and_a_table_printed_at_exit() {

@@ -514,3 +514,29 @@ pub fn cpu_ticks() -> u64 {
     let f: Vec<&str> = rest.split(' ').collect();
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
+
+/// One scrape of a metrics endpoint at `addr`: (head, body).
+pub fn scrape(addr: &str, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to metrics");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::io::Write::write_fmt(
+        &mut s,
+        format_args!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n"),
+    )
+    .unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut s, &mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("a head");
+    (head.to_owned(), body.to_owned())
+}
+
+/// Counter `name`'s value in a scrape's body.
+pub fn value(body: &str, name: &str) -> u64 {
+    let metric = format!("taskq_worker_{name}_total ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&metric))
+        .unwrap_or_else(|| panic!("{metric} missing in:\n{body}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
