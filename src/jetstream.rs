@@ -276,17 +276,10 @@ impl Js {
 
     /// The count of messages on each subject `filter` matches.
     pub fn subject_counts(&mut self, filter: &str) -> Result<BTreeMap<String, u64>, String> {
-        let subject = format!("$JS.API.STREAM.INFO.{}", self.layout.stream());
-        let v = self
-            .api(&subject, &json!({ "subjects_filter": filter }))
-            .map_err(|e| self.failed("stream info", e))?;
-        let mut counts = BTreeMap::new();
-        if let Some(m) = v["state"]["subjects"].as_object() {
-            for (s, n) in m {
-                counts.insert(s.clone(), n.as_u64().unwrap_or(0));
-            }
-        }
-        Ok(counts)
+        let stream = self.layout.stream().to_owned();
+        self.conn
+            .subject_counts(&stream, filter)
+            .map_err(|e| self.failed("stream info", e))
     }
 
     /// Every consumer of the stream, by name.

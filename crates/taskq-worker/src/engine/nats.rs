@@ -520,6 +520,7 @@ pub(crate) async fn set_up<L: ApiLink>(
 
 #[cfg(test)]
 mod tests {
+    use super::parts::jobs_out;
     use super::*;
     use crate::engine::seam::Ask;
 
@@ -554,6 +555,74 @@ mod tests {
     fn writes_since(link: &Nats, from: (u64, u64)) -> u64 {
         let pongs = link.conn.pings_answered() - from.1;
         link.io_counts().writes - from.0 - pongs
+    }
+
+    /// A consumer that counts nothing out while its stream still holds a job
+    /// for it (made so by construction: the job's one delivery allowed has
+    /// run out, then the limit is lifted, so that the consumer neither counts
+    /// it nor will deliver it until asked again, as a consumer lagging behind
+    /// a new stream leader reports) does not let the worker call itself idle;
+    /// while the consumer limits its deliveries, the job may never come again
+    /// and does not keep the worker either.
+    #[test]
+    fn the_streams_record_keeps_a_worker_from_idling_on_a_consumer_that_counts_nothing() {
+        let c = taskq_testkit::NatsCluster::start(1).unwrap();
+        let mut p = taskq_producer::Producer::connect(c.url()).unwrap();
+        p.put(b"job", taskq_producer::PutOptions::default())
+            .unwrap();
+        let cfg = Config {
+            servers: vec![c.url()],
+            reserve_timeout: Duration::from_millis(300),
+            ..Config::default()
+        };
+        let mut link = Nats::connect(&cfg, &cfg.servers[0], 0, &[], &mut Carry::default()).unwrap();
+        let out = |l: &mut Nats| run_blocking(jobs_out(&mut l.conn, &l.stream, &l.tubes)).unwrap();
+        assert!(out(&mut link), "the consumer counts one pending");
+        let info_subject = "$JS.API.CONSUMER.INFO.TASKQ.taskq-default";
+        let limit = |l: &mut Nats, max_deliver: i64| {
+            let info = l.conn.api_request(info_subject, &serde_json::Value::Null);
+            let mut config = info.unwrap()["config"].clone();
+            config["max_deliver"] = max_deliver.into();
+            config["ack_wait"] = 1_000_000_000u64.into();
+            let updated = l.conn.api_request(
+                "$JS.API.CONSUMER.CREATE.TASKQ.taskq-default",
+                &serde_json::json!({ "stream_name": "TASKQ", "config": config }),
+            );
+            assert!(updated.is_ok(), "{updated:?}");
+        };
+        limit(&mut link, 1);
+        // Its one delivery, never acknowledged: past its ack wait the
+        // consumer gives up on it, when next asked for a job, and counts it
+        // no more.
+        let tubes = ["default".to_owned()];
+        link.queue(ask(&tubes)).unwrap();
+        link.flush().unwrap();
+        assert!(matches!(link.reserved().unwrap(), Took::Job { .. }));
+        let given_up = Instant::now() + Duration::from_secs(20);
+        loop {
+            std::thread::sleep(Duration::from_millis(1100));
+            let wait = Ask {
+                sched: None,
+                tubes: &tubes,
+                slice: 1,
+            };
+            link.queue(Req::Ask(wait)).unwrap();
+            link.flush().unwrap();
+            let took = link.reserved().unwrap();
+            assert!(!matches!(took, Took::Job { .. }), "delivered again");
+            let info = link.conn.consumer_info("TASKQ", "taskq-default").unwrap();
+            if (info.num_pending, info.num_ack_pending) == (0, 0) {
+                break;
+            }
+            assert!(Instant::now() < given_up, "still counted: {info:?}");
+        }
+        let stored = link.conn.subject_counts("TASKQ", "taskq.>").unwrap();
+        assert_eq!(stored.get("taskq.default"), Some(&1), "{stored:?}");
+        assert!(!out(&mut link), "a job past its last delivery");
+        limit(&mut link, -1);
+        let info = link.conn.consumer_info("TASKQ", "taskq-default").unwrap();
+        assert_eq!((info.num_pending, info.num_ack_pending), (0, 0));
+        assert!(out(&mut link), "the stream holds a job for it");
     }
 
     #[test]

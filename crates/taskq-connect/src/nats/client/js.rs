@@ -3,6 +3,7 @@
 //! before anything is created, and an existing one is never changed, but for
 //! one explicit call: [`NatsConnection::allow_msg_schedules`].
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
@@ -374,6 +375,31 @@ impl<L: ApiLink> JetStream<'_, L> {
         Ok(raw.into())
     }
 
+    /// How many messages stream `name` holds on each subject `filter`
+    /// matches (`subjects_filter`), from its leader's record; subjects that
+    /// hold none are left out. Asked again while the cluster has no leader,
+    /// for up to the API patience.
+    pub async fn subject_counts(
+        &mut self,
+        name: &str,
+        filter: &str,
+    ) -> Result<BTreeMap<String, u64>, NatsError> {
+        #[derive(Deserialize, Default)]
+        struct State {
+            #[serde(default)]
+            subjects: Option<BTreeMap<String, u64>>,
+        }
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(default)]
+            state: State,
+        }
+        let subject = format!("$JS.API.STREAM.INFO.{name}");
+        let body = json!({ "subjects_filter": filter });
+        let raw: Raw = patiently!(self, async { self.api(&subject, &body).await })?;
+        Ok(raw.state.subjects.unwrap_or_default())
+    }
+
     /// Makes sure the work-queue stream of `spec` exists: looks it up first,
     /// creates it when missing, and retries while the cluster has no leader.
     /// An existing stream that is not a work queue, or does not capture all
@@ -662,6 +688,15 @@ impl NatsConnection {
     /// [`JetStream::stream_info`] on this connection.
     pub fn stream_info(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
         run_blocking(JetStream(self).stream_info(name))
+    }
+
+    /// [`JetStream::subject_counts`] on this connection.
+    pub fn subject_counts(
+        &mut self,
+        name: &str,
+        filter: &str,
+    ) -> Result<BTreeMap<String, u64>, NatsError> {
+        run_blocking(JetStream(self).subject_counts(name, filter))
     }
 
     /// [`JetStream::ensure_stream`] on this connection.

@@ -126,6 +126,15 @@ pub(crate) fn kept_headers(raw: &[u8]) -> Vec<(&[u8], &[u8])> {
 /// deliveries not acknowledged (held by a worker, or lost with a
 /// connection and due again when their ack wait runs out): the worker is
 /// not idle then. Over either driver's link.
+///
+/// A consumer's counts can lag its stream's: just after a stream leader
+/// was elected, a consumer led elsewhere has reported nothing pending for
+/// seconds while thousands of jobs were stored for it (2.9.10). So when
+/// the consumer says none, the stream's own record is asked too: on a
+/// work queue every job not yet acknowledged is stored on the tube's
+/// subject. It is trusted only where every stored job will be delivered
+/// again (no `max_deliver` limit), or a job past its last delivery would
+/// keep the worker from ever being idle.
 pub(crate) async fn jobs_out<L: ApiLink>(
     link: &mut L,
     stream: &str,
@@ -140,6 +149,18 @@ pub(crate) async fn jobs_out<L: ApiLink>(
                 pending = ci.num_pending,
                 ack_pending = ci.num_ack_pending,
                 "nothing delivered, but jobs are still out"
+            );
+            return Ok(true);
+        }
+        if ci.max_deliver > 0 {
+            continue;
+        }
+        let stored = js.subject_counts(stream, &t.subject).await?;
+        if let Some(&n) = stored.get(&t.subject).filter(|&&n| n > 0) {
+            tracing::debug!(
+                tube = t.name,
+                stored = n,
+                "the consumer counts nothing out, but its stream holds jobs"
             );
             return Ok(true);
         }
