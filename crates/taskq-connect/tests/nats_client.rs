@@ -162,6 +162,40 @@ fn pulls_deliver_their_batch_then_end_with_408_or_404() {
     assert_eq!((info.num_pending, info.num_ack_pending), (0, 1));
 }
 
+/// A pull the server never takes: on 2.9.10 a pull for a consumer that has
+/// no leader listening (here, none at all) is swallowed by the server's
+/// JetStream API with no answer, as it is for a consumer just made or
+/// during an election. Past the pull's expiry and the grace, a `PING` goes,
+/// and its `PONG` ends the pull as unanswered: the connection stays. A
+/// current server answers such a pull `503` (no responders) at once.
+#[test]
+fn a_pull_the_server_never_takes_ends_unanswered_and_the_connection_stays() {
+    let (c, mut conn) = ready(Duration::from_secs(30));
+    let v = c.version().unwrap();
+    let old = (v.major, v.minor) < (2, 10);
+    let t = Instant::now();
+    conn.pull(STREAM, "nobody", 1, Duration::from_millis(300), None)
+        .unwrap();
+    let d = conn.next_delivery();
+    let took = t.elapsed();
+    if old {
+        assert_eq!(d.unwrap(), Delivery::Unanswered);
+        assert!(
+            took >= Duration::from_millis(300) + taskq_proto::nats::PULL_GRACE,
+            "{took:?}"
+        );
+    } else {
+        assert!(matches!(d, Err(NatsError::NoResponders)), "{d:?}");
+    }
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(!conn.pulling());
+    assert!(!conn.is_broken());
+    // The same connection goes on: a pull from the real consumer ends at
+    // its expiry as usual.
+    assert!(pull_one(&mut conn, Duration::from_millis(300)).is_none());
+    assert!(conn.consumer_info(STREAM, CONSUMER).is_ok());
+}
+
 #[test]
 fn heartbeats_arrive_during_a_long_pull() {
     let (_c, mut conn) = ready(Duration::from_secs(30));

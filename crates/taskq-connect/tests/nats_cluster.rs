@@ -111,7 +111,8 @@ fn a_replicated_stream_survives_its_leader_and_the_client_learns_the_cluster() {
     );
     // The message is there to pull from the new leader. The consumer may be
     // electing a leader of its own meanwhile: no responders, a 409, or a
-    // pull left unanswered (a timeout that breaks the connection).
+    // pull the server never took (ended unanswered by a probe, with the
+    // connection kept).
     let mut got = false;
     while !got {
         assert!(
@@ -136,6 +137,10 @@ fn a_replicated_stream_survives_its_leader_and_the_client_learns_the_cluster() {
                     conn.queue_ack(&r, AckKind::Ack, false).unwrap();
                 }
                 Ok(Delivery::Timeout | Delivery::NoMessages) => break,
+                Ok(Delivery::Unanswered) => {
+                    kinds.push("unanswered".into());
+                    break;
+                }
                 Ok(Delivery::Conflict(why)) => {
                     kinds.push(String::from_utf8_lossy(why).into_owned());
                     break;

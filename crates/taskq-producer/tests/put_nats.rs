@@ -338,7 +338,7 @@ fn deliveries(a: &mut NatsConnection, n: usize, within: Duration) -> Vec<Deliver
                     }
                 }
                 Delivery::Heartbeat => {}
-                Delivery::Timeout | Delivery::NoMessages => break,
+                Delivery::Timeout | Delivery::NoMessages | Delivery::Unanswered => break,
                 d => panic!("unexpected {d:?}"),
             }
         }

@@ -224,6 +224,56 @@ fn pulls_in_a_row_are_answered_oldest_first_and_each_status_ends_its_own() {
     assert_eq!(s.take_delivery(f).unwrap(), Delivery::Confirmed(token));
 }
 
+/// A probe about the pulls under way up to a token: its `PONG` ends those
+/// still under way as never answered, one report each, and leaves a younger
+/// pull and one a status already ended alone; a probe not yet written (or
+/// dropped with its write) is owed nothing.
+#[test]
+fn a_probes_pong_ends_the_pulls_it_asked_about_that_nothing_answered() {
+    let mut s = session();
+    let wait = Some(Duration::from_secs(1));
+    let first = s.queue_pull_behind("TASKQ", "c", 4, wait, None).unwrap();
+    let second = s.queue_pull_behind("TASKQ", "c", 4, wait, None).unwrap();
+    s.queue_sent();
+    let third = s.queue_pull_behind("TASKQ", "c", 4, wait, None).unwrap();
+    s.queue_sent();
+    // Dropped with its write: no PING went, none is owed.
+    s.queue_probe(second).unwrap();
+    assert!(s.probing());
+    s.clear_queue();
+    assert!(!s.probing());
+    s.queue_probe(second).unwrap();
+    assert!(s.queued().ends_with(b"PING\r\n"));
+    s.queue_sent();
+    assert!(s.probing());
+    // The second pull's expiry came; then the PONG.
+    let wire = format!(
+        "{}PONG\r\n",
+        msg(
+            &format!("_INBOX.t.{second}"),
+            None,
+            Some("408 Request Timeout"),
+            ""
+        )
+    );
+    feed(&mut s, wire.as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), Some(second));
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Timeout);
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), Some(first), "the first was never answered");
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Unanswered);
+    assert!(!s.probing());
+    assert_eq!(s.pulls_under_way(), 1, "the third goes on");
+    assert_eq!(s.newest_pull(), Some(third));
+    assert_eq!(s.poll_delivery().unwrap(), None);
+    // A PONG no probe asked for ends nothing.
+    feed(&mut s, b"PONG\r\n");
+    assert_eq!(s.poll_delivery().unwrap(), None);
+    assert_eq!(s.pulls_under_way(), 1);
+    assert!(!s.is_broken());
+}
+
 mod props {
     use proptest::prelude::*;
 

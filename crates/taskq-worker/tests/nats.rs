@@ -27,10 +27,11 @@ fn put_all(c: &NatsCluster, tube: &str, bodies: &[Vec<u8>], opts: PutOptions) ->
 /// The worker's settings for these tests. Their I/O timeout is long: they
 /// count each job's deliveries exactly, and a count is exact only while the
 /// connection stays up (a reply late past the deadline replaces the
-/// connection, and a delivery lost with it is one more the server counts:
-/// seen in CI runs with 2 s, on a busy 2-core machine running this binary's
-/// clusters side by side, as a second release 63 s in, after the ack
-/// wait). Deadlines and silences are the fault tests' (`nats_faults.rs`).
+/// connection, and a delivery lost with it is one more the server counts).
+/// The stalls CI met here were pulls 2.9.10 never took, now probed and
+/// ended without a break; the long deadline is margin for a busy 2-core
+/// machine running this binary's clusters side by side. Deadlines and
+/// silences are the fault tests' (`nats_faults.rs`).
 fn cfg(c: &NatsCluster, tube: &str) -> Config {
     Config {
         servers: vec![c.url()],
@@ -49,6 +50,7 @@ static HEAVY: Mutex<()> = Mutex::new(());
 
 fn drain(c: &NatsCluster, k: usize, prefetch: usize) {
     let _one = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    log_from_env();
     let n = 10_000usize;
     let bodies: Vec<Vec<u8>> = (0..n)
         .map(|i| format!("job-{i}\r\n\0").into_bytes())
@@ -88,6 +90,16 @@ fn drain(c: &NatsCluster, k: usize, prefetch: usize) {
     eprintln!(
         "{n} jobs, {k} threads, prefetch {prefetch}, in {:?}: {counts}",
         t.elapsed()
+    );
+    // Each thread's first pull goes out as the consumer is made, and 2.9.10
+    // on three nodes drops a pull sent before the new consumer leader's
+    // interest reached the node: it ends unanswered once a PING comes back,
+    // and the connection stays (it was replaced, and the drain stalled
+    // for the I/O timeout, before pulls were probed).
+    assert_eq!(
+        (counts.io_timeouts, counts.reconnects),
+        (0, 0),
+        "the connections stayed up: {counts}"
     );
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), n, "every job done");
@@ -132,10 +144,7 @@ type Attempts = HashMap<Vec<u8>, Vec<(u64, Instant)>>;
 #[test]
 fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     // Apart from the drains, on one node: the delivery counts below are
-    // exact only while no delivery is lost with a replaced connection. In
-    // full runs of this binary a reply has gone unanswered past even a 15 s
-    // deadline here (seen on three nodes and on one; not alone): an open
-    // question, not yet explained.
+    // exact only while no delivery is lost with a replaced connection.
     let _one = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     log_from_env();
     let c = NatsCluster::start(1).unwrap();
@@ -176,7 +185,11 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     )
     .unwrap();
     let counts = worker.run();
-    eprintln!("{counts}");
+    assert_eq!(
+        (counts.io_timeouts, counts.reconnects),
+        (0, 0),
+        "the connection stayed up: {counts}"
+    );
     let a = attempts.lock().unwrap();
     // Failed twice (attempts 1 and 2), then buried.
     let fail = &a[&b"fail".to_vec()];

@@ -52,7 +52,10 @@ pub use json::{parse_info, parse_js_reply, ApiErrorRef, InfoRef, JsReply, PubAck
 pub use op::{parse_frame, parse_op, Frame, MsgFrame, MsgOp, ServerOp};
 pub use request_error::{ApiError, NatsError, Refusal, TlsError, TlsFailure, WAITING_FOR_INFO};
 pub use schedule::{holds_schedules, ScheduleAt};
-pub use session::{Credentials, Delivery, Event, Handshake, HandshakeStep, NatsSession, PubAck};
+pub use session::{
+    pull_grace, Credentials, Delivery, Event, Handshake, HandshakeStep, NatsSession, PubAck,
+    PULL_GRACE,
+};
 pub use span::Span;
 
 /// True when subject pattern `pattern` (with `*` and `>`) matches every

@@ -89,7 +89,7 @@ pub struct NatsConnection {
     s: NatsSession,
     /// The handshake's step, for its errors.
     step: &'static str,
-    /// When the pull under way was sent, and how long its answers may take.
+    /// When the pull under way was sent, and its expiry.
     pull_clock: (Instant, Duration),
 }
 
@@ -270,7 +270,7 @@ impl NatsConnection {
             let step = hs.step(&mut self.s);
             self.answer_pings()?;
             match step? {
-                HandshakeStep::Read => self.fill(started, wait, &mut first)?,
+                HandshakeStep::Read => self.fill(started, wait, &mut first, false)?,
                 HandshakeStep::StartTls => {
                     self.start_tls(host, started, wait)?;
                     hs.tls_started();
@@ -443,6 +443,7 @@ impl NatsConnection {
         started: Instant,
         wait: Duration,
         first: &mut bool,
+        soft: bool,
     ) -> Result<(), NatsError> {
         let room = self.s.recv_room()?;
         match self.io.fill(room, started, wait, first) {
@@ -457,6 +458,8 @@ impl NatsConnection {
             Err(NatsError::Tls(t)) if self.step.is_empty() => {
                 Err(self.broke(NatsError::Io(std::io::Error::other(t.to_string()))))
             }
+            // A deadline that is not the connection's: nothing was lost.
+            Err(e @ NatsError::Timeout { .. }) if soft => Err(e),
             Err(e) => Err(self.broke(e)),
         }
     }
@@ -464,13 +467,16 @@ impl NatsConnection {
     /// Polls the session with `poll` until it has an answer, reading more
     /// bytes before the deadline (`started + wait`) and answering the
     /// server's `PING`s on the way. `first` is true until the wait that
-    /// began at `started` has made its first read.
+    /// began at `started` has made its first read. A `soft` deadline is
+    /// not the connection's: passing it is [`NatsError::Timeout`] with the
+    /// connection kept; otherwise it breaks the connection.
     #[inline]
     fn wait_for<T>(
         &mut self,
         started: Instant,
         wait: Duration,
         first: &mut bool,
+        soft: bool,
         mut poll: impl FnMut(&mut NatsSession) -> Result<Option<T>, NatsError>,
     ) -> Result<T, NatsError> {
         loop {
@@ -479,7 +485,7 @@ impl NatsConnection {
             if let Some(v) = r? {
                 return Ok(v);
             }
-            self.fill(started, wait, first)?;
+            self.fill(started, wait, first, soft)?;
         }
     }
 
@@ -495,6 +501,6 @@ impl NatsConnection {
         // The first read needs no clock when the socket timeout (the I/O
         // timeout) fits in the wait.
         let mut first = wait >= self.cfg.io_timeout;
-        self.wait_for(started, wait, &mut first, |s| s.poll_reply(token))
+        self.wait_for(started, wait, &mut first, false, |s| s.poll_reply(token))
     }
 }

@@ -94,6 +94,7 @@ impl NatsConnection {
             Instant::now(),
             self.cfg.io_timeout,
             &mut first,
+            false,
             taskq_proto::nats::NatsSession::poll_puback,
         )
     }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::{NatsConnection, NatsError};
-use taskq_proto::nats::{AckKind, Delivery, NatsSession};
+use taskq_proto::nats::{pull_grace, AckKind, Delivery, NatsSession};
 
 impl NatsConnection {
     /// Asks consumer `consumer` of `stream` for up to `batch` messages,
@@ -48,10 +48,7 @@ impl NatsConnection {
             .queue_pull(stream, consumer, batch, expires, heartbeat)?;
         let started = Instant::now();
         self.flush_tx()?;
-        let wait = expires
-            .unwrap_or_default()
-            .saturating_add(self.cfg.io_timeout);
-        self.pull_clock = (started, wait);
+        self.pull_clock = (started, expires.unwrap_or_default());
         Ok(())
     }
 
@@ -66,24 +63,44 @@ impl NatsConnection {
     }
 
     /// Reads what comes next for the pull under way (or, with none, for the
-    /// owed ack confirmations). The deadline is the pull's `expires` plus the
-    /// I/O timeout from when it was sent (the I/O timeout from now when no
-    /// pull is under way). A pull is over after `batch` messages or a status
-    /// other than a heartbeat.
+    /// owed ack confirmations). A pull is over after `batch` messages or a
+    /// status other than a heartbeat.
+    ///
+    /// Deadlines: a pull is due by its expiry plus the I/O timeout, or the
+    /// connection is silent: broken. A pull no status ended by its expiry
+    /// plus [`pull_grace`] is probed with a `PING` meanwhile
+    /// ([`NatsSession::queue_probe`]): the `PONG` coming first ends it
+    /// [`Delivery::Unanswered`], and the connection stays. An ack's
+    /// confirmation is due within the I/O timeout.
     pub fn next_delivery(&mut self) -> Result<Delivery<'_>, NatsError> {
         self.s.usable()?;
-        let (started, wait) = if self.s.pulling() {
-            self.pull_clock
-        } else if self.s.confirms_owed() > 0 {
-            (Instant::now(), self.cfg.io_timeout)
-        } else {
-            return Err(NatsError::NothingOwed);
-        };
-        // Not the wait's first read: an earlier call may have used part of it,
-        // so every read checks the clock.
-        let mut first = false;
-        let f = self.wait_for(started, wait, &mut first, NatsSession::poll_delivery)?;
-        self.s.take_delivery(f)
+        let io = self.cfg.io_timeout;
+        loop {
+            let (sent, expires) = self.pull_clock;
+            let (started, wait, soft) = if self.s.pulling() {
+                if self.s.probing() {
+                    (sent, expires.saturating_add(io), false)
+                } else {
+                    (sent, expires.saturating_add(pull_grace(io)), true)
+                }
+            } else if self.s.confirms_owed() > 0 {
+                (Instant::now(), io, false)
+            } else {
+                return Err(NatsError::NothingOwed);
+            };
+            // Not the wait's first read: an earlier call may have used part
+            // of it, so every read checks the clock.
+            let mut first = false;
+            match self.wait_for(started, wait, &mut first, soft, NatsSession::poll_delivery) {
+                Ok(f) => return self.s.take_delivery(f),
+                Err(NatsError::Timeout { .. }) if soft => {
+                    let through = self.s.newest_pull().ok_or(NatsError::NothingOwed)?;
+                    self.s.queue_probe(through)?;
+                    self.flush_tx()?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Queues an ack of the delivery whose ack subject is `ack_subject`, for

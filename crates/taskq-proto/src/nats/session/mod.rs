@@ -43,5 +43,5 @@ mod state;
 
 pub use handshake::{Credentials, Handshake, HandshakeStep, Signed};
 pub use publish::{PubAck, Put};
-pub use pull::{Delivery, DeliveryFrame};
+pub use pull::{pull_grace, Delivery, DeliveryFrame, PULL_GRACE};
 pub use state::{random_inbox, Event, Hello, NatsSession, PONG};

@@ -11,6 +11,20 @@ use crate::nats::{encode_pub, AckInfo, AckKind, HeaderBlock, NatsProtoError};
 
 use super::state::{no_responders, Event, NatsSession, PullOwed};
 
+/// How long after a pull's expiry its driver waits for the status that
+/// ends it before probing the connection ([`NatsSession::queue_probe`]):
+/// room for the `408` to come across the cluster from the consumer's
+/// leader. At most half the I/O timeout ([`pull_grace`]): the pull's
+/// deadline stays its expiry plus the I/O timeout, and the probe's `PONG`
+/// must come within what is left of it.
+pub const PULL_GRACE: Duration = Duration::from_secs(1);
+
+/// The grace after a pull's expiry under I/O timeout `io_timeout`:
+/// [`PULL_GRACE`], or half the I/O timeout when that is less.
+pub fn pull_grace(io_timeout: Duration) -> Duration {
+    PULL_GRACE.min(io_timeout / 2)
+}
+
 /// What [`NatsSession::take_delivery`] read, borrowed from the receive
 /// buffer until the next read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +61,11 @@ pub enum Delivery<'a> {
     },
     /// The ack queued with confirmation under this token was confirmed.
     Confirmed(u64),
+    /// The server never answered the pull: a probe
+    /// ([`queue_probe`](NatsSession::queue_probe)) sent after the pull's
+    /// expiry came back first. The pull is over, with nothing delivered;
+    /// the connection is sound.
+    Unanswered,
 }
 
 /// A delivery found by [`NatsSession::poll_delivery`], as offsets: what a
@@ -62,6 +81,8 @@ enum Next {
     /// A status of the pull with this token.
     Status(u16, Span, Span, u64),
     Confirmed(u64),
+    /// The pull with this token was never answered.
+    Unanswered(u64),
 }
 
 impl DeliveryFrame {
@@ -70,7 +91,7 @@ impl DeliveryFrame {
     /// `None` for an ack's confirmation.
     pub fn pull(&self) -> Option<u64> {
         match self.0 {
-            Next::Msg(_, t) | Next::Status(.., t) => Some(t),
+            Next::Msg(_, t) | Next::Status(.., t) | Next::Unanswered(t) => Some(t),
             Next::Confirmed(_) => None,
         }
     }
@@ -170,9 +191,49 @@ impl NatsSession {
         Ok(token)
     }
 
-    /// True while a pull may still deliver.
+    /// True while a pull may still deliver, or the end of one never
+    /// answered is still to be reported.
     pub fn pulling(&self) -> bool {
-        !self.pulls.is_empty()
+        !self.pulls.is_empty() || !self.unanswered.is_empty()
+    }
+
+    /// The token of the newest pull under way.
+    pub fn newest_pull(&self) -> Option<u64> {
+        self.pulls.back().map(|p| p.token)
+    }
+
+    /// Queues a probe, a `PING`, about the pulls under way up to the one
+    /// with token `through`, for the next write. A driver probes a pull
+    /// once its expiry has passed, with [`pull_grace`] for the route from
+    /// the consumer's leader, and no status ended it: the leader ends a
+    /// waiting pull at its expiry with `408`. When the `PONG` comes and such
+    /// a pull is still under way, the server never took it (it may drop a
+    /// pull sent before a newly made or newly elected consumer leader's
+    /// interest has reached the server the client is connected to), and
+    /// [`poll_delivery`](Self::poll_delivery) reports it
+    /// [`Delivery::Unanswered`]: over, with the connection sound. A pull
+    /// still under way at its expiry plus the I/O timeout leaves the
+    /// connection silent: broken.
+    pub fn queue_probe(&mut self, through: u64) -> Result<(), NatsError> {
+        self.usable()?;
+        self.tx.extend_from_slice(b"PING\r\n");
+        self.probes_queued.push_back(through);
+        Ok(())
+    }
+
+    /// True while a probe is queued or its `PONG` owed.
+    pub fn probing(&self) -> bool {
+        !self.probes.is_empty() || !self.probes_queued.is_empty()
+    }
+
+    /// A probe's `PONG` came: the pulls up to token `through` still under
+    /// way were never answered.
+    pub(super) fn pulls_unanswered(&mut self, through: u64) {
+        while self.pulls.front().is_some_and(|p| p.token <= through) {
+            if let Some(p) = self.pulls.pop_front() {
+                self.unanswered.push_back(p.token);
+            }
+        }
     }
 
     /// Pulls under way.
@@ -191,10 +252,13 @@ impl NatsSession {
     /// heartbeat. [`NatsError::NothingOwed`] when neither is owed.
     pub fn poll_delivery(&mut self) -> Result<Option<DeliveryFrame>, NatsError> {
         self.usable()?;
-        if self.pulls.is_empty() && self.confirms.is_empty() {
+        if self.pulls.is_empty() && self.confirms.is_empty() && self.unanswered.is_empty() {
             return Err(NatsError::NothingOwed);
         }
         loop {
+            if let Some(t) = self.unanswered.pop_front() {
+                return Ok(Some(DeliveryFrame(Next::Unanswered(t))));
+            }
             let next = match self.poll_event()? {
                 None => return Ok(None),
                 Some(Event::Pong) => continue,
@@ -240,6 +304,7 @@ impl NatsSession {
     pub fn take_delivery(&mut self, f: DeliveryFrame) -> Result<Delivery<'_>, NatsError> {
         match f.0 {
             Next::Confirmed(t) => Ok(Delivery::Confirmed(t)),
+            Next::Unanswered(_) => Ok(Delivery::Unanswered),
             Next::Status(code, raw, desc, _) => {
                 let description = desc.of(raw.of(self.event_bytes()));
                 Ok(match code {

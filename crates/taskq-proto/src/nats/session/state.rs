@@ -95,6 +95,14 @@ pub struct NatsSession {
     pub(super) pubacks: VecDeque<u64>,
     /// Ack confirmations owed, by token.
     pub(super) confirms: VecDeque<u64>,
+    /// The probes written (`PING`s behind overdue pulls), oldest first: the
+    /// newest pull token each one asks about.
+    pub(super) probes: VecDeque<u64>,
+    /// Probes encoded into the send buffer, written with it.
+    pub(super) probes_queued: VecDeque<u64>,
+    /// Pulls a probe's `PONG` found never answered, for
+    /// [`poll_delivery`](Self::poll_delivery) to report.
+    pub(super) unanswered: VecDeque<u64>,
     pongs_owed: u32,
     pings: u64,
     pub(super) broken: bool,
@@ -167,6 +175,9 @@ impl NatsSession {
             pulls_queued: VecDeque::new(),
             pubacks: VecDeque::with_capacity(OWED_INITIAL),
             confirms: VecDeque::with_capacity(OWED_INITIAL),
+            probes: VecDeque::new(),
+            probes_queued: VecDeque::new(),
+            unanswered: VecDeque::new(),
             pongs_owed: 0,
             pings: 0,
             broken: false,
@@ -277,6 +288,7 @@ impl NatsSession {
     pub fn queue_sent(&mut self) {
         self.tx.clear();
         self.pulls.append(&mut self.pulls_queued);
+        self.probes.append(&mut self.probes_queued);
     }
 
     /// Drops the queued operations without sending them (a pull among them
@@ -285,6 +297,7 @@ impl NatsSession {
     pub fn clear_queue(&mut self) {
         self.tx.clear();
         self.pulls_queued.clear();
+        self.probes_queued.clear();
     }
 
     /// Zeroes and drops the send buffer: after `CONNECT`, whose line holds
@@ -381,7 +394,12 @@ impl NatsSession {
                                 }
                             }
                         }
-                        Frame::Pong => return Ok(Some(Event::Pong)),
+                        Frame::Pong => {
+                            if let Some(through) = self.probes.pop_front() {
+                                self.pulls_unanswered(through);
+                            }
+                            return Ok(Some(Event::Pong));
+                        }
                         Frame::Msg(_) | Frame::Ok => {}
                         Frame::Ping => self.pongs_owed = self.pongs_owed.saturating_add(1),
                         Frame::Info(s) => {

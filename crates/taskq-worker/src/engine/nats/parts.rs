@@ -353,6 +353,11 @@ pub(super) fn keep_early(
         }
         Delivery::Heartbeat | Delivery::Confirmed(_) => return,
         Delivery::NoMessages | Delivery::Timeout => End::Empty,
+        Delivery::Unanswered => {
+            // Over: the server never took it; asked again after a pause.
+            tracing::debug!("a pull never answered; its probe came back");
+            End::Unavailable
+        }
         other => {
             tracing::debug!(status = ?other, "pull ended: the cluster cannot serve it now");
             End::Unavailable

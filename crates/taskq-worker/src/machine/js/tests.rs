@@ -73,12 +73,21 @@ impl Pub {
     }
 }
 
-/// The `PUB`s in one write.
+/// The `PUB`s in one write; a `PING` (a probe) as one with subject `PING`.
 fn pubs(mut bytes: &[u8]) -> Vec<Pub> {
     let mut out = Vec::new();
     while !bytes.is_empty() {
         let eol = bytes.windows(2).position(|w| w == b"\r\n").unwrap();
         let line = std::str::from_utf8(&bytes[..eol]).unwrap();
+        if line == "PING" {
+            out.push(Pub {
+                subject: line.to_owned(),
+                reply: None,
+                body: String::new(),
+            });
+            bytes = &bytes[eol + 2..];
+            continue;
+        }
         let words: Vec<&str> = line.split(' ').collect();
         assert_eq!(words[0], "PUB", "{line}");
         let (subject, reply, len) = match words[..] {
@@ -629,10 +638,8 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     };
     let mut r = Rig::new(cfg);
     r.send(0);
-    // The waiting pull: its expiry (1 s) plus the I/O timeout.
-    let pull_due = r.at(0) + Duration::from_secs(6);
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(pull_due));
-    assert!(!r.m.handle_timeout(&r.sh, pull_due - MS, 0));
+    // The waiting pull: probed at its expiry (1 s) plus the grace (1 s).
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(2_000)));
     let runs = r.take(
         10,
         &[job("default", 1, 1, "a"), job("default", 2, 1, "b")].concat(),
@@ -645,8 +652,14 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     let second = r.send(300);
     // Each: an ack and a waiting pull for the slot it freed.
     assert_eq!((first.len(), second.len()), (2, 2));
+    // The first pull is probed at 100 + 2 s; the probe's PONG is owed (it
+    // does not come here), and the pull is due at its expiry plus the I/O
+    // timeout.
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(300)), Some(r.at(2_100)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(2_100), 0));
+    assert_eq!(r.send(2_100)[0].subject, "PING");
     // The oldest confirmation (100 + 5 s) is before the pull's (100 + 6 s).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(300)), Some(r.at(5_100)));
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(2_100)), Some(r.at(5_100)));
     r.take(400, &confirm(first[0].token()));
     assert_eq!(r.m.poll_timeout(&r.sh, r.at(400)), Some(r.at(5_300)));
     assert_eq!(r.counts().deleted, 1);
@@ -673,14 +686,63 @@ fn a_no_wait_pulls_deadline_is_the_io_timeout() {
     let sent = r.send(0);
     // Two tubes: each is tried without waiting before the last one waits.
     assert_eq!(what(&sent), [pull("b", 1, false)]);
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(5_000)));
+    // Probed after the grace (1 s), due after the I/O timeout.
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(1_000)));
     r.take(10, &status(sent[0].token(), "404 No Messages"));
     let sent = r.send(10);
     assert_eq!(what(&sent), [pull("a", 1, true)]);
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), Some(r.at(6_010)));
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), Some(r.at(2_010)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(2_010), 0));
+    assert_eq!(r.send(2_010)[0].subject, "PING");
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(2_010)), Some(r.at(6_010)));
     assert!(!r.m.handle_timeout(&r.sh, r.at(6_010) - MS, 0));
     assert!(r.m.handle_timeout(&r.sh, r.at(6_010), 0));
     assert_eq!(r.counts().io_timeouts, 1);
+}
+
+/// A pull no status ended by its expiry plus the grace is probed with a
+/// `PING` in the next write, once; the `PONG` coming while it is still
+/// under way ends it as never taken, with the connection kept, and the
+/// pull is asked again after the pause. The grace is at most half the I/O
+/// timeout, and nothing is probed for a pull that ended meanwhile.
+#[test]
+fn a_pull_never_answered_is_probed_and_its_pong_ends_it_without_a_break() {
+    let cfg = Config {
+        io_timeout: Duration::from_millis(1_200),
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    let sent = r.send(0);
+    assert_eq!(what(&sent), [pull("default", 1, true)]);
+    // Expiry 1 s, grace 0.6 s (half the I/O timeout).
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(1_600)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(1_599), 0));
+    assert!(r.send(1_599).is_empty());
+    assert!(!r.m.handle_timeout(&r.sh, r.at(1_600), 0));
+    assert_eq!(what(&r.send(1_600)), [("PING".to_owned(), String::new())]);
+    // Once: what is due next is the pull itself, at expiry + I/O timeout.
+    assert!(!r.m.handle_timeout(&r.sh, r.at(1_700), 0));
+    assert!(r.send(1_700).is_empty());
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1_700)), Some(r.at(2_200)));
+    // The PONG: the pull is over, the connection stays.
+    r.take(1_750, b"PONG\r\n");
+    let again = r.at(1_750) + UNAVAILABLE_PAUSE;
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1_750)), Some(again));
+    let after = u64::try_from((again - r.t0).as_millis()).unwrap();
+    assert!(!r.m.handle_timeout(&r.sh, r.at(after), 0));
+    let sent = r.send(after);
+    assert_eq!(what(&sent), [pull("default", 1, true)]);
+    let c = r.counts();
+    assert_eq!(
+        (c.io_timeouts, c.reconnects, c.unexpected_replies),
+        (0, 0, 0)
+    );
+    // A pull ended by its status before the probe went: no probe.
+    let t = after + 1_600;
+    assert!(!r.m.handle_timeout(&r.sh, r.at(t), 0));
+    r.take(t + 1, &status(sent[0].token(), "408 Request Timeout"));
+    let sent = r.send(t + 2);
+    assert!(sent.iter().all(|p| p.subject != "PING"), "{sent:?}");
 }
 
 #[test]
