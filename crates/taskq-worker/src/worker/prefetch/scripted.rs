@@ -18,6 +18,8 @@ pub(super) enum Say {
     Soon,
     Touched(bool),
     Info(u32),
+    /// The server cannot serve the reserve now.
+    Unavailable,
     /// Past the script (see [`Scripted::jobs`]).
     Auto,
 }
@@ -127,6 +129,7 @@ impl<const G: bool> Link for Scripted<G> {
             }),
             Say::Empty => Ok(Took::TurnEmpty),
             Say::Soon => Ok(Took::DeadlineSoon),
+            Say::Unavailable => Ok(Took::Unavailable),
             Say::Auto if self.handed < self.jobs => {
                 self.handed += 1;
                 Ok(Took::Job {
