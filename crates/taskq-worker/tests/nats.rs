@@ -42,6 +42,18 @@ fn cfg(c: &NatsCluster, tube: &str) -> Config {
     }
 }
 
+/// No connection was replaced once up, so no delivery was lost with one:
+/// an I/O timeout, if any, was a connect's. (A cluster may leave a
+/// management request of the set-up unanswered, as nats-server#8350
+/// reports for consumer creation; seen here once in CI as a thread of a
+/// drain whose set-up waited out the I/O timeout and connected again.)
+fn stayed_up(counts: &taskq_worker::Snapshot) {
+    assert!(
+        counts.reconnects == 0 && counts.io_timeouts <= counts.connect_failures,
+        "the connections stayed up: {counts}"
+    );
+}
+
 /// The 10,000-job drains run one at a time: two at once (six nodes and
 /// eight worker threads on a 2-core machine) starve the servers. The tests
 /// that count a job's deliveries exactly run apart from them too (see
@@ -96,11 +108,7 @@ fn drain(c: &NatsCluster, k: usize, prefetch: usize) {
     // interest reached the node: it ends unanswered once a PING comes back,
     // and the connection stays (it was replaced, and the drain stalled
     // for the I/O timeout, before pulls were probed).
-    assert_eq!(
-        (counts.io_timeouts, counts.reconnects),
-        (0, 0),
-        "the connections stayed up: {counts}"
-    );
+    stayed_up(&counts);
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), n, "every job done");
     let twice: u64 = seen.values().map(|&x| u64::from(x) - 1).sum();
@@ -185,11 +193,7 @@ fn release_with_delay_redelivers_and_attempts_end_in_burial() {
     )
     .unwrap();
     let counts = worker.run();
-    assert_eq!(
-        (counts.io_timeouts, counts.reconnects),
-        (0, 0),
-        "the connection stayed up: {counts}"
-    );
+    stayed_up(&counts);
     let a = attempts.lock().unwrap();
     // Failed twice (attempts 1 and 2), then buried.
     let fail = &a[&b"fail".to_vec()];
@@ -335,11 +339,7 @@ fn delayed_jobs_run_once_never_early(c: &NatsCluster) -> u64 {
     )
     .unwrap();
     let counts = worker.run();
-    assert_eq!(
-        (counts.io_timeouts, counts.reconnects),
-        (0, 0),
-        "the connection stayed up: {counts}"
-    );
+    stayed_up(&counts);
     let ran = ran.lock().unwrap();
     let runs = |body: &[u8]| -> Vec<(Instant, u64)> {
         ran.iter()
