@@ -630,35 +630,19 @@ impl JsMachine {
                 body,
                 info,
             } => {
+                let Some(i) = at else {
+                    // The session passes on only what a pull brings.
+                    return self.fault(sh, now, "MSG", random);
+                };
+                let p = &mut self.pulls[i];
+                p.left = p.left.saturating_sub(1);
+                let sent = p.sent;
+                if p.left == 0 {
+                    self.pulls.remove(i);
+                }
                 let Some(tube) = self.tube_of(subject) else {
                     // A consumer filters on its tube's subject.
                     return self.fault(sh, now, "MSG", random);
-                };
-                let sent = match at {
-                    Some(i) => {
-                        let p = &mut self.pulls[i];
-                        p.left = p.left.saturating_sub(1);
-                        let sent = p.sent;
-                        if p.left == 0 {
-                            self.pulls.remove(i);
-                        }
-                        sent
-                    }
-                    // For a pull this machine ended first (its probe came
-                    // back before the server's answer): run in a free slot
-                    // no pull under way asked for, or given back at once.
-                    None => {
-                        let asked: usize = self.pulls.iter().map(|p| p.left as usize).sum();
-                        if self.free.len() <= asked || !sh.take_ticket() {
-                            let ack = self.acks.copy(reply);
-                            self.out.push_back(Out::Back {
-                                ack,
-                                delay: Duration::ZERO,
-                            });
-                            return Ok(JsStep::Nothing);
-                        }
-                        now
-                    }
                 };
                 self.life.reconnect.progress();
                 Ok(self.take(

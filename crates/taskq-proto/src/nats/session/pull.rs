@@ -76,9 +76,8 @@ pub struct DeliveryFrame(Next);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
-    /// A message, for the pull with this token (`None`: for a pull no
-    /// longer under way).
-    Msg(MsgFrame, Option<u64>),
+    /// A message, for the pull with this token.
+    Msg(MsgFrame, u64),
     /// A status of the pull with this token.
     Status(u16, Span, Span, u64),
     Confirmed(u64),
@@ -89,12 +88,10 @@ enum Next {
 impl DeliveryFrame {
     /// The token of the pull this delivery or status answers (as
     /// [`queue_pull_behind`](NatsSession::queue_pull_behind) returned it);
-    /// `None` for an ack's confirmation, and for a message that came with
-    /// no pull under way (for one the client had ended first).
+    /// `None` for an ack's confirmation.
     pub fn pull(&self) -> Option<u64> {
         match self.0 {
-            Next::Msg(_, t) => t,
-            Next::Status(.., t) | Next::Unanswered(t) => Some(t),
+            Next::Msg(_, t) | Next::Status(.., t) | Next::Unanswered(t) => Some(t),
             Next::Confirmed(_) => None,
         }
     }
@@ -235,7 +232,6 @@ impl NatsSession {
         while self.pulls.front().is_some_and(|p| p.token <= through) {
             if let Some(p) = self.pulls.pop_front() {
                 self.unanswered.push_back(p.token);
-                self.ghost = true;
             }
         }
     }
@@ -253,36 +249,26 @@ impl NatsSession {
     /// Reads until what comes next for the pull under way (or, with none,
     /// for the owed ack confirmations); `None` when more bytes are needed.
     /// A pull is over after `batch` messages or a status other than a
-    /// heartbeat. A message that comes with no pull under way is passed on
-    /// with no pull ([`DeliveryFrame::pull`] `None`). When nothing is owed,
-    /// what was read is looked through for such a message, and then
-    /// [`NatsError::NothingOwed`].
+    /// heartbeat. [`NatsError::NothingOwed`] when neither is owed.
     pub fn poll_delivery(&mut self) -> Result<Option<DeliveryFrame>, NatsError> {
         self.usable()?;
-        // With nothing owed, what was read is still looked through for a
-        // message of a pull the client ended first (see below).
-        let owed =
-            !self.pulls.is_empty() || !self.confirms.is_empty() || !self.unanswered.is_empty();
+        if self.pulls.is_empty() && self.confirms.is_empty() && self.unanswered.is_empty() {
+            return Err(NatsError::NothingOwed);
+        }
         loop {
             if let Some(t) = self.unanswered.pop_front() {
                 return Ok(Some(DeliveryFrame(Next::Unanswered(t))));
             }
             let next = match self.poll_event()? {
-                None if owed => return Ok(None),
-                None => return Err(NatsError::NothingOwed),
+                None => return Ok(None),
                 Some(Event::Pong) => continue,
                 Some(Event::Delivery(m)) => {
-                    // A delivery answers the oldest pull under way. One that
-                    // comes with none under way was sent for a pull the
-                    // client ended first (its probe came back before the
-                    // server's own answer): it is passed on all the same,
-                    // with no pull, for the driver to run or give back.
-                    // Dropped, its job would wait out its ack wait.
-                    let pull = self.pulls.front_mut().map(|p| {
-                        p.remaining = p.remaining.saturating_sub(1);
-                        p.token
-                    });
-                    if self.pulls.front().is_some_and(|p| p.remaining == 0) {
+                    let Some(p) = self.pulls.front_mut() else {
+                        continue; // a late delivery nobody waits for: redelivered after ack wait
+                    };
+                    p.remaining = p.remaining.saturating_sub(1);
+                    let pull = p.token;
+                    if p.remaining == 0 {
                         self.pulls.pop_front();
                     }
                     Next::Msg(m, pull)
@@ -295,10 +281,6 @@ impl NatsSession {
                         };
                         if code != 100 {
                             self.pulls.remove(i);
-                        }
-                        if code == 408 {
-                            // A waiting pull expired: any older one is over.
-                            self.ghost = false;
                         }
                         Next::Status(code, raw, desc, token)
                     } else if let Some(i) = self.confirms.iter().position(|&t| t == token) {

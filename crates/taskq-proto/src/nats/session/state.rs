@@ -103,10 +103,6 @@ pub struct NatsSession {
     /// Pulls a probe's `PONG` found never answered, for
     /// [`poll_delivery`](Self::poll_delivery) to report.
     pub(super) unanswered: VecDeque<u64>,
-    /// A pull ended by its probe may still be held by the server (its
-    /// `408` was late, not missing), until a later waiting pull's `408`
-    /// shows it is over (the consumer serves its pulls in order).
-    pub(super) ghost: bool,
     pongs_owed: u32,
     pings: u64,
     pub(super) broken: bool,
@@ -182,7 +178,6 @@ impl NatsSession {
             probes: VecDeque::new(),
             probes_queued: VecDeque::new(),
             unanswered: VecDeque::new(),
-            ghost: false,
             pongs_owed: 0,
             pings: 0,
             broken: false,

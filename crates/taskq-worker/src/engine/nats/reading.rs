@@ -182,8 +182,7 @@ impl Nats {
         while self.conn.confirms_owed() > 0 {
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                // A message for a pull ended first is kept, to be run.
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
+                Ok(_) => {}
                 Err(e) => return Err(conn_error(e)),
             }
         }

@@ -745,43 +745,6 @@ fn a_pull_never_answered_is_probed_and_its_pong_ends_it_without_a_break() {
     assert!(sent.iter().all(|p| p.subject != "PING"), "{sent:?}");
 }
 
-/// A message for a pull the machine ended first (its probe's PONG came
-/// before the server's own answer) is run in a free slot, not dropped,
-/// even with nothing owed; with no slot free it goes straight back.
-#[test]
-fn a_delivery_for_a_pull_its_probe_ended_is_run_not_dropped() {
-    let cfg = Config {
-        io_timeout: Duration::from_millis(1_200),
-        ..cfg(1)
-    };
-    let mut r = Rig::new(cfg);
-    assert_eq!(what(&r.send(0)), [pull("default", 1, true)]);
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_600), 0));
-    assert_eq!(what(&r.send(1_600)), [("PING".to_owned(), String::new())]);
-    assert!(r.take(1_650, b"PONG\r\n").is_empty());
-    assert!(!r.wire.pulling(), "nothing owed");
-    // The server had the pull after all: its job comes now.
-    let runs = r.take(1_700, &job("default", 7, 1, "late"));
-    assert_eq!(runs.len(), 1);
-    assert_eq!((runs[0].id, runs[0].body.as_str()), (7, "late"));
-    assert_eq!(r.counts().reserved, 1);
-    // Another, while the one slot is taken: back at once, not run.
-    assert!(r.take(1_710, &job("default", 8, 1, "later")).is_empty());
-    let sent = r.send(1_720);
-    assert!(
-        sent.iter()
-            .any(|p| p.subject == ack_subject("default", 1, 8) && p.body.starts_with("-NAK")),
-        "{sent:?}"
-    );
-    r.finish(&runs[0], Outcome::Done);
-    let sent = r.send(1_730);
-    assert!(sent
-        .iter()
-        .any(|p| p.subject == ack_subject("default", 1, 7)));
-    let c = r.counts();
-    assert_eq!((c.reserved, c.io_timeouts, c.unexpected_replies), (1, 0, 0));
-}
-
 #[test]
 fn after_a_stop_no_pull_goes_a_late_delivery_is_naked_back_and_then_it_is_done() {
     let mut r = Rig::new(cfg(2));
