@@ -181,7 +181,10 @@ fn a_pull_the_server_never_takes_ends_unanswered_and_the_connection_stays() {
     if old {
         assert_eq!(d.unwrap(), Delivery::Unanswered);
         assert!(
-            took >= Duration::from_millis(300) + taskq_proto::nats::PULL_GRACE,
+            took >= Duration::from_millis(300)
+                + taskq_proto::nats::pull_grace(
+                    taskq_connect::nats::NatsConfig::default().io_timeout
+                ),
             "{took:?}"
         );
     } else {

@@ -13,11 +13,13 @@ use super::state::{no_responders, Event, NatsSession, PullOwed};
 
 /// How long after a pull's expiry its driver waits for the status that
 /// ends it before probing the connection ([`NatsSession::queue_probe`]):
-/// room for the `408` to come across the cluster from the consumer's
-/// leader. At most half the I/O timeout ([`pull_grace`]): the pull's
-/// deadline stays its expiry plus the I/O timeout, and the probe's `PONG`
-/// must come within what is left of it.
-pub const PULL_GRACE: Duration = Duration::from_secs(1);
+/// room for the `408` to come from the consumer's leader, which a loaded
+/// server has sent more than a second late (a pull ended by its probe while
+/// the server still holds it can take a message the client then drops). At
+/// most half the I/O timeout ([`pull_grace`]): the pull's deadline stays its
+/// expiry plus the I/O timeout, and the probe's `PONG` must come within
+/// what is left of it.
+pub const PULL_GRACE: Duration = Duration::from_secs(5);
 
 /// The grace after a pull's expiry under I/O timeout `io_timeout`:
 /// [`PULL_GRACE`], or half the I/O timeout when that is less.

@@ -638,8 +638,9 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     };
     let mut r = Rig::new(cfg);
     r.send(0);
-    // The waiting pull: probed at its expiry (1 s) plus the grace (1 s).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(2_000)));
+    // The waiting pull: probed at its expiry (1 s) plus the grace (half
+    // the I/O timeout).
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(3_500)));
     let runs = r.take(
         10,
         &[job("default", 1, 1, "a"), job("default", 2, 1, "b")].concat(),
@@ -652,14 +653,14 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     let second = r.send(300);
     // Each: an ack and a waiting pull for the slot it freed.
     assert_eq!((first.len(), second.len()), (2, 2));
-    // The first pull is probed at 100 + 2 s; the probe's PONG is owed (it
+    // The first pull is probed at 100 + 3.5 s; the probe's PONG is owed (it
     // does not come here), and the pull is due at its expiry plus the I/O
     // timeout.
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(300)), Some(r.at(2_100)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(2_100), 0));
-    assert_eq!(r.send(2_100)[0].subject, "PING");
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(300)), Some(r.at(3_600)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(3_600), 0));
+    assert_eq!(r.send(3_600)[0].subject, "PING");
     // The oldest confirmation (100 + 5 s) is before the pull's (100 + 6 s).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(2_100)), Some(r.at(5_100)));
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(3_600)), Some(r.at(5_100)));
     r.take(400, &confirm(first[0].token()));
     assert_eq!(r.m.poll_timeout(&r.sh, r.at(400)), Some(r.at(5_300)));
     assert_eq!(r.counts().deleted, 1);
@@ -686,15 +687,15 @@ fn a_no_wait_pulls_deadline_is_the_io_timeout() {
     let sent = r.send(0);
     // Two tubes: each is tried without waiting before the last one waits.
     assert_eq!(what(&sent), [pull("b", 1, false)]);
-    // Probed after the grace (1 s), due after the I/O timeout.
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(1_000)));
+    // Probed after the grace (2.5 s), due after the I/O timeout.
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(2_500)));
     r.take(10, &status(sent[0].token(), "404 No Messages"));
     let sent = r.send(10);
     assert_eq!(what(&sent), [pull("a", 1, true)]);
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), Some(r.at(2_010)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(2_010), 0));
-    assert_eq!(r.send(2_010)[0].subject, "PING");
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(2_010)), Some(r.at(6_010)));
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), Some(r.at(3_510)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(3_510), 0));
+    assert_eq!(r.send(3_510)[0].subject, "PING");
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(3_510)), Some(r.at(6_010)));
     assert!(!r.m.handle_timeout(&r.sh, r.at(6_010) - MS, 0));
     assert!(r.m.handle_timeout(&r.sh, r.at(6_010), 0));
     assert_eq!(r.counts().io_timeouts, 1);
