@@ -113,7 +113,7 @@ fn pull_deliveries_statuses_and_confirmations_cut_at_every_byte() {
 }
 
 #[test]
-fn a_pull_ends_after_its_batch_and_late_deliveries_are_dropped() {
+fn a_pull_ends_after_its_batch_and_a_later_delivery_comes_with_no_pull() {
     let mut s = session();
     s.queue_pull("TASKQ", "c", 2, None, None).unwrap();
     assert_eq!(
@@ -129,7 +129,11 @@ fn a_pull_ends_after_its_batch_and_late_deliveries_are_dropped() {
         assert!(matches!(s.take_delivery(f).unwrap(), Delivery::Msg { .. }));
     }
     assert!(!s.pulling());
-    // The third is nobody's: nothing is owed any more.
+    // The third answers no pull under way: passed on with none (for the
+    // driver to run or give back, never dropped); then nothing is owed.
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), None);
+    assert!(matches!(s.take_delivery(f).unwrap(), Delivery::Msg { .. }));
     assert!(matches!(s.poll_delivery(), Err(NatsError::NothingOwed)));
     // A message whose reply is no ack subject breaks the session.
     let mut s = session();
@@ -227,7 +231,8 @@ fn pulls_in_a_row_are_answered_oldest_first_and_each_status_ends_its_own() {
 /// A probe about the pulls under way up to a token: its `PONG` ends those
 /// still under way as never answered, one report each, and leaves a younger
 /// pull and one a status already ended alone; a probe not yet written (or
-/// dropped with its write) is owed nothing.
+/// dropped with its write) is owed nothing. A message that comes later with
+/// no pull under way is passed on, not dropped.
 #[test]
 fn a_probes_pong_ends_the_pulls_it_asked_about_that_nothing_answered() {
     let mut s = session();
@@ -272,6 +277,100 @@ fn a_probes_pong_ends_the_pulls_it_asked_about_that_nothing_answered() {
     assert_eq!(s.poll_delivery().unwrap(), None);
     assert_eq!(s.pulls_under_way(), 1);
     assert!(!s.is_broken());
+    // The first may still be held by the server: no request may wait past
+    // a message of it.
+    assert!(s.strays_possible());
+    assert!(matches!(
+        s.queue_request(b"$JS.API.INFO", b""),
+        Err(NatsError::Busy)
+    ));
+    // A message for it (the server had it after all) is counted against
+    // the pull under way; a 404 of a younger pull does not show it over.
+    let a = "$JS.ACK.TASKQ.c.1.9.9.1700000000000000000.0";
+    feed(&mut s, msg("taskq.T", Some(a), None, "late").as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), Some(third));
+    assert!(matches!(
+        s.take_delivery(f).unwrap(),
+        Delivery::Msg { body: b"late", .. }
+    ));
+    let fourth = s.queue_pull_behind("TASKQ", "c", 1, None, None).unwrap();
+    s.queue_sent();
+    let wire = msg(
+        &format!("_INBOX.t.{fourth}"),
+        None,
+        Some("404 No Messages"),
+        "",
+    );
+    feed(&mut s, wire.as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::NoMessages);
+    assert!(s.strays_possible());
+    // Its own late 408 shows it over.
+    let wire = msg(
+        &format!("_INBOX.t.{first}"),
+        None,
+        Some("408 Request Timeout"),
+        "",
+    );
+    feed(&mut s, wire.as_bytes());
+    assert_eq!(s.poll_delivery().unwrap(), None);
+    assert!(!s.strays_possible());
+    // The third ends; a message after it comes with no pull under way:
+    // passed on with none, not dropped, even with nothing owed.
+    let b = "$JS.ACK.TASKQ.c.1.10.10.1700000000000000000.0";
+    let wire = format!(
+        "{}{}",
+        msg(
+            &format!("_INBOX.t.{third}"),
+            None,
+            Some("408 Request Timeout"),
+            ""
+        ),
+        msg("taskq.T", Some(b), None, "later")
+    );
+    feed(&mut s, wire.as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Timeout);
+    assert!(!s.pulling());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), None);
+    assert!(matches!(
+        s.take_delivery(f).unwrap(),
+        Delivery::Msg { body: b"later", .. }
+    ));
+    assert!(matches!(s.poll_delivery(), Err(NatsError::NothingOwed)));
+    assert!(s.queue_request(b"$JS.API.INFO", b"").is_ok());
+}
+
+/// A later waiting pull's `408` shows a pull its probe ended over: its
+/// expiry came after the older one's.
+#[test]
+fn a_later_waiting_pulls_408_shows_a_probed_pull_over() {
+    let mut s = session();
+    let wait = Some(Duration::from_secs(1));
+    let first = s.queue_pull_behind("TASKQ", "c", 1, wait, None).unwrap();
+    s.queue_sent();
+    s.queue_probe(first).unwrap();
+    s.queue_sent();
+    let second = s.queue_pull_behind("TASKQ", "c", 1, wait, None).unwrap();
+    s.queue_sent();
+    feed(&mut s, b"PONG\r\n");
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Unanswered);
+    assert!(s.strays_possible());
+    let wire = msg(
+        &format!("_INBOX.t.{second}"),
+        None,
+        Some("408 Request Timeout"),
+        "",
+    );
+    feed(&mut s, wire.as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(f.pull(), Some(second));
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Timeout);
+    assert!(!s.strays_possible());
+    assert!(s.queue_request(b"$JS.API.INFO", b"").is_ok());
 }
 
 mod props {

@@ -587,6 +587,6 @@ fn a_worker_given_one_node_fails_over_to_the_nodes_it_learned() {
     let control = running.control();
     control.shutdown();
     let counts = running.join();
-    assert_eq!(counts.deleted, 2);
+    assert_eq!(counts.deleted, 2, "{counts}");
     assert!(counts.reconnects >= 1, "{counts}");
 }

@@ -250,6 +250,7 @@ fn take_deliveries(
             Err(e) => return Err(Some(e)),
         };
         let pull = frame.pull();
+        let strays = session.strays_possible();
         let d = match session.take_delivery(frame) {
             Ok(d) => d,
             Err(NatsError::NoResponders) => {
@@ -264,7 +265,7 @@ fn take_deliveries(
             }
             _ => (&[][..], &[][..]),
         };
-        match m.on_delivery(sh, Instant::now(), d, pull, fastrand::u64(..)) {
+        match m.on_delivery(sh, Instant::now(), d, pull, strays, fastrand::u64(..)) {
             Ok(JsStep::Run {
                 slot,
                 id,

@@ -48,7 +48,7 @@ use crate::config::Config;
 use crate::job_info::JobInfo;
 use parts::{
     ack_kind, conn_error, connect_error, delivered_info, keep_early, pick, resend, Buffers, Early,
-    End, GivenBack, Held, Owed, Pull, Tube,
+    End, GivenBack, Held, Owed, Pull, Strays, Tube,
 };
 
 pub(crate) mod parts;
@@ -94,6 +94,9 @@ pub(crate) struct Nats {
     /// Confirmations read before they were asked for.
     confirmed: Vec<u64>,
     early: VecDeque<Early>,
+    /// How early a delivery's lease may have started, while a pull its
+    /// probe ended may still deliver.
+    strays: Strays,
     /// Delayed jobs this link gave back because they came before their
     /// ready time.
     given_back: GivenBack,
@@ -206,6 +209,7 @@ impl Link for Nats {
             check_idle: cfg.exit_when_idle.is_some(),
             confirmed: Vec::with_capacity(2 * k + 8),
             early: VecDeque::with_capacity(2 * k),
+            strays: Strays::default(),
             given_back: GivenBack::default(),
             current: Early::default(),
             slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
@@ -401,9 +405,16 @@ impl Link for Nats {
                 let no_wait = self.answered();
                 return self.empty(no_wait, end);
             }
+            self.strays.heard(self.conn.strays_possible());
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
+                Ok(d) => keep_early(
+                    d,
+                    self.pulls.front_mut(),
+                    &mut self.strays,
+                    &mut self.early,
+                    &mut self.bufs,
+                ),
                 Err(NatsError::NoResponders) => {
                     tracing::debug!("pull answered 503: no responders");
                     if let Some(p) = self.pulls.front_mut() {

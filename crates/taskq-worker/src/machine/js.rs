@@ -52,7 +52,9 @@ use taskq_proto::ConnectionError;
 
 use super::{Answered, Asked, Lifecycle, TICKET_RETRY};
 use crate::counters::Counters;
-use crate::engine::nats::parts::{ack_kind, delivered_info, not_ready, ready_at, GivenBack, Tube};
+use crate::engine::nats::parts::{
+    ack_kind, delivered_info, not_ready, ready_at, GivenBack, Strays, Tube,
+};
 use crate::engine::{Carry, Pool, Settle, Unconfirmed};
 use crate::failure::Failure;
 use crate::fair::{Schedule, Want};
@@ -196,6 +198,9 @@ pub(crate) struct JsMachine {
     sched: Option<Schedule>,
     /// Answers to what handlers asked: (slot, job, answer).
     answers: VecDeque<(usize, u64, Answered)>,
+    /// How early a delivery's lease may have started, while a pull its
+    /// probe ended may still deliver.
+    strays: Strays,
     /// The consumers were found with nothing out after an empty wait.
     quiet: bool,
     /// An empty wait asks the driver whether jobs are still out.
@@ -223,6 +228,7 @@ impl JsMachine {
             copies: VecDeque::new(),
             confirms: VecDeque::with_capacity(2 * n + 8),
             carry: Carry::default(),
+            strays: Strays::default(),
             given_back: GivenBack::default(),
             acks: Pool::made(2 * n + 8, ACK_ROOM),
             sched: sh
@@ -612,15 +618,18 @@ impl JsMachine {
     #[allow(clippy::result_unit_err)]
     ///
     /// `pull` is the token of the pull it answers (the session's
-    /// `DeliveryFrame::pull`).
+    /// `DeliveryFrame::pull`); `strays`: the session's `strays_possible`
+    /// when it was read.
     pub(crate) fn on_delivery(
         &mut self,
         sh: &Shared,
         now: Instant,
         d: Delivery<'_>,
         pull: Option<u64>,
+        strays: bool,
         random: u64,
     ) -> Result<JsStep, ()> {
+        self.strays.heard(strays);
         let at = pull.and_then(|t| self.pulls.iter().position(|p| p.token == t));
         match d {
             Delivery::Msg {
@@ -630,19 +639,36 @@ impl JsMachine {
                 body,
                 info,
             } => {
-                let Some(i) = at else {
-                    // The session passes on only what a pull brings.
-                    return self.fault(sh, now, "MSG", random);
-                };
-                let p = &mut self.pulls[i];
-                p.left = p.left.saturating_sub(1);
-                let sent = p.sent;
-                if p.left == 0 {
-                    self.pulls.remove(i);
-                }
                 let Some(tube) = self.tube_of(subject) else {
                     // A consumer filters on its tube's subject.
                     return self.fault(sh, now, "MSG", random);
+                };
+                let pulled = at.map(|i| {
+                    let p = &mut self.pulls[i];
+                    p.left = p.left.saturating_sub(1);
+                    let sent = p.sent;
+                    if p.left == 0 {
+                        self.pulls.remove(i);
+                    }
+                    sent
+                });
+                // With no pull under way, it is for a pull this machine ended
+                // first (its probe came back before the server's answer):
+                // run in a free slot no pull under way asked for, else given
+                // back at once. Its lease (as any read while such a pull may
+                // still deliver) is counted from the oldest of those pulls.
+                let leased = self.strays.lease_start(pulled);
+                let room = pulled.is_some() || {
+                    let asked: usize = self.pulls.iter().map(|p| p.left as usize).sum();
+                    self.free.len() > asked && leased.is_some() && sh.take_ticket()
+                };
+                let (true, Some(sent)) = (room, leased) else {
+                    let ack = self.acks.copy(reply);
+                    self.out.push_back(Out::Back {
+                        ack,
+                        delay: Duration::ZERO,
+                    });
+                    return Ok(JsStep::Nothing);
                 };
                 self.life.reconnect.progress();
                 Ok(self.take(
@@ -664,9 +690,13 @@ impl JsMachine {
             }
             Delivery::Heartbeat => Ok(JsStep::Nothing),
             Delivery::Unanswered => {
-                // Over: the server never took it; asked again after a pause,
-                // as when the cluster cannot serve a pull.
+                // Over: the server never took it (or took it and answers
+                // late: see `strays`); asked again after a pause, as when
+                // the cluster cannot serve a pull.
                 tracing::debug!(pull, "a pull never answered; its probe came back");
+                if let Some(i) = at {
+                    self.strays.ended(self.pulls[i].sent);
+                }
                 self.pull_unavailable(sh, now, pull);
                 Ok(JsStep::Nothing)
             }

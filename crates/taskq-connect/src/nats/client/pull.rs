@@ -57,6 +57,12 @@ impl NatsConnection {
         self.s.pulling()
     }
 
+    /// True while a pull its probe ended may still deliver after all (see
+    /// `NatsSession::strays_possible`).
+    pub fn strays_possible(&self) -> bool {
+        self.s.strays_possible()
+    }
+
     /// Ack confirmations owed.
     pub fn confirms_owed(&self) -> usize {
         self.s.confirms_owed()

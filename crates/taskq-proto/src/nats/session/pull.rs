@@ -78,8 +78,9 @@ pub struct DeliveryFrame(Next);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
-    /// A message, for the pull with this token.
-    Msg(MsgFrame, u64),
+    /// A message, for the pull with this token (`None`: for a pull no
+    /// longer under way).
+    Msg(MsgFrame, Option<u64>),
     /// A status of the pull with this token.
     Status(u16, Span, Span, u64),
     Confirmed(u64),
@@ -90,10 +91,12 @@ enum Next {
 impl DeliveryFrame {
     /// The token of the pull this delivery or status answers (as
     /// [`queue_pull_behind`](NatsSession::queue_pull_behind) returned it);
-    /// `None` for an ack's confirmation.
+    /// `None` for an ack's confirmation, and for a message that came with
+    /// no pull under way (for one the client had ended first).
     pub fn pull(&self) -> Option<u64> {
         match self.0 {
-            Next::Msg(_, t) | Next::Status(.., t) | Next::Unanswered(t) => Some(t),
+            Next::Msg(_, t) => t,
+            Next::Status(.., t) | Next::Unanswered(t) => Some(t),
             Next::Confirmed(_) => None,
         }
     }
@@ -223,6 +226,16 @@ impl NatsSession {
         Ok(())
     }
 
+    /// True while a pull its probe ended may still deliver: the server may
+    /// have held it after all (its `408` was late, not missing). A message
+    /// read meanwhile may be that pull's, whatever pull it is counted
+    /// against, so its lease may have started as early as that pull was
+    /// sent. Over at that pull's own late answer, or at a later waiting
+    /// pull's `408`; requests are refused until then.
+    pub fn strays_possible(&self) -> bool {
+        self.strays.is_some()
+    }
+
     /// True while a probe is queued or its `PONG` owed.
     pub fn probing(&self) -> bool {
         !self.probes.is_empty() || !self.probes_queued.is_empty()
@@ -234,6 +247,7 @@ impl NatsSession {
         while self.pulls.front().is_some_and(|p| p.token <= through) {
             if let Some(p) = self.pulls.pop_front() {
                 self.unanswered.push_back(p.token);
+                self.strays = Some(self.strays.map_or(p.token, |s| s.max(p.token)));
             }
         }
     }
@@ -251,31 +265,49 @@ impl NatsSession {
     /// Reads until what comes next for the pull under way (or, with none,
     /// for the owed ack confirmations); `None` when more bytes are needed.
     /// A pull is over after `batch` messages or a status other than a
-    /// heartbeat. [`NatsError::NothingOwed`] when neither is owed.
+    /// heartbeat. A message that comes with no pull under way is passed on
+    /// with no pull ([`DeliveryFrame::pull`] `None`). When nothing is owed,
+    /// what was read is looked through for such a message, and then
+    /// [`NatsError::NothingOwed`].
     pub fn poll_delivery(&mut self) -> Result<Option<DeliveryFrame>, NatsError> {
         self.usable()?;
-        if self.pulls.is_empty() && self.confirms.is_empty() && self.unanswered.is_empty() {
-            return Err(NatsError::NothingOwed);
-        }
+        // With nothing owed, what was read is still looked through for a
+        // message of a pull the client ended first (see below).
+        let owed =
+            !self.pulls.is_empty() || !self.confirms.is_empty() || !self.unanswered.is_empty();
         loop {
             if let Some(t) = self.unanswered.pop_front() {
                 return Ok(Some(DeliveryFrame(Next::Unanswered(t))));
             }
             let next = match self.poll_event()? {
-                None => return Ok(None),
+                None if owed => return Ok(None),
+                None => return Err(NatsError::NothingOwed),
                 Some(Event::Pong) => continue,
                 Some(Event::Delivery(m)) => {
-                    let Some(p) = self.pulls.front_mut() else {
-                        continue; // a late delivery nobody waits for: redelivered after ack wait
-                    };
-                    p.remaining = p.remaining.saturating_sub(1);
-                    let pull = p.token;
-                    if p.remaining == 0 {
+                    // A delivery answers the oldest pull under way. One that
+                    // comes with none under way was sent for a pull the
+                    // client ended first (its probe came back before the
+                    // server's own answer): it is passed on all the same,
+                    // with no pull, for the driver to run or give back.
+                    // Dropped, its job would wait out its ack wait.
+                    let pull = self.pulls.front_mut().map(|p| {
+                        p.remaining = p.remaining.saturating_sub(1);
+                        p.token
+                    });
+                    if self.pulls.front().is_some_and(|p| p.remaining == 0) {
                         self.pulls.pop_front();
                     }
                     Next::Msg(m, pull)
                 }
                 Some(Event::Reply { token, m }) => {
+                    if let (Some(newest), Some((_, code, _))) = (self.strays, m.headers) {
+                        // The newest pull a probe ended is over at its own
+                        // late answer, and at a later waiting pull's `408`
+                        // (that pull's expiry came after the older one's).
+                        if (token == newest && code != 100) || (token > newest && code == 408) {
+                            self.strays = None;
+                        }
+                    }
                     if let Some(i) = self.pulls.iter().position(|p| p.token == token) {
                         let Some((raw, code, desc)) = m.headers else {
                             let e = NatsProtoError::Malformed { op: "HMSG" };

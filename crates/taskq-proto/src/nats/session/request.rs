@@ -11,9 +11,15 @@ impl NatsSession {
     /// Queues `payload` to `subject` with a reply token, for one write;
     /// returns the token its reply comes back with
     /// ([`poll_reply`](Self::poll_reply)). Refused ([`NatsError::Busy`])
-    /// while other replies are owed.
+    /// while other replies are owed, and while a pull its probe ended may
+    /// still deliver ([`strays_possible`](Self::strays_possible)): a
+    /// message that came while the reply was awaited would be read past and
+    /// its job left to its ack wait.
     pub fn queue_request(&mut self, subject: &[u8], payload: &[u8]) -> Result<u64, NatsError> {
         self.idle()?;
+        if self.strays.is_some() {
+            return Err(NatsError::Busy);
+        }
         let token = self.peek_token();
         self.scratch.clear();
         self.scratch.extend_from_slice(&self.inbox);

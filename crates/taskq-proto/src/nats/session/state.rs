@@ -103,6 +103,10 @@ pub struct NatsSession {
     /// Pulls a probe's `PONG` found never answered, for
     /// [`poll_delivery`](Self::poll_delivery) to report.
     pub(super) unanswered: VecDeque<u64>,
+    /// The newest pull ended by its probe, while the server may still hold
+    /// it (its `408` was late, not missing): until its own answer or a
+    /// later waiting pull's `408` shows it over.
+    pub(super) strays: Option<u64>,
     pongs_owed: u32,
     pings: u64,
     pub(super) broken: bool,
@@ -178,6 +182,7 @@ impl NatsSession {
             probes: VecDeque::new(),
             probes_queued: VecDeque::new(),
             unanswered: VecDeque::new(),
+            strays: None,
             pongs_owed: 0,
             pings: 0,
             broken: false,

@@ -24,6 +24,42 @@ pub(crate) struct Tube {
     pub(crate) ack_wait: Duration,
 }
 
+/// When a pull its probe ended may have started the leases of what it
+/// delivers. The server may have held such a pull after all (its `408` was
+/// late, not missing: `NatsSession::strays_possible`), and then a message
+/// read later may be that pull's, whatever pull the session counts it
+/// against: its lease may have started as early as that pull was sent.
+/// Leases measured from later (the pull it is counted against, or the
+/// read) would end later than the server's, and a touch or a carried ack
+/// could then come after the server gave the job to someone else.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Strays(Option<Instant>);
+
+impl Strays {
+    /// A pull sent at `sent` was ended by its probe.
+    pub(crate) fn ended(&mut self, sent: Instant) {
+        self.0 = Some(self.0.map_or(sent, |s| s.min(sent)));
+    }
+
+    /// What the session says before a delivery is read: whether strays are
+    /// still possible (forgotten once they are not).
+    pub(crate) fn heard(&mut self, possible: bool) {
+        if !possible {
+            self.0 = None;
+        }
+    }
+
+    /// The earliest a delivery counted against a pull sent at `pulled`
+    /// (`None`: against none) may have started its lease; `None` when
+    /// neither tells (a message no pull can have asked for).
+    pub(crate) fn lease_start(&self, pulled: Option<Instant>) -> Option<Instant> {
+        match (self.0, pulled) {
+            (Some(s), Some(p)) => Some(s.min(p)),
+            (s, p) => s.or(p),
+        }
+    }
+}
+
 /// How many delayed jobs given back early a link remembers.
 const GIVEN_BACK_KEPT: usize = 1024;
 
@@ -322,6 +358,7 @@ pub(super) fn resend(conn: &mut NatsConnection, carry: &mut Carry) -> Result<(),
 pub(super) fn keep_early(
     d: Delivery<'_>,
     pull: Option<&mut Pull>,
+    strays: &mut Strays,
     early: &mut VecDeque<Early>,
     bufs: &mut Buffers,
 ) {
@@ -347,15 +384,21 @@ pub(super) fn keep_early(
                 seq: info.stream_seq,
                 ready_at: ready_at(headers.as_ref()),
                 scheduled: headers.is_some_and(|h| h.get(SCHEDULER_HEADER).is_some()),
-                pulled: pull.map_or_else(Instant::now, |p| p.at),
+                pulled: strays
+                    .lease_start(pull.map(|p| p.at))
+                    .unwrap_or_else(Instant::now),
             });
             return;
         }
         Delivery::Heartbeat | Delivery::Confirmed(_) => return,
         Delivery::NoMessages | Delivery::Timeout => End::Empty,
         Delivery::Unanswered => {
-            // Over: the server never took it; asked again after a pause.
+            // Over: the server never took it, or took it and answers late;
+            // asked again after a pause.
             tracing::debug!("a pull never answered; its probe came back");
+            if let Some(p) = pull.as_ref() {
+                strays.ended(p.at);
+            }
             End::Unavailable
         }
         other => {

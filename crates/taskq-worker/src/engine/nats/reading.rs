@@ -33,10 +33,17 @@ impl Nats {
             return Ok(());
         }
         loop {
+            self.strays.heard(self.conn.strays_possible());
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) if t == token => return Ok(()),
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
+                Ok(d) => keep_early(
+                    d,
+                    self.pulls.front_mut(),
+                    &mut self.strays,
+                    &mut self.early,
+                    &mut self.bufs,
+                ),
                 Err(NatsError::NoResponders) => return Err(Fault::Unexpected("503")),
                 Err(e) => return Err(Fault::Conn(conn_error(e))),
             }
@@ -168,9 +175,16 @@ impl Nats {
         // confirmations too: they go out first.
         self.conn.flush().map_err(conn_error)?;
         while self.conn.pulling() {
+            self.strays.heard(self.conn.strays_possible());
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(d, self.pulls.front_mut(), &mut self.early, &mut self.bufs),
+                Ok(d) => keep_early(
+                    d,
+                    self.pulls.front_mut(),
+                    &mut self.strays,
+                    &mut self.early,
+                    &mut self.bufs,
+                ),
                 Err(NatsError::NoResponders) => {
                     if let Some(p) = self.pulls.front_mut() {
                         p.ended = Some(End::Unavailable);
@@ -180,9 +194,17 @@ impl Nats {
             }
         }
         while self.conn.confirms_owed() > 0 {
+            self.strays.heard(self.conn.strays_possible());
             match self.conn.next_delivery() {
                 Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(_) => {}
+                // A message for a pull ended first is kept, to be run.
+                Ok(d) => keep_early(
+                    d,
+                    self.pulls.front_mut(),
+                    &mut self.strays,
+                    &mut self.early,
+                    &mut self.bufs,
+                ),
                 Err(e) => return Err(conn_error(e)),
             }
         }

@@ -221,6 +221,7 @@ impl Rig {
                 Err(e) => panic!("{e}"),
             };
             let pull = f.pull();
+            let strays = self.wire.strays_possible();
             let d = match self.wire.take_delivery(f) {
                 Ok(d) => d,
                 Err(NatsError::NoResponders) => {
@@ -233,7 +234,7 @@ impl Rig {
                 Delivery::Msg { body, .. } => String::from_utf8(body.to_vec()).unwrap(),
                 _ => String::new(),
             };
-            match self.m.on_delivery(&self.sh, now, d, pull, 0) {
+            match self.m.on_delivery(&self.sh, now, d, pull, strays, 0) {
                 Ok(JsStep::Run {
                     slot,
                     id,
@@ -384,7 +385,7 @@ fn an_ack_counts_only_on_its_own_confirmation() {
     // and nothing to the machine either.
     r.take(4, &confirm(99));
     assert_eq!(
-        r.m.on_delivery(&r.sh, r.at(4), Delivery::Confirmed(99), None, 0),
+        r.m.on_delivery(&r.sh, r.at(4), Delivery::Confirmed(99), None, false, 0),
         Ok(JsStep::Nothing)
     );
     let c = r.counts();
@@ -398,7 +399,7 @@ fn an_ack_counts_only_on_its_own_confirmation() {
     assert_eq!((c.deleted, c.released), (1, 1));
     // The same token again counts nothing more.
     assert_eq!(
-        r.m.on_delivery(&r.sh, r.at(7), Delivery::Confirmed(done), None, 0),
+        r.m.on_delivery(&r.sh, r.at(7), Delivery::Confirmed(done), None, false, 0),
         Ok(JsStep::Nothing)
     );
     let c = r.counts();
@@ -542,7 +543,7 @@ fn acks_unconfirmed_at_a_break_go_first_on_the_next_connection_and_count_once() 
     // Each once: the tokens of the broken connection count nothing now.
     for t in [sent[0].token(), sent[1].token(), resent[0].token()] {
         assert_eq!(
-            r.m.on_delivery(&r.sh, r.at(6), Delivery::Confirmed(t), None, 0),
+            r.m.on_delivery(&r.sh, r.at(6), Delivery::Confirmed(t), None, false, 0),
             Ok(JsStep::Nothing)
         );
     }
@@ -744,6 +745,81 @@ fn a_pull_never_answered_is_probed_and_its_pong_ends_it_without_a_break() {
     r.take(t + 1, &status(sent[0].token(), "408 Request Timeout"));
     let sent = r.send(t + 2);
     assert!(sent.iter().all(|p| p.subject != "PING"), "{sent:?}");
+}
+
+/// One slot, its pull sent at 0 and ended at 1,650 ms by its probe's
+/// `PONG` (the server's `408` not come): the server may still hold it.
+fn probed_at_1650() -> Rig {
+    let cfg = Config {
+        io_timeout: Duration::from_millis(1_200),
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    assert_eq!(what(&r.send(0)), [pull("default", 1, true)]);
+    assert!(!r.m.handle_timeout(&r.sh, r.at(1_600), 0));
+    assert_eq!(what(&r.send(1_600)), [("PING".to_owned(), String::new())]);
+    assert!(r.take(1_650, b"PONG\r\n").is_empty());
+    r
+}
+
+/// A message for a pull the machine ended first (its probe's PONG came
+/// before the server's own answer) is run in a free slot, not dropped,
+/// even with nothing owed; with no slot free it goes straight back.
+#[test]
+fn a_delivery_for_a_pull_its_probe_ended_is_run_not_dropped() {
+    let mut r = probed_at_1650();
+    assert!(!r.wire.pulling(), "nothing owed");
+    // The server had the pull after all: its job comes now.
+    let runs = r.take(1_700, &job("default", 7, 1, "late"));
+    assert_eq!(runs.len(), 1);
+    assert_eq!((runs[0].id, runs[0].body.as_str()), (7, "late"));
+    assert_eq!(r.counts().reserved, 1);
+    // Another, while the one slot is taken: back at once, not run.
+    assert!(r.take(1_710, &job("default", 8, 1, "later")).is_empty());
+    let sent = r.send(1_720);
+    assert!(
+        sent.iter()
+            .any(|p| p.subject == ack_subject("default", 1, 8) && p.body.starts_with("-NAK")),
+        "{sent:?}"
+    );
+    r.finish(&runs[0], Outcome::Done);
+    let sent = r.send(1_730);
+    assert!(sent
+        .iter()
+        .any(|p| p.subject == ack_subject("default", 1, 7)));
+    let c = r.counts();
+    assert_eq!((c.reserved, c.io_timeouts, c.unexpected_replies), (1, 0, 0));
+}
+
+/// A message read while a pull its probe ended may still deliver has its
+/// lease counted from when that pull was sent, not from when it was read:
+/// the server's ack wait may have started that early. Its settle, decided
+/// while the connection is down and past that lease, is given up (the job
+/// comes back) rather than sent late. Counted from the read, it would have
+/// been sent.
+#[test]
+fn a_strays_lease_counts_from_the_pull_its_probe_ended() {
+    let mut r = probed_at_1650();
+    assert!(r.wire.strays_possible());
+    let read = 5_000;
+    let runs = r.take(read, &job("default", 7, 1, "late"));
+    assert_eq!(runs.len(), 1);
+    // Down, and the job done after the pull's lease and before the read's.
+    let done = u64::try_from(ACK_WAIT.as_millis()).unwrap() + read / 2;
+    r.m.broke(&r.sh, r.at(read + 100), 0);
+    r.finish(&runs[0], Outcome::Done);
+    assert!(r.m.wants_connect(&r.sh, r.at(done)));
+    r.wire = session();
+    let tubes = tubes(&r.sh);
+    r.m.connected(&r.sh, r.at(done), STREAM, tubes);
+    let sent = r.send(done + 1);
+    assert!(
+        sent.iter()
+            .all(|p| p.subject != ack_subject("default", 1, 7)),
+        "{sent:?}"
+    );
+    let c = r.counts();
+    assert_eq!((c.reserved, c.lease_dropped, c.deleted), (1, 1, 0));
 }
 
 #[test]
