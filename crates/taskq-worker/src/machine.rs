@@ -31,9 +31,11 @@
 //!   out in the next write and its answer comes back to that handler
 //!   ([`Machine::answered`]);
 //! - weighted tubes: the reserves follow `fair::Schedule`;
-//! - the reply deadline: the reply at the front of the pipeline is due the
-//!   I/O timeout (plus a blocking reserve's slice) after it was sent or the
-//!   reply before it came; silence past it breaks the connection;
+//! - the reply deadline is the session's (`Session::poll_timeout`: the I/O
+//!   timeout, plus a blocking reserve's slice, after the reply was first
+//!   waited for); the driver wakes at the earlier of it and the machine's
+//!   own deadlines, and a reply overdue ([`Machine::reply_overdue`]) breaks
+//!   the connection;
 //! - the reconnect rule (`taskq_proto::Reconnect`): at once after progress,
 //!   else with the capped, jittered backoff;
 //! - the idle exit and the stop: whether this connection is idle
@@ -367,8 +369,6 @@ pub(crate) struct Machine {
     /// With `max_jobs`: no reserve before this (see [`TICKET_RETRY`] and
     /// [`TICKET_YIELD`]).
     ticket_at: Option<Instant>,
-    /// When the reply at the front of the pipeline started to be waited for.
-    front_since: Instant,
     /// No job may be out: the last blocking reserve found none.
     quiet: bool,
     sched: Option<Schedule>,
@@ -394,7 +394,6 @@ impl Machine {
             probe_wait: PROBE_MIN,
             probe_at: None,
             ticket_at: None,
-            front_since: now,
             quiet: false,
             sched: sh
                 .cfg
@@ -431,7 +430,6 @@ impl Machine {
         self.dry = false;
         self.probe_at = None;
         self.probe_wait = PROBE_MIN;
-        self.front_since = now;
         if let Some(s) = self.sched.as_mut() {
             s.watching_all();
         }

@@ -45,13 +45,15 @@ impl AsyncConn {
         for &addr in addrs {
             match open_stream(addr, cfg.connect_timeout, cfg.keepalive).await {
                 Ok(stream) => {
+                    let mut session = Session::new(cfg.limits);
+                    session.set_io_timeout(cfg.io_timeout);
                     return Ok(AsyncConn {
                         stream,
-                        session: Session::new(cfg.limits),
+                        session,
                         counts: IoCounts::default(),
                         io_timeout: cfg.io_timeout,
                         deadline: Deadline::new(),
-                    })
+                    });
                 }
                 Err(e) => last = Some(e),
             }
@@ -184,26 +186,16 @@ impl AsyncConn {
         self.sent(r)
     }
 
-    /// Reads the next owed reply, against one deadline for the whole of it.
+    /// Reads the next owed reply, against one deadline for the whole of it:
+    /// the session's (`Session::poll_timeout`), from when a read first had
+    /// to wait for it. The wait's start is the session's, so a future
+    /// dropped while waiting and made again keeps the same deadline.
     #[inline]
     pub async fn recv(&mut self) -> Result<Reply<'_>, ConnectionError> {
-        self.recv_since(&mut None).await
-    }
-
-    /// [`recv`](Self::recv) with the deadline running from `started` (set
-    /// here when a read first has to wait; the caller clears it on
-    /// progress), so a future dropped while waiting and made again keeps
-    /// the same deadline.
-    #[inline]
-    pub async fn recv_since(
-        &mut self,
-        started: &mut Option<Instant>,
-    ) -> Result<Reply<'_>, ConnectionError> {
-        let wait = self.session.reply_wait(self.io_timeout)?;
         // The enqueue hot path: a lone put's reply is almost always one whole
         // `INSERTED <id>\r\n` from one read straight into the empty buffer.
         if self.session.awaits_lone_put() {
-            let n = poll_fn(|cx| self.poll_read(cx, true, started, wait)).await?;
+            let n = poll_fn(|cx| self.poll_read(cx, true)).await?;
             if let Some(id) = self.session.take_inserted(n) {
                 return Ok(Reply::Inserted { id });
             }
@@ -212,21 +204,25 @@ impl AsyncConn {
             if let Some(f) = self.session.frame_reply()? {
                 return Ok(self.session.take_reply(f));
             }
-            let n = poll_fn(|cx| self.poll_read(cx, false, started, wait)).await?;
+            let n = poll_fn(|cx| self.poll_read(cx, false)).await?;
             self.session.received(n);
         }
     }
 
     /// One read into the session's room (the whole buffer for the lone-put
-    /// path), or the deadline: `started + wait`, where `started` is when the
-    /// first read of this reply had to wait.
+    /// path), or the session's reply deadline.
     fn poll_read(
         &mut self,
         cx: &mut Context<'_>,
         lone_put: bool,
-        started: &mut Option<Instant>,
-        wait: Duration,
     ) -> Poll<Result<usize, ConnectionError>> {
+        let wait = match self.session.reply_wait() {
+            Ok(wait) => wait,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        // The wait begins at the first read that has to wait (tokio's clock,
+        // which tests may pause).
+        let mut started = self.session.waiting_since().map(Instant::from_std);
         let room = if lone_put {
             self.session.put_read_room()
         } else {
@@ -241,8 +237,11 @@ impl AsyncConn {
             &mut self.counts,
             &mut self.deadline,
             cx,
-            (started, wait),
+            (&mut started, wait),
         );
+        if let Some(t) = started {
+            self.session.start_wait(t.into_std());
+        }
         if let Poll::Ready(Err(_)) = r {
             self.session.mark_broken();
         }

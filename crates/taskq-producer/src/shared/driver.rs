@@ -248,9 +248,9 @@ impl Link {
         }
     }
 
-    /// Reads the next reply: with the deadline from `started` while one is
-    /// owed; on JetStream with none while idle (answering the server's
-    /// `PING`s, so an idle connection stays open).
+    /// Reads the next reply: with the reply deadline while one is owed (on
+    /// JetStream from `started`); on JetStream with none while idle
+    /// (answering the server's `PING`s, so an idle connection stays open).
     async fn hear(
         &mut self,
         started: &mut Option<tokio::time::Instant>,
@@ -259,7 +259,8 @@ impl Link {
         match self {
             Link::Beanstalkd { engine, .. } => {
                 let conn = engine.conn_mut().ok_or(Error::NotSent(NotSent::Broken))?;
-                match conn.recv_since(started).await {
+                // The reply deadline is the session's own.
+                match conn.recv().await {
                     Ok(Reply::Inserted { id }) => Ok(Heard::Inserted(id)),
                     Ok(Reply::Using { .. }) => Ok(Heard::Using),
                     Ok(other) => Ok(Heard::Other(unexpected(&other))),

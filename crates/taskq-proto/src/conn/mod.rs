@@ -98,11 +98,13 @@ impl Connection {
     ) -> Result<Connection, ConnectionError> {
         let io = SockIo::open(addr, cfg.connect_timeout, cfg.io_timeout, cfg.keepalive)
             .map_err(ConnectionError::NotSent)?;
+        let mut session = Session::new(cfg.limits);
+        session.set_io_timeout(cfg.io_timeout);
         Ok(Connection {
             io,
             peer: addr,
             cfg,
-            session: Session::new(cfg.limits),
+            session,
         })
     }
 

@@ -1,12 +1,19 @@
-//! The session: one connection's protocol state with no socket and no clock.
+//! The session: one connection's protocol state with no socket, and
+//! deadlines it keeps on the instants its driver gives it.
 //!
 //! A [`Session`] encodes requests into its own send buffer (reusing a put line
 //! whose numbers repeat), remembers which replies are owed and in what order,
 //! takes the bytes a driver read and yields the owed replies in order,
 //! borrowed from its receive buffer. A driver (the blocking
-//! [`Connection`](crate::Connection), or an async one) owns the socket and the
-//! clock: it writes what the session encoded with one write, reads into the
-//! room the session gives, and holds each reply to a deadline.
+//! [`Connection`](crate::Connection), or an async one) owns the socket and
+//! reads the clock: it writes what the session encoded with one write, reads
+//! into the room the session gives, says when it starts to wait for a reply
+//! ([`Session::start_wait`]), and wakes at [`Session::poll_timeout`], where
+//! [`Session::handle_timeout`] tells whether the reply is overdue. The rule
+//! of that deadline is the session's alone: the I/O timeout plus what the
+//! server may take by design (a `reserve-with-timeout`'s seconds), counted
+//! from when the wait for the reply began (after its request was written, or
+//! after the reply before it came).
 //!
 //! ```
 //! use taskq_proto::{Command, Reply, Request, Session, Limits};
@@ -29,7 +36,7 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::command::{Command, CommandKind};
 use crate::error::{ConnectionError, ReplyError};
@@ -125,6 +132,10 @@ pub struct Session {
     skip_large: bool,
     /// Bytes of such a job's body, and its CRLF, still to drop as they come.
     skip: u64,
+    /// The I/O timeout the reply deadline allows.
+    io_timeout: Duration,
+    /// When the wait for the front owed reply began (`None`: not begun).
+    waiting_since: Option<Instant>,
 }
 
 /// The enqueue hot path's owed reply: a put sent alone while nothing else was
@@ -166,6 +177,66 @@ impl Session {
             flags: 0,
             skip_large: false,
             skip: 0,
+            io_timeout: crate::defaults::IO_TIMEOUT,
+            waiting_since: None,
+        }
+    }
+
+    /// Sets the I/O timeout the reply deadline allows (by default
+    /// [`defaults::IO_TIMEOUT`](crate::defaults::IO_TIMEOUT)).
+    pub fn set_io_timeout(&mut self, io_timeout: Duration) {
+        self.io_timeout = io_timeout;
+    }
+
+    /// The I/O timeout the reply deadline allows.
+    pub fn io_timeout(&self) -> Duration {
+        self.io_timeout
+    }
+
+    /// The driver begins to wait for the front owed reply at `now` (it wrote
+    /// what is owed and must read, or the reply before came and the next is
+    /// not whole yet). A wait already begun keeps its start, so a driver
+    /// whose read was cancelled and made again keeps the same deadline;
+    /// taking a reply ends the wait. Nothing owed: nothing to wait for.
+    #[inline]
+    pub fn start_wait(&mut self, now: Instant) -> Instant {
+        if self.owed() == 0 {
+            return now;
+        }
+        *self.waiting_since.get_or_insert(now)
+    }
+
+    /// When the wait for the front owed reply began, if it has.
+    #[inline]
+    pub fn waiting_since(&self) -> Option<Instant> {
+        self.waiting_since
+    }
+
+    /// When the front owed reply is overdue: its wait's start plus
+    /// [`reply_wait`](Self::reply_wait). `None` while no wait has begun (or
+    /// nothing is owed), and for a deadline past what an `Instant` holds (an
+    /// I/O timeout configured huge, to mean "wait forever").
+    #[inline]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_broken() {
+            return None;
+        }
+        let since = self.waiting_since?;
+        since.checked_add(self.reply_wait().ok()?)
+    }
+
+    /// Acts on the deadline at `now`: the front owed reply overdue breaks
+    /// the session, [`ConnectionError::Timeout`] with how long it was
+    /// awaited; otherwise `Ok`.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ConnectionError> {
+        match (self.waiting_since, self.poll_timeout()) {
+            (Some(since), Some(due)) if now >= due => {
+                self.mark_broken();
+                Err(ConnectionError::Timeout {
+                    waited: now.saturating_duration_since(since),
+                })
+            }
+            _ => Ok(()),
         }
     }
 
@@ -246,12 +317,11 @@ impl Session {
     /// `reserve-with-timeout`). [`ConnectionError::Broken`] or
     /// [`ConnectionError::NothingOwed`] when there is no reply to wait for.
     #[inline]
-    pub fn reply_wait(&self, io_timeout: Duration) -> Result<Duration, ConnectionError> {
+    pub fn reply_wait(&self) -> Result<Duration, ConnectionError> {
         match self.next_owed() {
-            Some(kind) => {
-                Ok(io_timeout
-                    .saturating_add(Duration::from_secs(u64::from(kind.server_wait_secs()))))
-            }
+            Some(kind) => Ok(self
+                .io_timeout
+                .saturating_add(Duration::from_secs(u64::from(kind.server_wait_secs())))),
             None if self.is_broken() => Err(ConnectionError::Broken),
             None => Err(ConnectionError::NothingOwed),
         }
@@ -521,6 +591,7 @@ impl Session {
         } else {
             self.owed.pop_front();
         }
+        self.waiting_since = None;
         // Consumed bytes stay in place until the next read.
         attach(f.reply, f.span, self.rx.from(base))
     }
@@ -548,6 +619,7 @@ impl Session {
     pub fn take_inserted(&mut self, n: usize) -> Option<u64> {
         if let Some(id) = inserted_exact(self.rx.from(0), n) {
             self.flags = 0;
+            self.waiting_since = None;
             return Some(id);
         }
         self.rx.filled(n);
@@ -599,16 +671,13 @@ mod tests {
 
     #[test]
     fn the_reply_wait_adds_the_servers_wait_and_a_broken_queue_is_dropped() {
-        let io = Duration::from_millis(500);
         let mut s = Session::new(Limits::default());
-        assert!(matches!(
-            s.reply_wait(io),
-            Err(ConnectionError::NothingOwed)
-        ));
+        s.set_io_timeout(Duration::from_millis(500));
+        assert!(matches!(s.reply_wait(), Err(ConnectionError::NothingOwed)));
         assert_eq!(s.to_flush().unwrap(), None);
         s.queue(&Command::ReserveWithTimeout { timeout: 3 })
             .unwrap();
-        assert_eq!(s.reply_wait(io).unwrap(), Duration::from_millis(3500));
+        assert_eq!(s.reply_wait().unwrap(), Duration::from_millis(3500));
         assert_eq!(
             s.to_flush().unwrap(),
             Some(&b"reserve-with-timeout 3\r\n"[..])
@@ -617,7 +686,52 @@ mod tests {
         assert!(matches!(s.to_flush(), Err(ConnectionError::Broken)));
         assert!(s.queued().is_empty());
         assert_eq!(s.owed(), 0);
-        assert!(matches!(s.reply_wait(io), Err(ConnectionError::Broken)));
+        assert!(matches!(s.reply_wait(), Err(ConnectionError::Broken)));
+    }
+
+    /// The reply deadline, on given instants: the I/O timeout (plus a
+    /// blocking reserve's seconds) from when the wait for the front reply
+    /// began; a wait begun again keeps its start; each reply taken ends the
+    /// wait, and the next one's starts when the driver waits again.
+    #[test]
+    fn the_front_reply_is_due_its_wait_after_the_wait_began_and_overdue_breaks() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut s = Session::new(Limits::default());
+        s.set_io_timeout(Duration::from_millis(500));
+        // Nothing owed: nothing to wait for, nothing due.
+        assert_eq!(s.start_wait(ms(0)), ms(0));
+        assert_eq!((s.waiting_since(), s.poll_timeout()), (None, None));
+        s.queue(&Command::Stats).unwrap();
+        s.queue(&Command::ReserveWithTimeout { timeout: 2 })
+            .unwrap();
+        s.queue_sent();
+        assert_eq!(s.poll_timeout(), None, "no wait begun");
+        assert_eq!(s.start_wait(ms(10)), ms(10));
+        assert_eq!(s.start_wait(ms(300)), ms(10), "kept across a retried read");
+        assert_eq!(s.poll_timeout(), Some(ms(510)));
+        assert!(s.handle_timeout(ms(509)).is_ok());
+        feed(&mut s, b"OK 4\r\nx: 1\r\n");
+        assert!(matches!(s.poll_reply().unwrap(), Some(Reply::Ok { .. })));
+        // The reserve's wait begins when the driver waits for it again, and
+        // allows the server its two seconds.
+        assert_eq!(s.poll_timeout(), None);
+        s.start_wait(ms(600));
+        assert_eq!(s.poll_timeout(), Some(ms(3_100)));
+        let e = s.handle_timeout(ms(3_100)).unwrap_err();
+        assert!(
+            matches!(e, ConnectionError::Timeout { waited } if waited == Duration::from_millis(2_500)),
+            "{e:?}"
+        );
+        assert!(s.is_broken());
+        assert_eq!(s.poll_timeout(), None, "a broken session waits for nothing");
+        // A huge I/O timeout means no deadline at all.
+        let mut s = Session::new(Limits::default());
+        s.set_io_timeout(Duration::MAX);
+        s.queue(&Command::Stats).unwrap();
+        s.start_wait(ms(0));
+        assert_eq!(s.poll_timeout(), None);
+        assert!(s.handle_timeout(ms(1_000_000)).is_ok());
     }
 
     #[test]

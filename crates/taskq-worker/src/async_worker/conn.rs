@@ -2,13 +2,13 @@
 //! taskq-connect's `open_stream`) and the protocol session. What the
 //! session queued goes out in one write when the socket takes it; reads go
 //! straight into the session's room. Neither carries a deadline here: the
-//! machine owns the reply deadline, and the driver wakes at it.
+//! session keeps the reply deadline, and the driver wakes at it.
 //!
 //! Not `taskq_connect::tokio::AsyncConn`: the worker needs the session
 //! itself (the kind of each owed reply, `WATCHING` replies of tube
 //! switches, jobs over the limit skipped unread), and reads and writes it
 //! can poll together and beside the slots' messages, with the deadline
-//! left to the machine.
+//! left to the driver's loop.
 
 use std::io;
 use std::pin::Pin;
@@ -78,6 +78,8 @@ impl Conn {
             }))
         })?;
         let mut session = Session::new(cfg.limits);
+        // The reply deadline is the session's, at the worker's I/O timeout.
+        session.set_io_timeout(cfg.io_timeout);
         // A job over the limit is held by id and buried, its body unread.
         session.skip_large_jobs();
         Ok(Conn {

@@ -10,8 +10,9 @@
 //!    owed and nothing due it sleeps until woken);
 //! 5. gives every whole reply to the machine, keeping a taken job's body
 //!    for its slot and starting the job once looked up;
-//! 6. lets the machine act on its deadlines (a reply overdue breaks the
-//!    connection; an idle spell stops the worker).
+//! 6. acts on the deadlines: the session's reply deadline (a reply
+//!    overdue breaks the connection, `Machine::reply_overdue`) and the
+//!    machine's (an idle spell stops the worker).
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
@@ -80,15 +81,24 @@ pub(super) async fn drive(
             }
             continue;
         }
+        let mut reply_due = None;
         if let Some(c) = conn.as_mut() {
-            if let Err(e) = m.transmit(&sh, Instant::now(), &mut c.session) {
+            let now = Instant::now();
+            if let Err(e) = m.transmit(&sh, now, &mut c.session) {
                 crate::worker::account::failed(&sh, &addr, None, &e);
                 m.broke(&sh, Instant::now(), fastrand::u64(..));
                 conn = None;
                 continue;
             }
+            // A reply owed is waited for from now, unless its wait began
+            // already (at its write, or when the reply before it came).
+            c.session.start_wait(now);
+            reply_due = c.session.poll_timeout();
         }
-        let due = m.poll_timeout(&sh, Instant::now());
+        let due = match (m.poll_timeout(&sh, Instant::now()), reply_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if let Some(t) = due {
             sleep.as_mut().reset(tokio::time::Instant::from_std(t));
         }
@@ -129,7 +139,8 @@ pub(super) async fn drive(
             Woke::Told | Woke::Due => {}
         }
         let now = Instant::now();
-        if m.handle_timeout(&sh, now, fastrand::u64(..)) {
+        if let Some(Err(e)) = conn.as_mut().map(|c| c.session.handle_timeout(now)) {
+            m.reply_overdue(&sh, now, e, fastrand::u64(..));
             conn = None;
         }
         super::idle_exit(&sh, &idle, server, m.is_idle(&sh, now));

@@ -48,7 +48,6 @@ impl Machine {
                 random,
             );
         };
-        self.front_since = now;
         let r = match (owed, answer) {
             (Owed::Ask { wait, tube }, Answer::Took(took)) => {
                 if wait == 0 {

@@ -26,6 +26,14 @@ struct Rig {
     tube: String,
 }
 
+/// A session as the driver's connection opens it.
+fn wire(sh: &Shared) -> Session {
+    let mut wire = Session::new(sh.cfg.limits);
+    wire.set_io_timeout(sh.cfg.io_timeout);
+    wire.skip_large_jobs();
+    wire
+}
+
 impl Rig {
     fn new(cfg: Config) -> Rig {
         let t0 = Instant::now();
@@ -33,8 +41,7 @@ impl Rig {
         let mut m = Machine::new(&sh, 0, t0);
         assert!(m.wants_connect(&sh, t0));
         m.connected(&sh, t0);
-        let mut wire = Session::new(sh.cfg.limits);
-        wire.skip_large_jobs();
+        let wire = wire(&sh);
         Rig {
             sh,
             m,
@@ -55,6 +62,8 @@ impl Rig {
         self.m.transmit(&self.sh, now, &mut self.wire).unwrap();
         let bytes = self.wire.queued().to_vec();
         self.wire.queue_sent();
+        // As the driver: a reply owed is waited for from now.
+        self.wire.start_wait(now);
         String::from_utf8(bytes)
             .unwrap()
             .split_terminator("\r\n")
@@ -85,7 +94,33 @@ impl Rig {
                 Err(()) => return (starts, true),
             }
         }
+        // As the driver: the next reply owed is waited for from now.
+        self.wire.start_wait(now);
         (starts, false)
+    }
+
+    /// When the driver would wake, as of `ms`: the earlier of the
+    /// machine's deadlines and the session's reply deadline.
+    fn due(&self, ms: u64) -> Option<Instant> {
+        match (
+            self.m.poll_timeout(&self.sh, self.at(ms)),
+            self.wire.poll_timeout(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The driver's deadline check at `now`: true when the reply owed was
+    /// overdue and the machine gave the connection up.
+    fn overdue(&mut self, now: Instant) -> bool {
+        match self.wire.handle_timeout(now) {
+            Ok(()) => false,
+            Err(e) => {
+                self.m.reply_overdue(&self.sh, now, e, 0);
+                true
+            }
+        }
     }
 
     /// The jobs `bytes` brings at `ms` are looked up (each `releases`
@@ -193,10 +228,7 @@ fn a_dry_server_is_probed_with_a_growing_wait_while_jobs_run_and_waited_on_once_
     assert!(r.send(500).is_empty());
     // The blocking reserve's deadline is the slice plus the I/O timeout.
     let io = r.sh.cfg.io_timeout;
-    assert_eq!(
-        r.m.poll_timeout(&r.sh, r.at(0)),
-        Some(r.at(31) + io + Duration::from_secs(1))
-    );
+    assert_eq!(r.due(500), Some(r.at(31) + io + Duration::from_secs(1)));
     r.reply(1031, b"TIMED_OUT\r\n");
     assert_eq!(r.counts().reserve_timeouts, 1);
     assert_eq!(r.send(1031), ["reserve-with-timeout 1"]);
@@ -377,11 +409,12 @@ fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
     r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
     assert_eq!(r.send(2), ["delete 1", "reserve-with-timeout 0"]);
     let io = r.sh.cfg.io_timeout;
-    let due = r.m.poll_timeout(&r.sh, r.at(0)).unwrap();
+    let due = r.due(2).unwrap();
     assert_eq!(due, r.at(2) + io);
-    assert!(!r.m.handle_timeout(&r.sh, due - MS, 0));
-    assert!(r.m.handle_timeout(&r.sh, due, 0));
+    assert!(!r.overdue(due - MS));
+    assert!(r.overdue(due));
     assert!(!r.m.is_up());
+    assert!(r.wire.is_broken());
     let c = r.counts();
     // The delete may have been carried out; job 2's handler still runs.
     assert_eq!((c.io_timeouts, c.ack_unknown, c.lease_dropped), (1, 1, 1));
@@ -389,6 +422,7 @@ fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
     assert!(r.m.wants_connect(&r.sh, due));
     // Job 2's handler ends on the dead connection: nothing is sent for it.
     r.m.finished(&r.sh, s[1].slot, Outcome::Done, false);
+    r.wire = wire(&r.sh);
     r.m.connected(&r.sh, due);
     assert_eq!(r.send(3000), ["reserve-with-timeout 0"; 2]);
     // A connection that breaks before any reply: the next waits the backoff.
@@ -635,7 +669,7 @@ fn with_max_jobs_a_machine_waiting_on_an_empty_server_leaves_the_last_ticket_to_
     let mut a = Rig::new(cfg);
     let mut b = Rig {
         m: Machine::new(&a.sh, 1, a.t0),
-        wire: Session::new(a.sh.cfg.limits),
+        wire: wire(&a.sh),
         sh: a.sh.clone(),
         t0: a.t0,
         runs: Vec::new(),

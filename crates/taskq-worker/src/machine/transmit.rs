@@ -1,7 +1,7 @@
 //! The machine's side of the writes and the clock: what to send next, and
 //! the deadlines it owns.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use taskq_proto::ConnectionError;
 
@@ -23,7 +23,6 @@ impl Machine {
         if !self.life.up {
             return Ok(0);
         }
-        let was_idle = self.owed.is_empty();
         let mut queued = 0;
         while let Some(o) = self.out.pop_front() {
             let (r, owed) = match o {
@@ -94,9 +93,6 @@ impl Machine {
                 }
             }
         }
-        if was_idle && queued > 0 {
-            self.front_since = now;
-        }
         Ok(queued)
     }
 
@@ -123,18 +119,15 @@ impl Machine {
         Ok(())
     }
 
-    /// When the machine next wants [`handle_timeout`](Self::handle_timeout)
-    /// or [`transmit`](Self::transmit): the front reply's deadline, the next
-    /// probe, the next connect, the idle exit.
-    /// (The idle exit's only while still ahead of `now`: once passed, the
+    /// When the machine next wants [`transmit`](Self::transmit): the next
+    /// probe, the next ticket look, the next connect, the idle exit. (The
+    /// reply deadline is the session's; the driver wakes at the earlier.
+    /// The idle exit's only while still ahead of `now`: once passed, the
     /// driver asks [`is_idle`](Self::is_idle) after each event.)
     pub(crate) fn poll_timeout(&self, sh: &Shared, now: Instant) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
         if self.life.up {
-            if let Some(due) = self.front_due(sh) {
-                at(due);
-            }
             if self.dry && self.asks == 0 && !self.blocking {
                 if let Some(p) = self.probe_at {
                     at(p);
@@ -148,28 +141,19 @@ impl Machine {
         t
     }
 
-    /// When the reply at the front of the pipeline is overdue: the I/O
-    /// timeout, plus what a blocking reserve may take by design, after it
-    /// was sent or the reply before it came.
-    fn front_due(&self, sh: &Shared) -> Option<Instant> {
-        let wait = match self.owed.front()? {
-            Owed::Ask { wait, .. } => *wait,
-            _ => 0,
-        };
-        Some(self.front_since + sh.cfg.io_timeout + Duration::from_secs(u64::from(wait)))
-    }
-
-    /// Acts on the deadlines passed at `now`: a reply overdue breaks the
-    /// connection (`true`: the driver closes it). (The idle exit's deadline
-    /// is the driver's to act on: see [`is_idle`](Self::is_idle).)
-    pub(crate) fn handle_timeout(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
-        if !self.life.up || self.front_due(sh).is_none_or(|due| now < due) {
-            return false;
+    /// The session found the reply at the front of the pipeline overdue at
+    /// `now` (`Session::handle_timeout`'s error `e`): the connection is
+    /// given up, counted as an I/O timeout, and what it held is accounted
+    /// for as at any break.
+    pub(crate) fn reply_overdue(
+        &mut self,
+        sh: &Shared,
+        now: Instant,
+        e: ConnectionError,
+        random: u64,
+    ) {
+        if self.life.up {
+            let _ = self.fault(sh, now, None, Fault::Conn(e), random);
         }
-        let e = ConnectionError::Timeout {
-            waited: now - self.front_since,
-        };
-        let _ = self.fault(sh, now, None, Fault::Conn(e), random);
-        true
     }
 }
