@@ -47,8 +47,8 @@ use super::seam::{
 use crate::config::Config;
 use crate::job_info::JobInfo;
 use parts::{
-    ack_kind, conn_error, connect_error, delivered_info, keep_early, pick, resend, Buffers, Early,
-    End, GivenBack, Held, Owed, Pull, Strays, Tube,
+    ack_kind, conn_error, connect_error, delivered_info, keep_early, pick, pull_expiry, resend,
+    Buffers, Early, End, GivenBack, Held, Owed, Pull, Strays, Tube,
 };
 
 pub(crate) mod parts;
@@ -102,7 +102,8 @@ pub(crate) struct Nats {
     given_back: GivenBack,
     /// The delivery handed out last, when it came early.
     current: Early,
-    slice: Duration,
+    /// A waiting pull's expiry on the server (`parts::pull_expiry`).
+    expiry: Duration,
 }
 
 impl JobLink for Nats {
@@ -212,7 +213,7 @@ impl Link for Nats {
             strays: Strays::default(),
             given_back: GivenBack::default(),
             current: Early::default(),
-            slice: Duration::from_secs(u64::from(cfg.reserve_secs())),
+            expiry: pull_expiry(cfg),
         })
     }
 

@@ -53,7 +53,7 @@ use taskq_proto::ConnectionError;
 use super::{Answered, Asked, Lifecycle, TICKET_RETRY};
 use crate::counters::Counters;
 use crate::engine::nats::parts::{
-    ack_kind, delivered_info, not_ready, ready_at, GivenBack, Strays, Tube,
+    ack_kind, delivered_info, not_ready, pull_expiry, ready_at, GivenBack, Strays, Tube,
 };
 use crate::engine::{Carry, Pool, Settle, Unconfirmed};
 use crate::failure::Failure;
@@ -585,7 +585,7 @@ impl JsMachine {
             return Ok(());
         }
         let t = &self.tubes[tube];
-        let expires = waits.then(|| sh.cfg.reserve_timeout.max(Duration::from_secs(1)));
+        let expires = waits.then(|| pull_expiry(&sh.cfg));
         let token = match session.queue_pull_behind(&self.stream, &t.consumer, batch, expires, None)
         {
             Ok(token) => token,
@@ -950,7 +950,7 @@ impl JsMachine {
     /// When pull `p` expires on the server.
     fn expiry(&self, sh: &Shared, p: &Pull) -> Instant {
         let wait = if p.waits {
-            sh.cfg.reserve_timeout.max(Duration::from_secs(1))
+            pull_expiry(&sh.cfg)
         } else {
             Duration::ZERO
         };

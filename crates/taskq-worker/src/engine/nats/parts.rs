@@ -11,6 +11,7 @@ use taskq_proto::nats::schedule::SCHEDULER_HEADER;
 use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError};
 use taskq_proto::ConnectionError;
 
+use crate::config::Config;
 use crate::engine::seam::{Ask, Carry, Pool, Settle, Unconfirmed};
 use crate::fair::Want;
 
@@ -22,6 +23,27 @@ pub(crate) struct Tube {
     pub(crate) buried: String,
     pub(crate) consumer: String,
     pub(crate) ack_wait: Duration,
+}
+
+/// How much longer than the reserve slice a waiting pull lasts on the
+/// server. nats-server before 2.11 (Debian's 2.9.10 among them) loses a
+/// redelivery that falls due the moment the only waiting pull expires: it
+/// drops the expired pull without its `408`, takes the message off its
+/// redelivery queue without delivering it, and steps its cursor of new
+/// messages back (so the last new one may be delivered twice); the lost job
+/// comes back only after its ack wait (nats-server#5305, fixed in 2.11.0).
+/// A release with a delay (a retry's backoff, `Outcome::Retry`) goes in the
+/// same write as the next waiting pull, so a whole-second delay and a
+/// whole-second slice fall due together by construction: this project's
+/// tests on 2.9.10 saw the retried job wait out its ack wait that way. Past
+/// the slice by 137 ms, the expiries of the pulls that follow miss delays
+/// in whole seconds and tenths.
+pub(crate) const PULL_EXPIRY_PAST_SLICE: Duration = Duration::from_millis(137);
+
+/// A waiting pull's expiry on the server for `cfg`'s reserve slice (whole
+/// seconds, at least one): the slice plus [`PULL_EXPIRY_PAST_SLICE`].
+pub(crate) fn pull_expiry(cfg: &Config) -> Duration {
+    Duration::from_secs(u64::from(cfg.reserve_secs())) + PULL_EXPIRY_PAST_SLICE
 }
 
 /// When a pull its probe ended may have started the leases of what it

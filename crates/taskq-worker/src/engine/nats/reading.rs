@@ -162,7 +162,7 @@ impl Nats {
             self.conn.pull_no_wait(&self.stream, consumer, batch)
         } else {
             self.conn
-                .pull(&self.stream, consumer, batch, self.slice, None)
+                .pull(&self.stream, consumer, batch, self.expiry, None)
         };
         r.map_err(|e| Fault::Conn(conn_error(e)))
     }

@@ -14,7 +14,9 @@ const INBOX: &str = "_INBOX.t.";
 const STREAM: &str = "TASKQ";
 const ACK_WAIT: Duration = Duration::from_secs(30);
 /// What a waiting pull asks the server to wait: the reserve slice (1 s).
-const EXPIRES: &str = "\"expires\":1000000000";
+/// A waiting pull's expiry: the one-second slice plus
+/// `PULL_EXPIRY_PAST_SLICE`.
+const EXPIRES: &str = "\"expires\":1137000000";
 
 /// Tube `name` as the driver's setup names it on the stream.
 fn tube(name: &str) -> Tube {
@@ -639,9 +641,9 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     };
     let mut r = Rig::new(cfg);
     r.send(0);
-    // The waiting pull: probed at its expiry (1 s) plus the grace (half
-    // the I/O timeout).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(3_500)));
+    // The waiting pull: probed at its expiry (1.137 s) plus the grace
+    // (half the I/O timeout).
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(3_637)));
     let runs = r.take(
         10,
         &[job("default", 1, 1, "a"), job("default", 2, 1, "b")].concat(),
@@ -654,14 +656,14 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     let second = r.send(300);
     // Each: an ack and a waiting pull for the slot it freed.
     assert_eq!((first.len(), second.len()), (2, 2));
-    // The first pull is probed at 100 + 3.5 s; the probe's PONG is owed (it
-    // does not come here), and the pull is due at its expiry plus the I/O
-    // timeout.
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(300)), Some(r.at(3_600)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(3_600), 0));
-    assert_eq!(r.send(3_600)[0].subject, "PING");
-    // The oldest confirmation (100 + 5 s) is before the pull's (100 + 6 s).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(3_600)), Some(r.at(5_100)));
+    // The first pull is probed at 100 + 3.637 s; the probe's PONG is owed
+    // (it does not come here), and the pull is due at its expiry plus the
+    // I/O timeout.
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(300)), Some(r.at(3_737)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(3_737), 0));
+    assert_eq!(r.send(3_737)[0].subject, "PING");
+    // The oldest confirmation (100 + 5 s) is before the pull's (100 + 6.137 s).
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(3_737)), Some(r.at(5_100)));
     r.take(400, &confirm(first[0].token()));
     assert_eq!(r.m.poll_timeout(&r.sh, r.at(400)), Some(r.at(5_300)));
     assert_eq!(r.counts().deleted, 1);
@@ -693,12 +695,12 @@ fn a_no_wait_pulls_deadline_is_the_io_timeout() {
     r.take(10, &status(sent[0].token(), "404 No Messages"));
     let sent = r.send(10);
     assert_eq!(what(&sent), [pull("a", 1, true)]);
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), Some(r.at(3_510)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(3_510), 0));
-    assert_eq!(r.send(3_510)[0].subject, "PING");
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(3_510)), Some(r.at(6_010)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(6_010) - MS, 0));
-    assert!(r.m.handle_timeout(&r.sh, r.at(6_010), 0));
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), Some(r.at(3_647)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(3_647), 0));
+    assert_eq!(r.send(3_647)[0].subject, "PING");
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(3_647)), Some(r.at(6_147)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(6_147) - MS, 0));
+    assert!(r.m.handle_timeout(&r.sh, r.at(6_147), 0));
     assert_eq!(r.counts().io_timeouts, 1);
 }
 
@@ -716,20 +718,20 @@ fn a_pull_never_answered_is_probed_and_its_pong_ends_it_without_a_break() {
     let mut r = Rig::new(cfg);
     let sent = r.send(0);
     assert_eq!(what(&sent), [pull("default", 1, true)]);
-    // Expiry 1 s, grace 0.6 s (half the I/O timeout).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(1_600)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_599), 0));
-    assert!(r.send(1_599).is_empty());
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_600), 0));
-    assert_eq!(what(&r.send(1_600)), [("PING".to_owned(), String::new())]);
+    // Expiry 1.137 s, grace 0.6 s (half the I/O timeout).
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(1_737)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(1_736), 0));
+    assert!(r.send(1_736).is_empty());
+    assert!(!r.m.handle_timeout(&r.sh, r.at(1_737), 0));
+    assert_eq!(what(&r.send(1_737)), [("PING".to_owned(), String::new())]);
     // Once: what is due next is the pull itself, at expiry + I/O timeout.
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_700), 0));
-    assert!(r.send(1_700).is_empty());
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1_700)), Some(r.at(2_200)));
+    assert!(!r.m.handle_timeout(&r.sh, r.at(1_837), 0));
+    assert!(r.send(1_837).is_empty());
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1_837)), Some(r.at(2_337)));
     // The PONG: the pull is over, the connection stays.
-    r.take(1_750, b"PONG\r\n");
-    let again = r.at(1_750) + UNAVAILABLE_PAUSE;
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1_750)), Some(again));
+    r.take(1_887, b"PONG\r\n");
+    let again = r.at(1_887) + UNAVAILABLE_PAUSE;
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1_887)), Some(again));
     let after = u64::try_from((again - r.t0).as_millis()).unwrap();
     assert!(!r.m.handle_timeout(&r.sh, r.at(after), 0));
     let sent = r.send(after);
@@ -747,18 +749,18 @@ fn a_pull_never_answered_is_probed_and_its_pong_ends_it_without_a_break() {
     assert!(sent.iter().all(|p| p.subject != "PING"), "{sent:?}");
 }
 
-/// One slot, its pull sent at 0 and ended at 1,650 ms by its probe's
+/// One slot, its pull sent at 0 and ended at 1,800 ms by its probe's
 /// `PONG` (the server's `408` not come): the server may still hold it.
-fn probed_at_1650() -> Rig {
+fn probed_at_1800() -> Rig {
     let cfg = Config {
         io_timeout: Duration::from_millis(1_200),
         ..cfg(1)
     };
     let mut r = Rig::new(cfg);
     assert_eq!(what(&r.send(0)), [pull("default", 1, true)]);
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_600), 0));
-    assert_eq!(what(&r.send(1_600)), [("PING".to_owned(), String::new())]);
-    assert!(r.take(1_650, b"PONG\r\n").is_empty());
+    assert!(!r.m.handle_timeout(&r.sh, r.at(1_737), 0));
+    assert_eq!(what(&r.send(1_737)), [("PING".to_owned(), String::new())]);
+    assert!(r.take(1_800, b"PONG\r\n").is_empty());
     r
 }
 
@@ -767,23 +769,23 @@ fn probed_at_1650() -> Rig {
 /// even with nothing owed; with no slot free it goes straight back.
 #[test]
 fn a_delivery_for_a_pull_its_probe_ended_is_run_not_dropped() {
-    let mut r = probed_at_1650();
+    let mut r = probed_at_1800();
     assert!(!r.wire.pulling(), "nothing owed");
     // The server had the pull after all: its job comes now.
-    let runs = r.take(1_700, &job("default", 7, 1, "late"));
+    let runs = r.take(1_850, &job("default", 7, 1, "late"));
     assert_eq!(runs.len(), 1);
     assert_eq!((runs[0].id, runs[0].body.as_str()), (7, "late"));
     assert_eq!(r.counts().reserved, 1);
     // Another, while the one slot is taken: back at once, not run.
-    assert!(r.take(1_710, &job("default", 8, 1, "later")).is_empty());
-    let sent = r.send(1_720);
+    assert!(r.take(1_860, &job("default", 8, 1, "later")).is_empty());
+    let sent = r.send(1_870);
     assert!(
         sent.iter()
             .any(|p| p.subject == ack_subject("default", 1, 8) && p.body.starts_with("-NAK")),
         "{sent:?}"
     );
     r.finish(&runs[0], Outcome::Done);
-    let sent = r.send(1_730);
+    let sent = r.send(1_880);
     assert!(sent
         .iter()
         .any(|p| p.subject == ack_subject("default", 1, 7)));
@@ -799,7 +801,7 @@ fn a_delivery_for_a_pull_its_probe_ended_is_run_not_dropped() {
 /// been sent.
 #[test]
 fn a_strays_lease_counts_from_the_pull_its_probe_ended() {
-    let mut r = probed_at_1650();
+    let mut r = probed_at_1800();
     assert!(r.wire.strays_possible());
     let read = 5_000;
     let runs = r.take(read, &job("default", 7, 1, "late"));
