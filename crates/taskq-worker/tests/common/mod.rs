@@ -352,8 +352,9 @@ pub fn log_from_env() {
 /// more) and, with `ack_wait`, tube `tube`'s consumer, before any worker or
 /// producer starts. A fresh cluster (or one with a node down) can take
 /// longer to answer than a request's deadline: each is asked again, on a
-/// new connection, up to ten times (both calls look up before they create);
-/// so is a placement refused while the cluster is still forming (10005).
+/// new connection, up to ten times (both calls look up before they create).
+/// A placement refused while the cluster is still forming (10005, peer
+/// offline) the API call itself waits out, as for `taskq` and the workers.
 pub fn js_setup(c: &taskq_testkit::NatsCluster, tube: &str, ack_wait: Option<Duration>) {
     use taskq_connect::nats::{ConsumerSpec, StreamSpec};
     use taskq_proto::nats::NatsError;
@@ -365,12 +366,6 @@ pub fn js_setup(c: &taskq_testkit::NatsCluster, tube: &str, ack_wait: Option<Dur
                 match f(&mut js_admin(c)) {
                     Ok(()) => return,
                     Err(e @ NatsError::Timeout { .. }) => last = Some(e),
-                    // A cluster still forming: its meta leader has not yet
-                    // seen every node online (seen once in CI on 2.15.1).
-                    Err(NatsError::Api(a)) if a.err_code == 10005 => {
-                        last = Some(NatsError::Api(a));
-                        std::thread::sleep(Duration::from_millis(500));
-                    }
                     Err(e) => panic!("{what}: {e:?}"),
                 }
             }

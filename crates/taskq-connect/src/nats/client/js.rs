@@ -303,7 +303,8 @@ fn rfc3339(t: SystemTime) -> Value {
 }
 
 /// Runs `$call` (an async block, made again for each try) again while the
-/// cluster answers "no responders" or 503, until the API patience runs out.
+/// cluster answers "no responders", 503, or cannot place an asset for a
+/// peer offline ([`is_transient`]), until the API patience runs out.
 macro_rules! patiently {
     ($js:expr, $call:expr) => {{
         let until = Instant::now() + $js.0.api_patience();
@@ -323,10 +324,19 @@ fn is_not_found(e: &NatsError) -> bool {
     matches!(e, NatsError::Api(a) if a.code == 404)
 }
 
-/// A cluster without a leader (or a server still starting JetStream): try again.
+/// A cluster without a leader (or a server still starting JetStream), or
+/// one that cannot place a replicated asset while a node it needs is not
+/// seen online (`10005` "no suitable peers for placement, peer offline": a
+/// cluster still forming, or a node restarting): try again. The other
+/// placement refusals (insufficient resources, unmatched tags) stand.
 fn is_transient(e: &NatsError) -> bool {
     matches!(e, NatsError::NoResponders)
-        || matches!(e, NatsError::Api(a) if a.code == 503 || a.err_code == 10008)
+        || matches!(e, NatsError::Api(a) if a.code == 503 || a.err_code == 10008 || peer_offline(a))
+}
+
+/// `10005` because a peer is offline.
+fn peer_offline(a: &taskq_proto::nats::ApiError) -> bool {
+    a.err_code == 10005 && a.description.contains("peer offline")
 }
 
 impl<L: ApiLink> JetStream<'_, L> {
@@ -781,5 +791,50 @@ impl NatsConnection {
     /// [`JetStream::stream_delete`] on this connection.
     pub fn stream_delete(&mut self, stream: &str) -> Result<bool, NatsError> {
         run_blocking(JetStream(self).stream_delete(stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskq_proto::nats::ApiError;
+
+    fn api(code: u64, err_code: u64, description: &str) -> NatsError {
+        NatsError::Api(ApiError {
+            code,
+            err_code,
+            description: description.into(),
+        })
+    }
+
+    /// What the API calls wait out within their patience: no leader, and a
+    /// placement refused for a peer not seen online (a cluster still
+    /// forming: CI saw `taskq demo` refused so on a fresh 2.15.1 cluster);
+    /// the other refusals are answers.
+    #[test]
+    fn a_cluster_forming_or_without_a_leader_is_waited_out_and_refusals_stand() {
+        assert!(is_transient(&NatsError::NoResponders));
+        assert!(is_transient(&api(503, 0, "")));
+        assert!(is_transient(&api(
+            500,
+            10008,
+            "JetStream system temporarily unavailable"
+        )));
+        assert!(is_transient(&api(
+            400,
+            10005,
+            "no suitable peers for placement, peer offline"
+        )));
+        assert!(!is_transient(&api(
+            400,
+            10005,
+            "no suitable peers for placement, insufficient resources"
+        )));
+        assert!(!is_transient(&api(404, 10059, "stream not found")));
+        assert!(!is_transient(&api(
+            400,
+            10058,
+            "stream name already in use"
+        )));
     }
 }
