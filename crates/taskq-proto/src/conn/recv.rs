@@ -23,15 +23,16 @@ impl Connection {
         // almost always one whole `INSERTED <id>\r\n` from one read.
         if self.session.awaits_lone_put() && !self.io.rcv_lowered() {
             // The one clock read of a put: should this read bring only part of
-            // the reply, the deadline for the rest counts from here.
-            self.session.start_wait(Instant::now());
+            // the reply, the deadline for the rest counts from here (the
+            // session is told only then, off the hot path).
+            let started = Instant::now();
             let r = self.io.read_once(self.session.put_read_room());
             if let Ok(n) = r {
                 if let Some(id) = self.session.take_inserted(n) {
                     return Ok(Reply::Inserted { id });
                 }
             }
-            return self.recv_after_first_read(r);
+            return self.recv_after_first_read(started, r);
         }
         self.recv_any()
     }
@@ -42,8 +43,10 @@ impl Connection {
     #[cold]
     fn recv_after_first_read(
         &mut self,
+        started: Instant,
         r: io::Result<usize>,
     ) -> Result<Reply<'_>, ConnectionError> {
+        self.session.start_wait(started);
         // Bytes that arrived are in the buffer already; an end of stream or
         // an error is accounted for here.
         if !matches!(r, Ok(n) if n > 0) {
