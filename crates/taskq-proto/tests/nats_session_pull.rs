@@ -438,3 +438,121 @@ mod props {
         }
     }
 }
+
+/// A session at an I/O timeout of `io_ms`, and the instants `ms(n)`, `n`
+/// milliseconds after a start.
+fn clocked(io_ms: u64) -> (NatsSession, impl Fn(u64) -> std::time::Instant) {
+    let mut s = session();
+    s.set_io_timeout(Duration::from_millis(io_ms));
+    let t0 = std::time::Instant::now();
+    (s, move |n| t0 + Duration::from_millis(n))
+}
+
+/// The session keeps the deadlines on the instants it is given: a waiting
+/// pull is probed at its expiry plus the grace (half the I/O timeout here)
+/// and is due at its expiry plus the I/O timeout; a `no_wait` pull's expiry
+/// is its write; an ack's confirmation and a queued publish's PubAck are
+/// due the I/O timeout after their write, each counted from its own write
+/// (a wait already begun keeps its start); a reply overdue breaks the
+/// session.
+#[test]
+fn the_session_probes_a_pull_past_its_expiry_and_breaks_on_a_reply_overdue() {
+    let (mut s, ms) = clocked(1_000);
+    assert_eq!(s.poll_timeout(), None, "nothing owed");
+    let pull = s
+        .queue_pull_behind("TASKQ", "c", 4, Some(Duration::from_secs(2)), None)
+        .unwrap();
+    assert_eq!(s.poll_timeout(), None, "not written");
+    s.queue_sent();
+    s.start_wait(ms(100));
+    s.start_wait(ms(400));
+    // Probe at 100 + 2,000 + 500; due at 100 + 2,000 + 1,000.
+    assert_eq!(s.poll_timeout(), Some(ms(2_600)));
+    s.handle_timeout(ms(2_599)).unwrap();
+    assert!(!s.probing() && s.queued().is_empty());
+    s.handle_timeout(ms(2_600)).unwrap();
+    assert!(s.probing());
+    assert_eq!(s.queued(), b"PING\r\n");
+    s.queue_sent();
+    s.handle_timeout(ms(2_700)).unwrap();
+    assert_eq!(s.queued(), b"", "probed once");
+    assert_eq!(s.poll_timeout(), Some(ms(3_100)));
+    // The PONG: the pull is over, nothing is due.
+    feed(&mut s, b"PONG\r\n");
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(
+        (f.pull(), s.take_delivery(f).unwrap()),
+        (Some(pull), Delivery::Unanswered)
+    );
+    assert_eq!(s.poll_timeout(), None);
+    // Confirmations, each from its own write.
+    let a = "$JS.ACK.TASKQ.c.1.9.9.1700000000000000000.0";
+    let first = s
+        .queue_ack(a.as_bytes(), AckKind::Ack, true)
+        .unwrap()
+        .unwrap();
+    s.queue_sent();
+    s.start_wait(ms(5_000));
+    s.queue_ack(a.as_bytes(), AckKind::Ack, true).unwrap();
+    s.queue_sent();
+    s.start_wait(ms(5_300));
+    assert_eq!(s.waiting_since(), Some(ms(5_000)));
+    assert_eq!(s.poll_timeout(), Some(ms(6_000)));
+    feed(
+        &mut s,
+        msg(&format!("_INBOX.t.{first}"), None, None, "").as_bytes(),
+    );
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Confirmed(first));
+    assert_eq!(s.poll_timeout(), Some(ms(6_300)), "the second's own write");
+    // A no_wait pull is due the I/O timeout after its write, and probed
+    // half-way.
+    s.queue_pull_behind("TASKQ", "c", 1, None, None).unwrap();
+    s.queue_sent();
+    s.start_wait(ms(5_500));
+    assert_eq!(s.poll_timeout(), Some(ms(6_000)));
+    s.handle_timeout(ms(5_999)).unwrap();
+    assert!(!s.probing());
+    s.handle_timeout(ms(6_000)).unwrap();
+    assert!(s.probing(), "the no_wait pull is probed at 6,000");
+    s.queue_sent();
+    // The confirmation (6,300) is due before the pull (6,500).
+    assert_eq!(s.poll_timeout(), Some(ms(6_300)));
+    s.handle_timeout(ms(6_299)).unwrap();
+    let e = s.handle_timeout(ms(6_300)).unwrap_err();
+    assert!(matches!(e, NatsError::Timeout { .. }), "{e}");
+    assert!(s.is_broken());
+    assert_eq!(s.poll_timeout(), None, "a broken session waits for nothing");
+}
+
+/// Queued publishes' PubAcks are due the I/O timeout after their write,
+/// the oldest first, whatever order they come in.
+#[test]
+fn queued_pubacks_are_due_from_their_own_write_oldest_first() {
+    let (mut s, ms) = clocked(500);
+    let a = s.queue_publish(b"taskq.T", b"a", &[], b"x").unwrap();
+    s.queue_sent();
+    s.start_wait(ms(0));
+    let b = s.queue_publish(b"taskq.T", b"b", &[], b"y").unwrap();
+    s.queue_sent();
+    s.start_wait(ms(200));
+    assert_eq!(s.poll_timeout(), Some(ms(500)));
+    let ack = |seq: u64| format!(r#"{{"stream":"TASKQ","seq":{seq}}}"#);
+    // The younger one's comes first: the older one is still due at 500.
+    feed(
+        &mut s,
+        msg(&format!("_INBOX.t.{b}"), None, None, &ack(2)).as_bytes(),
+    );
+    let Some(Event::Reply { token, m }) = s.poll_event().unwrap() else {
+        panic!("a reply");
+    };
+    assert_eq!(s.take_puback_of(token, m).unwrap().unwrap().stream_seq, 2);
+    assert_eq!(s.poll_timeout(), Some(ms(500)));
+    feed(
+        &mut s,
+        msg(&format!("_INBOX.t.{a}"), None, None, &ack(1)).as_bytes(),
+    );
+    assert_eq!(s.poll_puback().unwrap().unwrap().stream_seq, 1);
+    assert_eq!(s.poll_timeout(), None);
+    s.handle_timeout(ms(10_000)).unwrap();
+}

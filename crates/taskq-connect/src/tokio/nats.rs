@@ -96,9 +96,11 @@ impl AsyncNatsConn {
             .await
             .map_err(NatsError::NotSent)?;
         let peer = addr.to_string();
+        let mut session = NatsSession::new(cfg.limits, &peer);
+        session.set_io_timeout(cfg.io_timeout);
         let mut c = AsyncNatsConn {
             stream,
-            session: NatsSession::new(cfg.limits, &peer),
+            session,
             counts: IoCounts::default(),
             io_timeout: cfg.io_timeout,
             deadline: Deadline::new(),
@@ -247,9 +249,11 @@ impl AsyncNatsConn {
             .set_nonblocking(true)
             .map_err(NatsError::NotSent)?;
         let stream = TcpStream::from_std(parts.socket).map_err(NatsError::NotSent)?;
+        let mut session = parts.session;
+        session.set_io_timeout(io_timeout);
         Ok(AsyncNatsConn {
             stream,
-            session: parts.session,
+            session,
             counts: IoCounts::default(),
             io_timeout,
             deadline: Deadline::new(),
@@ -403,17 +407,11 @@ impl AsyncNatsConn {
     }
 
     /// Reads until the PubAck of any owed publish, whichever comes first,
-    /// with its token. The deadline runs from `started` (set here when a
-    /// read first has to wait; the caller clears it on progress), so a
-    /// future dropped while waiting and made again keeps the same deadline;
-    /// `wait` other than the I/O timeout (`Duration::MAX`: none, for an
-    /// idle connection answering `PING`s).
-    pub async fn recv_any_puback(
-        &mut self,
-        started: &mut Option<Instant>,
-        wait: Option<Duration>,
-    ) -> Result<(u64, Result<PubAck, NatsError>), NatsError> {
-        let wait = wait.unwrap_or(self.io_timeout);
+    /// with its token. The deadline is the session's: the oldest PubAck
+    /// owed is due the I/O timeout after its write (a future dropped while
+    /// waiting and made again keeps it). With nothing owed it reads with
+    /// no deadline, answering the server's `PING`s (an idle connection).
+    pub async fn recv_any_puback(&mut self) -> Result<(u64, Result<PubAck, NatsError>), NatsError> {
         loop {
             let r = self.session.poll_event();
             if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
@@ -427,7 +425,7 @@ impl AsyncNatsConn {
                 }
                 Some(_) => {}
                 None => {
-                    let n = poll_fn(|cx| self.poll_read(cx, started, wait)).await?;
+                    let n = poll_fn(|cx| self.poll_read_owed(cx)).await?;
                     self.session.received(n);
                 }
             }
@@ -471,9 +469,17 @@ impl AsyncNatsConn {
 
     /// Reads the PubAck of the oldest queued publish (after [`flush`](Self::flush)).
     pub async fn recv_puback(&mut self) -> Result<PubAck, NatsError> {
-        let token = self.session.next_puback()?;
-        let m = self.wait_reply(token).await?;
-        self.session.take_puback(m)
+        loop {
+            let r = self.session.poll_puback();
+            if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
+                self.answer_pings().await?;
+            }
+            if let Some(ack) = r? {
+                return Ok(ack);
+            }
+            let n = poll_fn(|cx| self.poll_read_owed(cx)).await?;
+            self.session.received(n);
+        }
     }
 
     /// Reads until the reply to request `token`, against one deadline for
@@ -533,6 +539,25 @@ impl AsyncNatsConn {
             }
         }
         Ok(())
+    }
+
+    /// One read into the session, against the session's deadlines for
+    /// what it owes (tokio's clock, which tests may pause): the wait for
+    /// what was written begins at the first read (`NatsSession::start_wait`),
+    /// the kept timer wakes the task at the session's next deadline, and
+    /// there the session acts (`NatsSession::handle_timeout`: a reply
+    /// overdue breaks the connection). Nothing owed: no deadline.
+    fn poll_read_owed(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, NatsError>> {
+        self.session.start_wait(Instant::now().into_std());
+        if let Some(due) = self.session.poll_timeout() {
+            if self.deadline.passed(Instant::from_std(due), cx) {
+                if let Err(e) = self.session.handle_timeout(Instant::now().into_std()) {
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+        let mut started = None;
+        self.poll_read(cx, &mut started, Duration::MAX)
     }
 
     /// One read into the session's room, or the deadline (through TLS:

@@ -4,16 +4,17 @@
 //! is queued in one write as soon as the connection can take it, and reads
 //! replies meanwhile; every decision about a put is the pipeline's.
 //!
-//! The reply deadline runs from the moment a read first had to wait since
-//! the last reply (kept across the reads that new work interrupts), so a
-//! silent server is caught one I/O timeout after it went silent however
-//! many puts keep coming.
+//! The reply deadline is the protocol session's: on beanstalkd from the
+//! moment a read first had to wait since the last reply, on JetStream the
+//! I/O timeout after the oldest owed PubAck's write. Either is kept across
+//! the reads that new work interrupts, so a silent server is caught one I/O
+//! timeout after it went silent however many puts keep coming.
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use taskq_connect::Layout;
 use taskq_proto::{Command, ConnectionError, Reply};
@@ -248,14 +249,10 @@ impl Link {
         }
     }
 
-    /// Reads the next reply: with the reply deadline while one is owed (on
-    /// JetStream from `started`); on JetStream with none while idle
-    /// (answering the server's `PING`s, so an idle connection stays open).
-    async fn hear(
-        &mut self,
-        started: &mut Option<tokio::time::Instant>,
-        owes: bool,
-    ) -> Result<Heard, Error> {
+    /// Reads the next reply: with the session's reply deadline while one
+    /// is owed; on JetStream with none while idle (answering the server's
+    /// `PING`s, so an idle connection stays open).
+    async fn hear(&mut self) -> Result<Heard, Error> {
         match self {
             Link::Beanstalkd { engine, .. } => {
                 let conn = engine.conn_mut().ok_or(Error::NotSent(NotSent::Broken))?;
@@ -269,11 +266,9 @@ impl Link {
             }
             Link::JetStream { engine, .. } => {
                 let conn = engine.conn_mut().ok_or(Error::NotSent(NotSent::Broken))?;
-                let wait = (!owes).then_some(Duration::MAX);
-                let (token, r) = conn
-                    .recv_any_puback(started, wait)
-                    .await
-                    .map_err(from_nats)?;
+                // The PubAcks' deadline is the session's; with none owed
+                // the read waits as long as it takes.
+                let (token, r) = conn.recv_any_puback().await.map_err(from_nats)?;
                 let r = r.map(|a| JobId::new(a.stream_seq)).map_err(from_nats);
                 Ok(Heard::Token(token, r))
             }
@@ -340,7 +335,6 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
     let inner = &*inner;
     let _gone = Gone(inner);
     let mut wake: Vec<Waker> = Vec::with_capacity(64);
-    let mut started: Option<tokio::time::Instant> = None;
     loop {
         let next = poll_fn(|cx| {
             let mut p = inner.lock();
@@ -384,7 +378,6 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
             inner
                 .connects
                 .store(link.connects(), std::sync::atomic::Ordering::Relaxed);
-            started = None;
             if let Err(e) = r {
                 step(inner, &mut wake, |p, w| {
                     p.connect_failed(&e, Instant::now(), w)
@@ -410,7 +403,7 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
             continue;
         }
         let heard = {
-            let mut hear = pin!(link.hear(&mut started, owes));
+            let mut hear = pin!(link.hear());
             poll_fn(|cx| {
                 if let Poll::Ready(r) = hear.as_mut().poll(cx) {
                     return Poll::Ready(Some(r));
@@ -425,11 +418,10 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
             .await
         };
         match heard {
-            // New work: written next. An idle read's wait is no reply's.
-            None if !owes => started = None,
+            // New work: written next. The deadline of what is owed is the
+            // session's, kept across the reads new work interrupts.
             None => {}
             Some(Ok(heard)) => {
-                started = None;
                 link.progress();
                 let out_of_step = step(inner, &mut wake, |p, w| place(p, heard, w));
                 // A reply out of step, or one that broke the session (a

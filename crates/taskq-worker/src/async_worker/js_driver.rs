@@ -3,8 +3,9 @@
 //! handshake, TLS and credentials as every taskq client):
 //! - the jobs' connection, on which the machine's pulls and acks are queued
 //!   and written in one write a turn, and whose deliveries and
-//!   confirmations are read as they come, with no deadline of the
-//!   connection's own (the machine owns them);
+//!   confirmations are read as they come, the driver waking at the
+//!   session's deadlines (a pull's probe, a reply overdue) as at the
+//!   machine's;
 //! - a second one for the management API: setting the stream and the
 //!   consumers up, the copy a bury stores before its ack, and whether the
 //!   consumers still have jobs out when an empty wait asks. A pull holds
@@ -135,7 +136,18 @@ pub(super) async fn drive(
             conns = None;
             continue;
         }
-        let due = m.poll_timeout(&sh, Instant::now());
+        // What was written is waited for from now (what was waited for
+        // already keeps its start); the earlier of the session's deadlines
+        // and the machine's wakes the driver.
+        let now = Instant::now();
+        c.jobs.session_mut().start_wait(now);
+        let due = match (
+            m.poll_timeout(&sh, now),
+            c.jobs.session_mut().poll_timeout(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if let Some(t) = due {
             sleep.as_mut().reset(tokio::time::Instant::from_std(t));
         }
@@ -179,7 +191,13 @@ pub(super) async fn drive(
             account_io(&sh, &c.jobs, &mut seen);
         }
         let now = Instant::now();
-        if m.handle_timeout(&sh, now, fastrand::u64(..)) {
+        // A reply overdue breaks the connection; a pull past its expiry is
+        // probed, the probe written in the next turn.
+        if let Some(Err(e)) = conns
+            .as_mut()
+            .map(|c| c.jobs.session_mut().handle_timeout(now))
+        {
+            m.reply_overdue(&sh, now, e, fastrand::u64(..));
             conns = None;
         }
         super::idle_exit(&sh, &idle, server, m.is_idle(&sh, now));

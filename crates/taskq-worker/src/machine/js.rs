@@ -35,10 +35,12 @@
 //! - delayed jobs the client holds: one delivered before its
 //!   `Taskq-Ready-At` goes back with `-NAK` for the time left, unrun
 //!   (`parts::not_ready`, `parts::GivenBack`);
-//! - the reply deadline: a pull is due its expiry plus the I/O timeout, a
-//!   confirmation the I/O timeout; silence past either breaks the
-//!   connection; a pull still under way at its expiry plus the grace is
-//!   probed with a `PING`, whose `PONG` ends a pull the server never took;
+//! - what the connection's silence means is the session's alone
+//!   (`NatsSession::poll_timeout`: a pull due its expiry plus the I/O
+//!   timeout, a confirmation the I/O timeout, a pull past its expiry plus
+//!   the grace probed with a `PING`): the driver wakes at the session's
+//!   deadlines as at the machine's, and tells the machine of a reply
+//!   overdue ([`JsMachine::reply_overdue`]);
 //! - the reconnect rule, the idle exit (an empty waiting pull with nothing
 //!   running asks the driver whether the consumers still have jobs out),
 //!   `max_jobs` tickets and the stop, as the beanstalkd machine keeps them.
@@ -47,13 +49,13 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use taskq_proto::nats::{pull_grace, AckKind, Delivery, HeaderBlock, NatsError, NatsSession};
+use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError, NatsSession};
 use taskq_proto::ConnectionError;
 
 use super::{Answered, Asked, Lifecycle, TICKET_RETRY};
 use crate::counters::Counters;
 use crate::engine::nats::parts::{
-    ack_kind, delivered_info, not_ready, pull_expiry, ready_at, GivenBack, Strays, Tube,
+    ack_kind, conn_error, delivered_info, not_ready, pull_expiry, ready_at, GivenBack, Strays, Tube,
 };
 use crate::engine::{Carry, Pool, Settle, Unconfirmed};
 use crate::failure::Failure;
@@ -178,11 +180,6 @@ pub(crate) struct JsMachine {
     /// No pull before this (the cluster could not serve one, or no
     /// `max_jobs` ticket was free).
     pull_at: Option<Instant>,
-    /// A probe to queue about the pulls under way up to this token (see
-    /// `NatsSession::queue_probe`), and whether one is queued or its `PONG`
-    /// owed.
-    probe_wanted: Option<u64>,
-    probe_sent: bool,
     /// The next pull goes on scanning the tubes: (tube, tubes left).
     scan_next: Option<(usize, usize)>,
     rotate: usize,
@@ -220,8 +217,6 @@ impl JsMachine {
             life: Lifecycle::new(now),
             pulls: VecDeque::with_capacity(MAX_PULLS),
             pull_at: None,
-            probe_wanted: None,
-            probe_sent: false,
             scan_next: None,
             rotate: server,
             out: VecDeque::with_capacity(2 * n + 8),
@@ -271,8 +266,6 @@ impl JsMachine {
         self.stream.push_str(stream);
         self.tubes = tubes;
         self.pulls.clear();
-        self.probe_wanted = None;
-        self.probe_sent = false;
         self.pull_at = None;
         self.scan_next = None;
         self.quiet = false;
@@ -484,13 +477,6 @@ impl JsMachine {
         if !self.life.up {
             return Ok(());
         }
-        if let Some(through) = self.probe_wanted.take() {
-            // Unless what it was for ended meanwhile.
-            if self.pulls.front().is_some_and(|p| p.token <= through) {
-                session.queue_probe(through)?;
-            }
-        }
-        self.probe_sent = session.probing();
         while let Some(o) = self.out.pop_front() {
             let r = match &o {
                 Out::Settle(p) => session.queue_ack(&p.ack, p.kind, true),
@@ -912,90 +898,27 @@ impl JsMachine {
         Err(())
     }
 
-    /// The deadlines: the pull's, the oldest confirmation's, the next pull
-    /// after a pause, the next connect, the idle exit (while ahead).
+    /// The machine's deadlines: the next pull after a pause, the next
+    /// connect, the idle exit (while ahead). The connection's reply
+    /// deadlines are its session's.
     pub(crate) fn poll_timeout(&self, sh: &Shared, now: Instant) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
-        if self.life.up {
-            if let Some(d) = self.reply_due(sh) {
-                at(d);
-            }
-            if let Some((d, _)) = self.pull_overdue(sh, now) {
-                at(d);
-            }
-            if self.pulls.is_empty() {
-                if let Some(p) = self.pull_at {
-                    at(p);
-                }
+        if self.life.up && self.pulls.is_empty() {
+            if let Some(p) = self.pull_at {
+                at(p);
             }
         }
         self.life.due(sh, now, &mut at);
         t
     }
 
-    /// When the first reply owed is overdue: a pull's at its expiry plus
-    /// the I/O timeout, an ack's confirmation the I/O timeout after it
-    /// was sent.
-    fn reply_due(&self, sh: &Shared) -> Option<Instant> {
-        let io = sh.cfg.io_timeout;
-        let pull = self.pulls.iter().map(|p| self.expiry(sh, p) + io).min();
-        let confirm = self.confirms.front().map(|(_, sent, _)| *sent + io);
-        match (pull, confirm) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+    /// The session found a reply overdue at `now`: the connection is
+    /// silent, and given up as after a failed read.
+    pub(crate) fn reply_overdue(&mut self, sh: &Shared, now: Instant, e: NatsError, random: u64) {
+        if self.life.up {
+            self.failed(sh, now, &conn_error(e), random);
         }
-    }
-
-    /// When pull `p` expires on the server.
-    fn expiry(&self, sh: &Shared, p: &Pull) -> Instant {
-        let wait = if p.waits {
-            pull_expiry(&sh.cfg)
-        } else {
-            Duration::ZERO
-        };
-        p.sent + wait
-    }
-
-    /// When the oldest pull under way is to be probed (no status ended it
-    /// by its expiry plus the grace), and the newest one due by `now` (those
-    /// before it were sent earlier); `None` while a probe is owed.
-    fn pull_overdue(&self, sh: &Shared, now: Instant) -> Option<(Instant, Option<u64>)> {
-        if self.probe_sent || self.probe_wanted.is_some() {
-            return None;
-        }
-        let grace = pull_grace(sh.cfg.io_timeout);
-        let due = |p: &Pull| self.expiry(sh, p) + grace;
-        let first = due(self.pulls.front()?);
-        let newest = self.pulls.iter().take_while(|p| due(p) <= now).last();
-        Some((first, newest.map(|p| p.token)))
-    }
-
-    /// Acts on the deadlines passed at `now`: a reply overdue breaks the
-    /// connection (`true`: the driver closes it); a pull overdue is probed
-    /// with the next write.
-    pub(crate) fn handle_timeout(&mut self, sh: &Shared, now: Instant, random: u64) -> bool {
-        if !self.life.up {
-            return false;
-        }
-        if let Some((_, Some(through))) = self.pull_overdue(sh, now) {
-            tracing::debug!(
-                pull = through,
-                "a pull past its expiry: probing the connection"
-            );
-            self.probe_wanted = Some(through);
-        }
-        let Some(due) = self.reply_due(sh) else {
-            return false;
-        };
-        if now < due {
-            return false;
-        }
-        let e = ConnectionError::Timeout {
-            waited: sh.cfg.io_timeout,
-        };
-        self.failed(sh, now, &e, random);
-        true
     }
 
     /// The idle-exit rule at `now` (see the beanstalkd machine's).

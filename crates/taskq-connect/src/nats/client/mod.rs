@@ -89,8 +89,6 @@ pub struct NatsConnection {
     s: NatsSession,
     /// The handshake's step, for its errors.
     step: &'static str,
-    /// When the pull under way was sent, and its expiry.
-    pull_clock: (Instant, Duration),
 }
 
 impl std::fmt::Debug for NatsConnection {
@@ -237,9 +235,9 @@ impl NatsConnection {
             peer: addr,
             s: NatsSession::new(cfg.limits, &addr.to_string()),
             step: WAITING_FOR_INFO,
-            pull_clock: (Instant::now(), Duration::ZERO),
             cfg,
         };
+        c.s.set_io_timeout(c.cfg.io_timeout);
         c.handshake(host).map_err(|e| {
             c.s.mark_broken();
             match e {
@@ -467,16 +465,14 @@ impl NatsConnection {
     /// Polls the session with `poll` until it has an answer, reading more
     /// bytes before the deadline (`started + wait`) and answering the
     /// server's `PING`s on the way. `first` is true until the wait that
-    /// began at `started` has made its first read. A `soft` deadline is
-    /// not the connection's: passing it is [`NatsError::Timeout`] with the
-    /// connection kept; otherwise it breaks the connection.
+    /// began at `started` has made its first read. Passing the deadline
+    /// breaks the connection.
     #[inline]
     fn wait_for<T>(
         &mut self,
         started: Instant,
         wait: Duration,
         first: &mut bool,
-        soft: bool,
         mut poll: impl FnMut(&mut NatsSession) -> Result<Option<T>, NatsError>,
     ) -> Result<T, NatsError> {
         loop {
@@ -485,7 +481,50 @@ impl NatsConnection {
             if let Some(v) = r? {
                 return Ok(v);
             }
-            self.fill(started, wait, first, soft)?;
+            self.fill(started, wait, first, false)?;
+        }
+    }
+
+    /// Polls the session with `poll` until it has an answer, on the
+    /// session's deadlines for what is owed (a PubAck, a confirmation, a
+    /// pull): each read waits at most until the next of them, where the
+    /// session acts (a probe it queues is written at once; a reply overdue
+    /// breaks the connection). Answers the server's `PING`s on the way.
+    fn wait_owed<T>(
+        &mut self,
+        mut poll: impl FnMut(&mut NatsSession) -> Result<Option<T>, NatsError>,
+    ) -> Result<T, NatsError> {
+        self.s.start_wait(Instant::now());
+        loop {
+            let r = poll(&mut self.s);
+            self.answer_pings()?;
+            if let Some(v) = r? {
+                return Ok(v);
+            }
+            let now = Instant::now();
+            let due = self.s.poll_timeout();
+            if due.is_some_and(|d| d <= now) {
+                self.s.handle_timeout(now)?;
+                if !self.s.queued().is_empty() {
+                    self.flush_tx()?;
+                }
+                continue;
+            }
+            // Nothing due (a huge I/O timeout): each read waits the I/O
+            // timeout, and the session is asked again.
+            let wait = due.map_or(self.cfg.io_timeout, |d| d - now);
+            let mut first = false;
+            match self.fill(now, wait, &mut first, true) {
+                Ok(()) => {}
+                Err(NatsError::Timeout { .. }) => {
+                    // The socket's deadline allows a little slack: what is
+                    // left of the session's is slept, not spun.
+                    if let Some(left) = due.and_then(|d| d.checked_duration_since(Instant::now())) {
+                        std::thread::sleep(left);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -501,6 +540,6 @@ impl NatsConnection {
         // The first read needs no clock when the socket timeout (the I/O
         // timeout) fits in the wait.
         let mut first = wait >= self.cfg.io_timeout;
-        self.wait_for(started, wait, &mut first, false, |s| s.poll_reply(token))
+        self.wait_for(started, wait, &mut first, |s| s.poll_reply(token))
     }
 }

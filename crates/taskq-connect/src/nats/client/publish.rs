@@ -89,13 +89,6 @@ impl NatsConnection {
         if !self.s.queued().is_empty() {
             self.flush()?;
         }
-        let mut first = true;
-        self.wait_for(
-            Instant::now(),
-            self.cfg.io_timeout,
-            &mut first,
-            false,
-            taskq_proto::nats::NatsSession::poll_puback,
-        )
+        self.wait_owed(taskq_proto::nats::NatsSession::poll_puback)
     }
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::{NatsConnection, NatsError};
-use taskq_proto::nats::{pull_grace, AckKind, Delivery, NatsSession};
+use taskq_proto::nats::{AckKind, Delivery, NatsSession};
 
 impl NatsConnection {
     /// Asks consumer `consumer` of `stream` for up to `batch` messages,
@@ -48,7 +48,8 @@ impl NatsConnection {
             .queue_pull(stream, consumer, batch, expires, heartbeat)?;
         let started = Instant::now();
         self.flush_tx()?;
-        self.pull_clock = (started, expires.unwrap_or_default());
+        // Its expiry counts from its write, however late it is read for.
+        self.s.start_wait(started);
         Ok(())
     }
 
@@ -72,41 +73,16 @@ impl NatsConnection {
     /// owed ack confirmations). A pull is over after `batch` messages or a
     /// status other than a heartbeat.
     ///
-    /// Deadlines: a pull is due by its expiry plus the I/O timeout, or the
-    /// connection is silent: broken. A pull no status ended by its expiry
-    /// plus [`pull_grace`] is probed with a `PING` meanwhile
-    /// ([`NatsSession::queue_probe`]): the `PONG` coming first ends it
-    /// [`Delivery::Unanswered`], and the connection stays. An ack's
-    /// confirmation is due within the I/O timeout.
+    /// The deadlines are the session's (`NatsSession::poll_timeout`): a pull
+    /// no status ended by its expiry plus [`pull_grace`](taskq_proto::nats::pull_grace) is probed with a
+    /// `PING` meanwhile, whose `PONG` coming first ends it
+    /// [`Delivery::Unanswered`] with the connection kept; a pull still owed
+    /// at its expiry plus the I/O timeout, or an ack's confirmation owed the
+    /// I/O timeout after its write, leaves the connection silent: broken.
     pub fn next_delivery(&mut self) -> Result<Delivery<'_>, NatsError> {
         self.s.usable()?;
-        let io = self.cfg.io_timeout;
-        loop {
-            let (sent, expires) = self.pull_clock;
-            let (started, wait, soft) = if self.s.pulling() {
-                if self.s.probing() {
-                    (sent, expires.saturating_add(io), false)
-                } else {
-                    (sent, expires.saturating_add(pull_grace(io)), true)
-                }
-            } else if self.s.confirms_owed() > 0 {
-                (Instant::now(), io, false)
-            } else {
-                return Err(NatsError::NothingOwed);
-            };
-            // Not the wait's first read: an earlier call may have used part
-            // of it, so every read checks the clock.
-            let mut first = false;
-            match self.wait_for(started, wait, &mut first, soft, NatsSession::poll_delivery) {
-                Ok(f) => return self.s.take_delivery(f),
-                Err(NatsError::Timeout { .. }) if soft => {
-                    let through = self.s.newest_pull().ok_or(NatsError::NothingOwed)?;
-                    self.s.queue_probe(through)?;
-                    self.flush_tx()?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let f = self.wait_owed(NatsSession::poll_delivery)?;
+        self.s.take_delivery(f)
     }
 
     /// Queues an ack of the delivery whose ack subject is `ack_subject`, for
@@ -137,12 +113,11 @@ impl NatsConnection {
             self.s.idle()?;
         }
         let token = self.s.queue_ack(ack_subject, kind, confirm)?;
-        let started = Instant::now();
         self.flush_tx()?;
         let Some(token) = token else {
             return Ok(false);
         };
-        let m = self.wait_reply(token, started, self.cfg.io_timeout)?;
+        let m = self.wait_owed(|s| s.poll_reply(token))?;
         self.s.ack_confirmed(m)
     }
 }

@@ -1,5 +1,6 @@
-//! The NATS session: one connection's protocol state with no socket and no
-//! clock, as [`crate::session`] is for beanstalkd.
+//! The NATS session: one connection's protocol state with no socket, and
+//! the deadlines it keeps on the instants its driver gives it, as
+//! [`crate::session`] is for beanstalkd.
 //!
 //! A [`NatsSession`] encodes operations into its own send buffer (a put's
 //! line and headers through a kept [`PutEncoder`](crate::nats::PutEncoder)),
@@ -10,7 +11,8 @@
 //! or the tokio one of `taskq-connect`)
 //! owns the socket, TLS and the clock: it writes what the session encoded
 //! with one write, answers `PING`s, reads into the room the session gives,
-//! and holds each wait to a deadline.
+//! says when it begins to wait, and wakes at the session's next deadline
+//! (the rules of each are the session's: see `clock.rs`).
 //!
 //! ```
 //! use taskq_proto::nats::{NatsLimits, NatsSession};
@@ -35,6 +37,7 @@
 //! assert_eq!(s.pong(), Some(&b"PONG\r\n"[..]));
 //! ```
 
+mod clock;
 mod handshake;
 mod publish;
 mod pull;

@@ -121,7 +121,7 @@ impl NatsSession {
         let bytes = self.put.encode(subject, token, msg_id, extra, body, max)?;
         self.tx.extend_from_slice(bytes);
         self.token();
-        self.pubacks.push_back(token);
+        self.pubacks.push_back((token, None));
         Ok(token)
     }
 
@@ -133,7 +133,10 @@ impl NatsSession {
     /// The token of the oldest PubAck owed; [`NatsError::NothingOwed`] when none is.
     pub fn next_puback(&self) -> Result<u64, NatsError> {
         self.usable()?;
-        self.pubacks.front().copied().ok_or(NatsError::NothingOwed)
+        self.pubacks
+            .front()
+            .map(|e| e.0)
+            .ok_or(NatsError::NothingOwed)
     }
 
     /// The PubAck of the oldest queued publish when it has arrived (replies
@@ -160,7 +163,7 @@ impl NatsSession {
     /// `None` when no publish owes that token (a stale reply, read and
     /// dropped), else its PubAck, which is then no longer owed.
     pub fn take_puback_of(&mut self, token: u64, m: MsgFrame) -> Option<Result<PubAck, NatsError>> {
-        let at = self.pubacks.iter().position(|&t| t == token)?;
+        let at = self.pubacks.iter().position(|e| e.0 == token)?;
         self.pubacks.remove(at);
         Some(self.puback(m))
     }

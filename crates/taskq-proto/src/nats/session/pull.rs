@@ -192,6 +192,8 @@ impl NatsSession {
         self.pulls_queued.push_back(PullOwed {
             token,
             remaining: u64::from(batch),
+            expires: expires.unwrap_or_default(),
+            since: None,
         });
         Ok(token)
     }
@@ -317,7 +319,7 @@ impl NatsSession {
                             self.pulls.remove(i);
                         }
                         Next::Status(code, raw, desc, token)
-                    } else if let Some(i) = self.confirms.iter().position(|&t| t == token) {
+                    } else if let Some(i) = self.confirms.iter().position(|e| e.0 == token) {
                         self.confirms.remove(i);
                         if no_responders(&m) {
                             return Err(NatsError::NoResponders);
@@ -402,7 +404,7 @@ impl NatsSession {
         )?;
         if let Some(t) = token {
             self.token();
-            self.confirms.push_back(t);
+            self.confirms.push_back((t, None));
         }
         Ok(token)
     }

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, Instant};
 
 use crate::nats::op::{parse_frame, Frame, MsgFrame};
 use crate::nats::request_error::NatsError;
@@ -28,6 +29,10 @@ const OWED_INITIAL: usize = 1024;
 pub(crate) struct PullOwed {
     pub(crate) token: u64,
     pub(crate) remaining: u64,
+    /// How long the server waits on it (zero: `no_wait`).
+    pub(crate) expires: Duration,
+    /// When its driver began to wait for it (after its write).
+    pub(crate) since: Option<Instant>,
 }
 
 /// What reading brought that a caller may wait for. The message's spans
@@ -58,14 +63,17 @@ pub struct Hello {
     pub tls_available: bool,
 }
 
-/// One NATS connection's protocol state, with no socket and no clock.
+/// One NATS connection's protocol state, with no socket and no clock of its
+/// own: the deadlines it keeps are on the instants its driver gives it.
 ///
 /// It holds the send buffer (operations queued for the next write) and the
 /// put encoder, the receive buffer, the inbox and its reply tokens, and what
 /// is owed: the pull under way, PubAcks of queued publishes, ack
 /// confirmations, and `PONG`s for the server's `PING`s. A driver writes what
 /// it encodes, reads into [`recv_room`](Self::recv_room), polls for what it
-/// waits for, and holds each wait to a deadline of its own.
+/// waits for, and wakes at the session's deadlines
+/// ([`start_wait`](Self::start_wait), [`poll_timeout`](Self::poll_timeout),
+/// [`handle_timeout`](Self::handle_timeout)).
 ///
 /// Every reply to the connection (PubAcks, request replies, pull statuses,
 /// ack confirmations) arrives on `<inbox><token>` through one wildcard
@@ -91,10 +99,13 @@ pub struct NatsSession {
     pub(super) pulls: VecDeque<PullOwed>,
     /// Pulls encoded into the send buffer, owed once the buffer is written.
     pub(super) pulls_queued: VecDeque<PullOwed>,
-    /// PubAcks owed, by token, in the order their publishes were queued.
-    pub(super) pubacks: VecDeque<u64>,
-    /// Ack confirmations owed, by token.
-    pub(super) confirms: VecDeque<u64>,
+    /// PubAcks owed, by token, in the order their publishes were queued,
+    /// with when their wait began.
+    pub(super) pubacks: VecDeque<(u64, Option<Instant>)>,
+    /// Ack confirmations owed, by token, with when their wait began.
+    pub(super) confirms: VecDeque<(u64, Option<Instant>)>,
+    /// The I/O timeout the reply deadlines allow (see `clock`).
+    pub(super) io_timeout: Duration,
     /// The probes written (`PING`s behind overdue pulls), oldest first: the
     /// newest pull token each one asks about.
     pub(super) probes: VecDeque<u64>,
@@ -179,6 +190,7 @@ impl NatsSession {
             pulls_queued: VecDeque::new(),
             pubacks: VecDeque::with_capacity(OWED_INITIAL),
             confirms: VecDeque::with_capacity(OWED_INITIAL),
+            io_timeout: crate::defaults::IO_TIMEOUT,
             probes: VecDeque::new(),
             probes_queued: VecDeque::new(),
             unanswered: VecDeque::new(),

@@ -170,12 +170,8 @@ impl Rig {
         let mut m = JsMachine::new(&sh, 0, t0);
         assert!(m.wants_connect(&sh, t0));
         m.connected(&sh, t0, STREAM, tubes(&sh));
-        Rig {
-            sh,
-            m,
-            wire: session(),
-            t0,
-        }
+        let wire = wire(&sh);
+        Rig { sh, m, wire, t0 }
     }
 
     fn at(&self, ms: u64) -> Instant {
@@ -186,7 +182,7 @@ impl Rig {
     fn reconnect(&mut self, ms: u64, then: u64) {
         self.m.broke(&self.sh, self.at(ms), 0);
         assert!(self.m.wants_connect(&self.sh, self.at(then)));
-        self.wire = session();
+        self.wire = wire(&self.sh);
         let tubes = tubes(&self.sh);
         self.m.connected(&self.sh, self.at(then), STREAM, tubes);
     }
@@ -202,7 +198,35 @@ impl Rig {
             .map(<[u8]>::to_vec)
             .unwrap_or_default();
         self.wire.queue_sent();
+        // The driver waits for what it wrote from now.
+        self.wire.start_wait(now);
         pubs(&bytes)
+    }
+
+    /// The driver's next wake: the earlier of the machine's deadlines and
+    /// the session's.
+    fn due(&self, now: Instant) -> Option<Instant> {
+        match (self.m.poll_timeout(&self.sh, now), self.wire.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The driver's deadline check at `now`: the session probes a pull
+    /// past its expiry (the `PING` goes with the next write); true when a
+    /// reply was overdue and the machine gave the connection up. A
+    /// connection given up is the driver's no more: nothing to check.
+    fn overdue(&mut self, now: Instant) -> bool {
+        if self.wire.is_broken() {
+            return false;
+        }
+        match self.wire.handle_timeout(now) {
+            Ok(()) => false,
+            Err(e) => {
+                self.m.reply_overdue(&self.sh, now, e, 0);
+                true
+            }
+        }
     }
 
     /// The server's bytes arrive at `ms`: everything whole goes to the
@@ -270,6 +294,13 @@ impl Rig {
     fn counts(&self) -> Snapshot {
         self.sh.counters.snapshot()
     }
+}
+
+/// A session as the driver sets it up: at the worker's I/O timeout.
+fn wire(sh: &Shared) -> NatsSession {
+    let mut s = session();
+    s.set_io_timeout(sh.cfg.io_timeout);
+    s
 }
 
 fn tubes(sh: &Shared) -> Vec<Tube> {
@@ -643,13 +674,13 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     r.send(0);
     // The waiting pull: probed at its expiry (1.137 s) plus the grace
     // (half the I/O timeout).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(3_637)));
+    assert_eq!(r.due(r.at(0)), Some(r.at(3_637)));
     let runs = r.take(
         10,
         &[job("default", 1, 1, "a"), job("default", 2, 1, "b")].concat(),
     );
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), None, "nothing owed");
-    assert!(!r.m.handle_timeout(&r.sh, r.at(60_000), 0));
+    assert_eq!(r.due(r.at(10)), None, "nothing owed");
+    assert!(!r.overdue(r.at(60_000)));
     r.finish(&runs[0], Outcome::Done);
     let first = r.send(100);
     r.finish(&runs[1], Outcome::Done);
@@ -659,22 +690,22 @@ fn the_reply_deadline_is_the_oldest_confirmation_or_the_waiting_pulls_expiry() {
     // The first pull is probed at 100 + 3.637 s; the probe's PONG is owed
     // (it does not come here), and the pull is due at its expiry plus the
     // I/O timeout.
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(300)), Some(r.at(3_737)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(3_737), 0));
+    assert_eq!(r.due(r.at(300)), Some(r.at(3_737)));
+    assert!(!r.overdue(r.at(3_737)));
     assert_eq!(r.send(3_737)[0].subject, "PING");
     // The oldest confirmation (100 + 5 s) is before the pull's (100 + 6.137 s).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(3_737)), Some(r.at(5_100)));
+    assert_eq!(r.due(r.at(3_737)), Some(r.at(5_100)));
     r.take(400, &confirm(first[0].token()));
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(400)), Some(r.at(5_300)));
+    assert_eq!(r.due(r.at(400)), Some(r.at(5_300)));
     assert_eq!(r.counts().deleted, 1);
-    assert!(!r.m.handle_timeout(&r.sh, r.at(5_300) - MS, 0));
+    assert!(!r.overdue(r.at(5_300) - MS));
     assert_eq!(r.counts().io_timeouts, 0);
-    assert!(r.m.handle_timeout(&r.sh, r.at(5_300), 0));
+    assert!(r.overdue(r.at(5_300)));
     let c = r.counts();
     assert_eq!((c.io_timeouts, c.deleted, c.ack_unknown), (1, 1, 0));
     // Down: no more timeouts of this connection, a reconnect at once
     // (there was progress).
-    assert!(!r.m.handle_timeout(&r.sh, r.at(20_000), 0));
+    assert!(!r.overdue(r.at(20_000)));
     assert_eq!(r.counts().io_timeouts, 1);
     assert!(r.m.wants_connect(&r.sh, r.at(5_300)));
 }
@@ -691,16 +722,16 @@ fn a_no_wait_pulls_deadline_is_the_io_timeout() {
     // Two tubes: each is tried without waiting before the last one waits.
     assert_eq!(what(&sent), [pull("b", 1, false)]);
     // Probed after the grace (2.5 s), due after the I/O timeout.
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(2_500)));
+    assert_eq!(r.due(r.at(0)), Some(r.at(2_500)));
     r.take(10, &status(sent[0].token(), "404 No Messages"));
     let sent = r.send(10);
     assert_eq!(what(&sent), [pull("a", 1, true)]);
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), Some(r.at(3_647)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(3_647), 0));
+    assert_eq!(r.due(r.at(10)), Some(r.at(3_647)));
+    assert!(!r.overdue(r.at(3_647)));
     assert_eq!(r.send(3_647)[0].subject, "PING");
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(3_647)), Some(r.at(6_147)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(6_147) - MS, 0));
-    assert!(r.m.handle_timeout(&r.sh, r.at(6_147), 0));
+    assert_eq!(r.due(r.at(3_647)), Some(r.at(6_147)));
+    assert!(!r.overdue(r.at(6_147) - MS));
+    assert!(r.overdue(r.at(6_147)));
     assert_eq!(r.counts().io_timeouts, 1);
 }
 
@@ -719,21 +750,21 @@ fn a_pull_never_answered_is_probed_and_its_pong_ends_it_without_a_break() {
     let sent = r.send(0);
     assert_eq!(what(&sent), [pull("default", 1, true)]);
     // Expiry 1.137 s, grace 0.6 s (half the I/O timeout).
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(0)), Some(r.at(1_737)));
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_736), 0));
+    assert_eq!(r.due(r.at(0)), Some(r.at(1_737)));
+    assert!(!r.overdue(r.at(1_736)));
     assert!(r.send(1_736).is_empty());
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_737), 0));
+    assert!(!r.overdue(r.at(1_737)));
     assert_eq!(what(&r.send(1_737)), [("PING".to_owned(), String::new())]);
     // Once: what is due next is the pull itself, at expiry + I/O timeout.
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_837), 0));
+    assert!(!r.overdue(r.at(1_837)));
     assert!(r.send(1_837).is_empty());
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1_837)), Some(r.at(2_337)));
+    assert_eq!(r.due(r.at(1_837)), Some(r.at(2_337)));
     // The PONG: the pull is over, the connection stays.
     r.take(1_887, b"PONG\r\n");
     let again = r.at(1_887) + UNAVAILABLE_PAUSE;
-    assert_eq!(r.m.poll_timeout(&r.sh, r.at(1_887)), Some(again));
+    assert_eq!(r.due(r.at(1_887)), Some(again));
     let after = u64::try_from((again - r.t0).as_millis()).unwrap();
-    assert!(!r.m.handle_timeout(&r.sh, r.at(after), 0));
+    assert!(!r.overdue(r.at(after)));
     let sent = r.send(after);
     assert_eq!(what(&sent), [pull("default", 1, true)]);
     let c = r.counts();
@@ -743,7 +774,7 @@ fn a_pull_never_answered_is_probed_and_its_pong_ends_it_without_a_break() {
     );
     // A pull ended by its status before the probe went: no probe.
     let t = after + 1_600;
-    assert!(!r.m.handle_timeout(&r.sh, r.at(t), 0));
+    assert!(!r.overdue(r.at(t)));
     r.take(t + 1, &status(sent[0].token(), "408 Request Timeout"));
     let sent = r.send(t + 2);
     assert!(sent.iter().all(|p| p.subject != "PING"), "{sent:?}");
@@ -758,7 +789,7 @@ fn probed_at_1800() -> Rig {
     };
     let mut r = Rig::new(cfg);
     assert_eq!(what(&r.send(0)), [pull("default", 1, true)]);
-    assert!(!r.m.handle_timeout(&r.sh, r.at(1_737), 0));
+    assert!(!r.overdue(r.at(1_737)));
     assert_eq!(what(&r.send(1_737)), [("PING".to_owned(), String::new())]);
     assert!(r.take(1_800, b"PONG\r\n").is_empty());
     r
@@ -811,7 +842,7 @@ fn a_strays_lease_counts_from_the_pull_its_probe_ended() {
     r.m.broke(&r.sh, r.at(read + 100), 0);
     r.finish(&runs[0], Outcome::Done);
     assert!(r.m.wants_connect(&r.sh, r.at(done)));
-    r.wire = session();
+    r.wire = wire(&r.sh);
     let tubes = tubes(&r.sh);
     r.m.connected(&r.sh, r.at(done), STREAM, tubes);
     let sent = r.send(done + 1);
@@ -916,7 +947,7 @@ fn a_pull_the_cluster_cannot_serve_is_tried_again_after_the_pause() {
         let sent = r.send(0);
         r.take(10, &status(sent[0].token(), line));
         let again = r.at(10) + UNAVAILABLE_PAUSE;
-        assert_eq!(r.m.poll_timeout(&r.sh, r.at(10)), Some(again), "{line}");
+        assert_eq!(r.due(r.at(10)), Some(again), "{line}");
         assert!(r.send(11).is_empty(), "{line}");
         let before = u64::try_from((again - r.t0 - MS).as_millis()).unwrap();
         assert!(r.send(before).is_empty(), "{line}");
@@ -1059,7 +1090,7 @@ fn carried_acks_go_before_those_decided_while_down() {
     r.finish(&runs[1], Outcome::Done);
     assert_eq!(r.m.running(), 0);
     assert!(r.send(4).is_empty());
-    r.wire = session();
+    r.wire = wire(&r.sh);
     let tubes = tubes(&r.sh);
     r.m.connected(&r.sh, r.at(5), STREAM, tubes);
     let sent = r.send(5);

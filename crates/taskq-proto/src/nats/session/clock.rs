@@ -1,0 +1,149 @@
+//! The deadlines a NATS session keeps, on the instants its driver gives it
+//! (as quinn-proto's connection does): the driver says when it begins to
+//! wait ([`NatsSession::start_wait`]), wakes at
+//! [`NatsSession::poll_timeout`], and lets
+//! [`NatsSession::handle_timeout`] act on what fell due.
+//!
+//! The rules, each kept here alone:
+//! - a queued publish's PubAck and an ack's confirmation are due the I/O
+//!   timeout after their wait began (after their write);
+//! - a pull is due its expiry (`no_wait`: none) plus the I/O timeout after
+//!   its write: the consumer's leader ends a waiting pull at its expiry
+//!   with `408`, so silence past that is a silent connection;
+//! - a pull that no status ended by its expiry plus [`pull_grace`] is
+//!   probed with a `PING` ([`NatsSession::queue_probe`]), whose `PONG`
+//!   coming first ends it as never taken, with the connection kept.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::nats::request_error::NatsError;
+
+use super::pull::pull_grace;
+use super::state::{NatsSession, PullOwed};
+
+/// Stamps `now` on the owed entries whose wait has not begun. They are
+/// owed in the order they were queued and stamped in that order, so the
+/// unstamped ones are the newest: the walk stops at the first stamped.
+fn stamp<T>(owed: &mut VecDeque<T>, since: impl Fn(&mut T) -> &mut Option<Instant>, now: Instant) {
+    for e in owed.iter_mut().rev() {
+        let s = since(e);
+        if s.is_some() {
+            break;
+        }
+        *s = Some(now);
+    }
+}
+
+impl PullOwed {
+    /// When the server ends this pull by its expiry (for `no_wait`, at
+    /// once), once it was sent.
+    fn expiry(&self) -> Option<Instant> {
+        self.since.map(|s| s + self.expires)
+    }
+}
+
+impl NatsSession {
+    /// Sets the I/O timeout the reply deadlines allow (by default
+    /// [`defaults::IO_TIMEOUT`](crate::defaults::IO_TIMEOUT)).
+    pub fn set_io_timeout(&mut self, io_timeout: Duration) {
+        self.io_timeout = io_timeout;
+    }
+
+    /// The I/O timeout the reply deadlines allow.
+    pub fn io_timeout(&self) -> Duration {
+        self.io_timeout
+    }
+
+    /// The driver begins, at `now`, to wait for what it wrote: every owed
+    /// PubAck, confirmation and pull whose wait had not begun is waited
+    /// for from `now`; one already waited for keeps its start (so a read
+    /// cancelled and made again keeps its deadline).
+    #[inline]
+    pub fn start_wait(&mut self, now: Instant) {
+        stamp(&mut self.pubacks, |e| &mut e.1, now);
+        stamp(&mut self.confirms, |e| &mut e.1, now);
+        stamp(&mut self.pulls, |p| &mut p.since, now);
+    }
+
+    /// When the oldest owed PubAck or confirmation began to be waited for.
+    pub fn waiting_since(&self) -> Option<Instant> {
+        let first = |q: &VecDeque<(u64, Option<Instant>)>| q.front().and_then(|e| e.1);
+        match (first(&self.pubacks), first(&self.confirms)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When a reply owed is overdue and the connection is silent: the
+    /// oldest PubAck's or confirmation's start plus the I/O timeout, or a
+    /// pull's expiry plus the I/O timeout.
+    fn reply_due(&self) -> Option<Instant> {
+        let io = self.io_timeout;
+        let replies = self.waiting_since().and_then(|s| s.checked_add(io));
+        let pulls = self
+            .pulls
+            .iter()
+            .filter_map(|p| p.expiry()?.checked_add(io))
+            .min();
+        match (replies, pulls) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When a pull is to be probed: its expiry plus the grace. `None` for
+    /// a pull not yet sent.
+    fn probe_at(&self, p: &PullOwed) -> Option<Instant> {
+        p.expiry()?.checked_add(pull_grace(self.io_timeout))
+    }
+
+    /// The next deadline: a reply's, or a pull's probe (none while a probe
+    /// is owed). `None` while no wait has begun, on a broken session, and
+    /// for a deadline past what an `Instant` holds (an I/O timeout
+    /// configured huge, to mean "wait forever").
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.broken {
+            return None;
+        }
+        let probe = if self.probing() {
+            None
+        } else {
+            self.pulls.iter().filter_map(|p| self.probe_at(p)).min()
+        };
+        match (self.reply_due(), probe) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Acts on the deadlines at `now`: a reply overdue breaks the session
+    /// ([`NatsError::Timeout`] with the I/O timeout it was allowed);
+    /// otherwise pulls past their expiry plus the grace are probed, the
+    /// `PING` queued for the next write (see [`probing`](Self::probing)).
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), NatsError> {
+        if self.broken {
+            return Err(NatsError::Broken);
+        }
+        if self.reply_due().is_some_and(|d| now >= d) {
+            self.broken = true;
+            return Err(NatsError::Timeout {
+                waited: self.io_timeout,
+            });
+        }
+        if self.probing() {
+            return Ok(());
+        }
+        // The newest pull due: those before it were sent earlier.
+        let through = self
+            .pulls
+            .iter()
+            .filter(|p| self.probe_at(p).is_some_and(|d| d <= now))
+            .map(|p| p.token)
+            .max();
+        if let Some(through) = through {
+            self.queue_probe(through)?;
+        }
+        Ok(())
+    }
+}
