@@ -225,7 +225,7 @@ pub(crate) struct Carry {
 impl Carry {
     /// A settle is given up this long before its job's lease may end: the
     /// time one may take to reach the server.
-    const MARGIN: Duration = Duration::from_millis(100);
+    pub(crate) const MARGIN: Duration = Duration::from_millis(100);
 
     /// Gives up the settles whose jobs' leases may end within
     /// [`MARGIN`](Self::MARGIN) of `now`.

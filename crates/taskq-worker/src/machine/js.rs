@@ -202,6 +202,8 @@ pub(crate) struct JsMachine {
     quiet: bool,
     /// An empty wait asks the driver whether jobs are still out.
     check_idle: bool,
+    /// A connection came up and nothing was written on it yet.
+    resume: bool,
 }
 
 impl JsMachine {
@@ -233,6 +235,7 @@ impl JsMachine {
             answers: VecDeque::new(),
             quiet: false,
             check_idle: false,
+            resume: false,
         }
     }
 
@@ -258,8 +261,9 @@ impl JsMachine {
 
     /// A connection was opened and set up at `now`, on `stream` with
     /// `tubes` (in the configuration's order). The acks carried from a
-    /// broken connection go out first, but those whose job's lease may
-    /// have ended, which are given up.
+    /// broken connection go out first, with its first write
+    /// ([`transmit`](Self::transmit)), but those whose job's lease may end
+    /// by then, which are given up.
     pub(crate) fn connected(&mut self, sh: &Shared, now: Instant, stream: &str, tubes: Vec<Tube>) {
         self.life.connected(sh, self.server, now);
         self.stream.clear();
@@ -269,15 +273,25 @@ impl JsMachine {
         self.pull_at = None;
         self.scan_next = None;
         self.quiet = false;
+        // The acks waiting for a connection go with its first write, when
+        // their leases are checked (not here: what the driver does first,
+        // an idle check say, may take a while).
+        self.resume = true;
+    }
+
+    /// The first write on a new connection at `now`: acks carried from the
+    /// broken one, and those decided while none was up, go first, but those
+    /// whose job's lease may end before they reach the server
+    /// ([`Carry::MARGIN`]), which are given up (the server gives the job
+    /// back); sent late, an ack might land on a job the server gave out
+    /// again, and both runs would count as done.
+    fn resume_settles(&mut self, sh: &Shared, now: Instant) {
         self.carry.expire(now);
         self.count_carried(sh);
-        // Decided while no connection was up, and the job's lease may have
-        // ended since: given up, as a carried ack would be (the server
-        // gives the job back).
         let mut k = 0;
         while k < self.out.len() {
             match &self.out[k] {
-                Out::Settle(p) if p.due <= now => {
+                Out::Settle(p) if p.due.saturating_duration_since(now) <= Carry::MARGIN => {
                     let Some(Out::Settle(p)) = self.out.remove(k) else {
                         unreachable!("matched above")
                     };
@@ -476,6 +490,9 @@ impl JsMachine {
     ) -> Result<(), NatsError> {
         if !self.life.up {
             return Ok(());
+        }
+        if std::mem::take(&mut self.resume) {
+            self.resume_settles(sh, now);
         }
         while let Some(o) = self.out.pop_front() {
             let r = match &o {

@@ -547,6 +547,7 @@ fn acks_unconfirmed_at_a_break_go_first_on_the_next_connection_and_count_once() 
     );
     r.reconnect(3, 4);
     let c = r.counts();
+    // Nothing resolved before the new connection's first write.
     assert_eq!(
         (
             c.deleted,
@@ -604,9 +605,9 @@ fn a_carried_ack_whose_lease_has_ended_at_the_reconnect_is_given_up() {
     );
     // Back at 35 s: job 1's lease may have ended, job 2's runs to 40 s.
     r.reconnect(10_003, 35_000);
+    let resent = r.send(35_000);
     let c = r.counts();
     assert_eq!((c.ack_unknown, c.deleted, c.acks_resent), (1, 0, 0));
-    let resent = r.send(35_000);
     assert_eq!(
         what(&resent),
         [ack("default", 1, 2, "+ACK"), pull("default", 1, true)]
@@ -1219,4 +1220,42 @@ fn at_most_four_pulls_wait_in_a_row() {
         assert!(pulls <= 4, "{pulls} pulls under way");
     }
     assert_eq!(pulls, 4);
+}
+
+/// The acks waiting for a connection are checked against their leases when
+/// the connection's first write goes, not when it came up: what the driver
+/// did in between (an idle check, a copy) took time, and an ack sent after
+/// its job's lease may have ended could land on the job given out again,
+/// both runs counting as done. Given up instead, counted, the job back.
+#[test]
+fn acks_waiting_for_a_connection_are_checked_against_their_leases_at_its_first_write() {
+    let mut r = Rig::new(cfg(2));
+    r.send(0);
+    // Both jobs pulled at 0: their leases end at 30 s.
+    let runs = r.take(
+        1,
+        &[job("default", 1, 1, "a"), job("default", 2, 1, "b")].concat(),
+    );
+    r.finish(&runs[0], Outcome::Done);
+    let sent = r.send(10);
+    assert_eq!(what(&sent)[0], ack("default", 1, 1, "+ACK"));
+    // Down with job 1's ack unconfirmed; job 2 is done while down.
+    r.m.broke(&r.sh, r.at(20), 0);
+    r.finish(&runs[1], Outcome::Done);
+    // Up again within the leases; the first write goes 30 s - 50 ms, within
+    // the margin of their end.
+    r.wire = wire(&r.sh);
+    let tubes = tubes(&r.sh);
+    r.m.connected(&r.sh, r.at(29_000), STREAM, tubes);
+    assert_eq!(r.counts().lease_dropped, 0, "not checked yet");
+    let sent = r.send(29_950);
+    assert!(
+        sent.iter().all(|p| !p.subject.starts_with("$JS.ACK")),
+        "{sent:?}"
+    );
+    let c = r.counts();
+    assert_eq!(
+        (c.acks_resent, c.ack_unknown, c.lease_dropped, c.deleted),
+        (0, 1, 1, 0)
+    );
 }
