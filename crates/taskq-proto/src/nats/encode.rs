@@ -53,7 +53,12 @@ impl Default for ConnectOptions<'_> {
 /// Checks that `s` can stand as a subject (or reply subject) on a protocol
 /// line: not empty, no blank, control byte or DEL.
 pub fn validate_subject(s: &[u8]) -> Result<(), NatsEncodeError> {
-    if s.is_empty() || s.iter().any(|&b| b <= b' ' || b == 0x7f) {
+    // Folded without an early exit, so that the loop is vectorized: every
+    // ack's subject and reply go through here.
+    let bad = s
+        .iter()
+        .fold(false, |bad, &b| bad | (b <= b' ') | (b == 0x7f));
+    if s.is_empty() || bad {
         return Err(NatsEncodeError::BadSubject);
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! driver keeps while it consumes the bytes), then [`ServerOp`] values that
 //! borrow the buffer.
 
-use memchr::memchr;
+use memchr::{memchr, memchr2};
 
 use super::error::NatsProtoError;
 use super::headers::HeaderBlock;
@@ -211,9 +211,9 @@ fn args(line: &[u8], from: usize, op: &'static str) -> Result<([Span; 5], usize)
             continue;
         }
         let start = i;
-        while i < line.len() && !matches!(line[i], b' ' | b'\t') {
-            i += 1;
-        }
+        // The argument runs to the next separator (memchr: a delivery's
+        // line is mostly its ack subject, long enough for it to pay).
+        i = memchr2(b' ', b'\t', &line[i..]).map_or(line.len(), |k| i + k);
         if n == out.len() {
             return Err(NatsProtoError::Malformed { op });
         }

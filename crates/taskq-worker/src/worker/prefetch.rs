@@ -74,17 +74,53 @@ pub(crate) enum Lease {
     Release,
 }
 
-/// The lease rule for a job that has waited `waited` since it was asked for,
-/// whose lease was last (re)started `since` ago; `soon` when the server
-/// answered a reserve `DEADLINE_SOON` since the rule last ran (some lease of
-/// this connection is within a second of its end).
-pub(crate) fn lease(waited: Duration, since: Duration, soon: bool) -> Lease {
-    if waited >= HOLD_MAX {
-        Lease::Release
-    } else if soon || since >= TOUCH_AFTER {
-        Lease::Touch
-    } else {
-        Lease::Keep
+/// The lease rule at one instant `now`, for every job waiting in the
+/// window: a job asked for [`HOLD_MAX`] ago or more goes back to the
+/// server; one whose lease was last (re)started [`TOUCH_AFTER`] ago or more,
+/// or any while `soon` (the server answered a reserve `DEADLINE_SOON` since
+/// the rule last ran: some lease of this connection is within a second of
+/// its end), is touched; the rest are kept. The ages are turned into
+/// instants once, so that a window of jobs costs a comparison each, not a
+/// clock subtraction (which, per job and per waiting job, was a third of a
+/// JetStream drain's instructions at a window of 64).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseRule {
+    /// Asked for at or before this: released.
+    release: Option<Instant>,
+    /// Leased at or before this: touched.
+    touch: Option<Instant>,
+    soon: bool,
+}
+
+impl LeaseRule {
+    pub(crate) fn at(now: Instant, soon: bool) -> LeaseRule {
+        LeaseRule {
+            release: now.checked_sub(HOLD_MAX),
+            touch: now.checked_sub(TOUCH_AFTER),
+            soon,
+        }
+    }
+
+    /// The first instant at which the rule (without `soon`) does anything
+    /// for a job asked for at `asked` whose lease last started at `leased`:
+    /// before it, [`of`](Self::of) keeps the job.
+    pub(crate) fn first_due(asked: Instant, leased: Instant) -> Option<Instant> {
+        match (asked.checked_add(HOLD_MAX), leased.checked_add(TOUCH_AFTER)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// What to do for a job asked for at `asked` whose lease last started
+    /// at `leased`.
+    pub(crate) fn of(&self, asked: Instant, leased: Instant) -> Lease {
+        if self.release.is_some_and(|t| asked <= t) {
+            Lease::Release
+        } else if self.soon || self.touch.is_some_and(|t| leased <= t) {
+            Lease::Touch
+        } else {
+            Lease::Keep
+        }
     }
 }
 
@@ -137,6 +173,11 @@ pub(super) struct Pipe<L> {
     asks: usize,
     /// `DEADLINE_SOON` came since the lease rule last ran.
     soon: bool,
+    /// No waiting job needs the lease rule before this (it may be earlier
+    /// than need be: a lease restarted or a job gone only moves the true
+    /// instant later); `None` with none waiting. The rule then skips its
+    /// walk of the window after each job.
+    lease_due: Option<Instant>,
     /// The last no-wait reserve found nothing ready.
     dry: bool,
     /// Weighted: the tube whose turn it was had nothing ready.
@@ -166,6 +207,7 @@ impl<L: Link> Pipe<L> {
             gather_max: GATHER_MAX,
             asks: 0,
             soon: false,
+            lease_due: None,
             dry: false,
             turn_empty: false,
             progress: false,
@@ -267,6 +309,7 @@ impl<L: Link> Pipe<L> {
                                 self.bodies.copy_into(&mut h.body, body);
                                 self.headers.copy_into(&mut h.headers, headers);
                                 (h.asked, h.leased, h.too_big) = (sent, sent, too_big);
+                                self.lease_due_by(sent, sent);
                             } else {
                                 let b = self.bodies.copy(body);
                                 let headers = self.headers.copy(headers);
@@ -278,6 +321,7 @@ impl<L: Link> Pipe<L> {
                                     leased: sent,
                                     too_big,
                                 });
+                                self.lease_due_by(sent, sent);
                             }
                             continue;
                         }
@@ -409,8 +453,11 @@ impl<L: Link> Pipe<L> {
     /// asks the job's priority first: a rare path), the touches queued for the
     /// next write. True when touches were queued.
     fn queue_leases(&mut self, sh: &Shared, now: Instant) -> Result<bool, After> {
-        let soon = std::mem::take(&mut self.soon);
-        let rule = |h: &Held| lease(now - h.asked, now - h.leased, soon);
+        if !self.soon && self.lease_due.is_none_or(|t| now < t) {
+            return Ok(false);
+        }
+        let at = LeaseRule::at(now, std::mem::take(&mut self.soon));
+        let rule = |h: &Held| at.of(h.asked, h.leased);
         if self.held.iter().any(|h| rule(h) == Lease::Release) {
             self.release(sh, |h| rule(h) == Lease::Release)?;
         }
@@ -431,7 +478,20 @@ impl<L: Link> Pipe<L> {
             }
             touched = true;
         }
+        self.lease_due = None;
+        for k in 0..self.held.len() {
+            let (asked, leased) = (self.held[k].asked, self.held[k].leased);
+            self.lease_due_by(asked, leased);
+        }
         Ok(touched)
+    }
+
+    /// A waiting job asked for at `asked`, its lease started at `leased`,
+    /// may need the lease rule from its first due instant on.
+    fn lease_due_by(&mut self, asked: Instant, leased: Instant) {
+        if let Some(t) = LeaseRule::first_due(asked, leased) {
+            self.lease_due = Some(self.lease_due.map_or(t, |d| d.min(t)));
+        }
     }
 
     /// Gives back, at once, every waiting job that `pick` chooses (all of
@@ -590,6 +650,26 @@ mod tests {
         assert!(!p.soon);
     }
 
+    /// The rule walks the window only once some waiting job may need it:
+    /// before the youngest lease's touch age nothing is queued, at it every
+    /// job due is touched, and until a touch is confirmed it stays due.
+    #[test]
+    fn the_lease_rule_acts_from_the_first_jobs_touch_age_and_not_before() {
+        let sh = shared();
+        let mut p = pipe(&sh, 2, vec![Say::Job(1), Say::Job(2)]);
+        p.absorb(&sh).unwrap();
+        let asked = p.held[0].asked;
+        p.held[1].leased = asked + 100 * MS;
+        assert!(!p.queue_leases(&sh, asked + TOUCH_AFTER - MS).unwrap());
+        assert!(p.link.as_ref().unwrap().queued.is_empty());
+        assert!(p.queue_leases(&sh, asked + TOUCH_AFTER).unwrap());
+        assert!(p.queue_leases(&sh, asked + TOUCH_AFTER + 100 * MS).unwrap());
+        assert_eq!(
+            p.link.as_ref().unwrap().queued,
+            ["touch 1", "touch 1", "touch 2"]
+        );
+    }
+
     #[test]
     fn a_waiting_job_whose_touch_is_not_found_is_dropped_never_run() {
         let sh = shared();
@@ -700,28 +780,39 @@ mod tests {
 
     #[test]
     fn a_young_lease_is_kept_an_old_one_touched_a_long_wait_released() {
-        assert_eq!(lease(Duration::ZERO, Duration::ZERO, false), Lease::Keep);
-        assert_eq!(lease(400 * MS, 499 * MS, false), Lease::Keep);
-        assert_eq!(lease(600 * MS, 500 * MS, false), Lease::Touch);
-        assert_eq!(lease(5_000 * MS, 2_000 * MS, false), Lease::Touch);
+        let lease = lease_at(false);
+        assert_eq!(lease(Duration::ZERO, Duration::ZERO), Lease::Keep);
+        assert_eq!(lease(400 * MS, 499 * MS), Lease::Keep);
+        assert_eq!(lease(600 * MS, 500 * MS), Lease::Touch);
+        assert_eq!(lease(5_000 * MS, 2_000 * MS), Lease::Touch);
         // Touched lately, but waiting too long: back to the server.
-        assert_eq!(lease(HOLD_MAX, Duration::ZERO, false), Lease::Release);
-        assert_eq!(lease(HOLD_MAX + MS, 10 * MS, true), Lease::Release);
+        assert_eq!(lease(HOLD_MAX, Duration::ZERO), Lease::Release);
+        assert_eq!(lease_at(true)(HOLD_MAX + MS, 10 * MS), Lease::Release);
+    }
+
+    /// The rule at an instant, for a job that has waited `waited` since it
+    /// was asked for and whose lease started `since` ago.
+    fn lease_at(soon: bool) -> impl Fn(Duration, Duration) -> Lease {
+        let now = Instant::now() + HOLD_MAX;
+        let rule = LeaseRule::at(now, soon);
+        move |waited, since| rule.of(now - waited, now - since)
     }
 
     #[test]
     fn deadline_soon_touches_every_waiting_job_whatever_its_age() {
-        assert_eq!(lease(Duration::ZERO, Duration::ZERO, true), Lease::Touch);
-        assert_eq!(lease(10 * MS, MS, true), Lease::Touch);
-        assert_eq!(lease(HOLD_MAX - MS, MS, true), Lease::Touch);
+        let lease = lease_at(true);
+        assert_eq!(lease(Duration::ZERO, Duration::ZERO), Lease::Touch);
+        assert_eq!(lease(10 * MS, MS), Lease::Touch);
+        assert_eq!(lease(HOLD_MAX - MS, MS), Lease::Touch);
     }
 
     #[test]
     fn a_job_younger_than_the_touch_age_keeps_half_of_the_shortest_lease() {
         // beanstalkd's shortest TTR is one second.
         let shortest = Duration::from_secs(1);
+        let lease = lease_at(false);
         let mut since = Duration::ZERO;
-        while lease(since, since, false) == Lease::Keep {
+        while lease(since, since) == Lease::Keep {
             assert!(shortest - since >= shortest / 2, "{since:?}");
             since += MS;
         }
