@@ -556,3 +556,34 @@ fn queued_pubacks_are_due_from_their_own_write_oldest_first() {
     assert_eq!(s.poll_timeout(), None);
     s.handle_timeout(ms(10_000)).unwrap();
 }
+
+/// A confirmation or PubAck still in the send buffer is not waited for: its
+/// wait begins at the first wait after its write (a driver that holds acks
+/// back to write them with a pull does not start their clock early).
+#[test]
+fn what_is_still_in_the_send_buffer_is_waited_for_only_after_its_write() {
+    let (mut s, ms) = clocked(1_000);
+    let a = "$JS.ACK.TASKQ.c.1.9.9.1700000000000000000.0";
+    s.queue_ack(a.as_bytes(), AckKind::Ack, true).unwrap();
+    s.queue_sent();
+    s.queue_ack(a.as_bytes(), AckKind::Ack, true).unwrap();
+    s.start_wait(ms(0));
+    assert_eq!(s.poll_timeout(), Some(ms(1_000)), "the written one alone");
+    s.handle_timeout(ms(999)).unwrap();
+    // The first is confirmed; the second, still unwritten, is not due.
+    feed(&mut s, msg("_INBOX.t.1", None, None, "").as_bytes());
+    let f = s.poll_delivery().unwrap().unwrap();
+    assert_eq!(s.take_delivery(f).unwrap(), Delivery::Confirmed(1));
+    s.start_wait(ms(5_000));
+    assert_eq!(s.poll_timeout(), None, "nothing written is owed");
+    s.queue_sent();
+    s.start_wait(ms(6_000));
+    assert_eq!(s.poll_timeout(), Some(ms(7_000)));
+    // A queue dropped unwritten: still owed, and waited for from the next
+    // wait on, so the session breaks rather than wait forever.
+    let (mut s, ms) = clocked(1_000);
+    s.queue_ack(a.as_bytes(), AckKind::Ack, true).unwrap();
+    s.clear_queue();
+    s.start_wait(ms(0));
+    assert_eq!(s.poll_timeout(), Some(ms(1_000)));
+}

@@ -22,11 +22,17 @@ use crate::nats::request_error::NatsError;
 use super::pull::pull_grace;
 use super::state::{NatsSession, PullOwed};
 
-/// Stamps `now` on the owed entries whose wait has not begun. They are
-/// owed in the order they were queued and stamped in that order, so the
-/// unstamped ones are the newest: the walk stops at the first stamped.
-fn stamp<T>(owed: &mut VecDeque<T>, since: impl Fn(&mut T) -> &mut Option<Instant>, now: Instant) {
-    for e in owed.iter_mut().rev() {
+/// Stamps `now` on the owed entries whose wait has not begun, but the
+/// newest `unsent` (their requests not written yet). They are owed in the
+/// order they were queued and stamped in that order, so the unstamped ones
+/// are the newest: the walk stops at the first stamped.
+fn stamp<T>(
+    owed: &mut VecDeque<T>,
+    unsent: usize,
+    since: impl Fn(&mut T) -> &mut Option<Instant>,
+    now: Instant,
+) {
+    for e in owed.iter_mut().rev().skip(unsent) {
         let s = since(e);
         if s.is_some() {
             break;
@@ -56,14 +62,15 @@ impl NatsSession {
     }
 
     /// The driver begins, at `now`, to wait for what it wrote: every owed
-    /// PubAck, confirmation and pull whose wait had not begun is waited
-    /// for from `now`; one already waited for keeps its start (so a read
+    /// PubAck, confirmation and pull written whose wait had not begun is
+    /// waited for from `now` (one still in the send buffer from the wait
+    /// after its write); one already waited for keeps its start (so a read
     /// cancelled and made again keeps its deadline).
     #[inline]
     pub fn start_wait(&mut self, now: Instant) {
-        stamp(&mut self.pubacks, |e| &mut e.1, now);
-        stamp(&mut self.confirms, |e| &mut e.1, now);
-        stamp(&mut self.pulls, |p| &mut p.since, now);
+        stamp(&mut self.pubacks, self.pubacks_unsent, |e| &mut e.1, now);
+        stamp(&mut self.confirms, self.confirms_unsent, |e| &mut e.1, now);
+        stamp(&mut self.pulls, 0, |p| &mut p.since, now);
     }
 
     /// When the oldest owed PubAck or confirmation began to be waited for.

@@ -122,6 +122,7 @@ impl NatsSession {
         self.tx.extend_from_slice(bytes);
         self.token();
         self.pubacks.push_back((token, None));
+        self.pubacks_unsent += 1;
         Ok(token)
     }
 

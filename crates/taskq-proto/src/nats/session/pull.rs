@@ -405,6 +405,7 @@ impl NatsSession {
         if let Some(t) = token {
             self.token();
             self.confirms.push_back((t, None));
+            self.confirms_unsent += 1;
         }
         Ok(token)
     }
@@ -413,6 +414,7 @@ impl NatsSession {
     /// owed when it was queued): true once confirmed.
     pub fn ack_confirmed(&mut self, m: MsgFrame) -> Result<bool, NatsError> {
         self.confirms.clear();
+        self.confirms_unsent = 0;
         if no_responders(&m) {
             return Err(NatsError::NoResponders);
         }

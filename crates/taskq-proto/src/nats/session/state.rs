@@ -104,6 +104,10 @@ pub struct NatsSession {
     pub(super) pubacks: VecDeque<(u64, Option<Instant>)>,
     /// Ack confirmations owed, by token, with when their wait began.
     pub(super) confirms: VecDeque<(u64, Option<Instant>)>,
+    /// The newest PubAcks and confirmations owed whose requests are still
+    /// in the send buffer: their waits begin once it is written.
+    pub(super) pubacks_unsent: usize,
+    pub(super) confirms_unsent: usize,
     /// The I/O timeout the reply deadlines allow (see `clock`).
     pub(super) io_timeout: Duration,
     /// The probes written (`PING`s behind overdue pulls), oldest first: the
@@ -190,6 +194,8 @@ impl NatsSession {
             pulls_queued: VecDeque::new(),
             pubacks: VecDeque::with_capacity(OWED_INITIAL),
             confirms: VecDeque::with_capacity(OWED_INITIAL),
+            pubacks_unsent: 0,
+            confirms_unsent: 0,
             io_timeout: crate::defaults::IO_TIMEOUT,
             probes: VecDeque::new(),
             probes_queued: VecDeque::new(),
@@ -304,6 +310,8 @@ impl NatsSession {
     #[inline]
     pub fn queue_sent(&mut self) {
         self.tx.clear();
+        self.pubacks_unsent = 0;
+        self.confirms_unsent = 0;
         self.pulls.append(&mut self.pulls_queued);
         self.probes.append(&mut self.probes_queued);
     }
@@ -313,6 +321,10 @@ impl NatsSession {
     /// owed: drop them by replacing the connection.
     pub fn clear_queue(&mut self) {
         self.tx.clear();
+        // Owed all the same, and waited for from the next wait on: with
+        // nothing coming, the session breaks rather than wait forever.
+        self.pubacks_unsent = 0;
+        self.confirms_unsent = 0;
         self.pulls_queued.clear();
         self.probes_queued.clear();
     }
