@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use taskq_proto::{validate_tube, EncodeError, Reply, ReplyError};
+use taskq_proto::{validate_tube, Command, ConnectionError, EncodeError, Reply, ReplyError};
 
 use crate::error::{Error, Invalid, NotSent, Rejection};
 use crate::outcome::{BatchError, BatchReport, PutOutcome, MAX_PIPELINE_BYTES, MAX_PIPELINE_JOBS};
@@ -122,6 +122,37 @@ impl<B> Clone for Chunk<'_, B> {
 }
 
 impl<B> Copy for Chunk<'_, B> {}
+
+impl<B: AsRef<[u8]>> Chunk<'_, B> {
+    /// Queues the chunk's puts on beanstalkd (`queue` takes one command);
+    /// a failure leaves nothing of the chunk written, and the batch breaks
+    /// off at its start.
+    pub(crate) fn queue_puts(
+        &self,
+        mut queue: impl FnMut(&Command<'_>) -> Result<(), ConnectionError>,
+    ) -> Result<(), BatchError> {
+        for body in &self.bodies[self.from..self.end] {
+            if let Err(e) = queue(&self.opts.command(body.as_ref())) {
+                return Err(self.not_sent(Error::from_conn(e)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The chunk broke off at its start with `error`, nothing of it
+    /// written.
+    pub(crate) fn not_sent(&self, error: Error) -> BatchError {
+        BatchError {
+            replied: self.from,
+            error,
+        }
+    }
+
+    /// The span of the batch the chunk covers.
+    pub(crate) fn span(&self) -> (usize, usize) {
+        (self.from, self.end)
+    }
+}
 
 /// One batch from its check to its report, for every producer (blocking
 /// and async, on both engines), with no I/O: which chunk goes next (one
@@ -255,24 +286,69 @@ pub(crate) fn chunk_write_failed(
     }
 }
 
-/// Reads a written chunk's replies in order (`next` reads one) into
-/// `out[from..end]` and `report`; at the first that is neither an id nor a
-/// rejection, the rest of the chunk is `Unknown` and the batch breaks off.
-#[inline]
-pub(crate) fn read_chunk(
-    out: &mut [PutOutcome],
-    report: &mut BatchReport,
-    (from, end): (usize, usize),
-    mut next: impl FnMut() -> Result<JobId, Error>,
-) -> Result<(), BatchError> {
-    for i in from..end {
-        if let Err(e) = record(next(), &mut out[i], report) {
-            out[i..end].fill(PutOutcome::Unknown);
+/// A written chunk's replies, taken one at a time in the order written
+/// into `out[from..end]` and the batch's report: the one rule of what each
+/// comes to, for the blocking and the async drivers alike. At the first
+/// reply that is neither an id nor a rejection, the rest of the chunk is
+/// `Unknown` and the batch breaks off there.
+#[derive(Debug)]
+pub(crate) struct Replies<'a> {
+    out: &'a mut [PutOutcome],
+    report: &'a mut BatchReport,
+    at: usize,
+    end: usize,
+}
+
+impl<'a> Replies<'a> {
+    /// The replies owed for `out[from..end]`.
+    pub(crate) fn new(
+        out: &'a mut [PutOutcome],
+        report: &'a mut BatchReport,
+        (from, end): (usize, usize),
+    ) -> Replies<'a> {
+        Replies {
+            out,
+            report,
+            at: from,
+            end,
+        }
+    }
+
+    /// Whether a reply is still owed.
+    #[inline]
+    pub(crate) fn owed(&self) -> bool {
+        self.at < self.end
+    }
+
+    /// Takes the next reply.
+    #[inline]
+    pub(crate) fn take(&mut self, r: Result<JobId, Error>) -> Result<(), BatchError> {
+        let i = self.at;
+        if let Err(e) = record(r, &mut self.out[i], self.report) {
+            self.out[i..self.end].fill(PutOutcome::Unknown);
+            self.at = self.end;
             return Err(BatchError {
                 replied: i,
                 error: e,
             });
         }
+        self.at += 1;
+        Ok(())
+    }
+}
+
+/// Reads a written chunk's replies in order (`next` reads one), as
+/// [`Replies`] takes them.
+#[inline]
+pub(crate) fn read_chunk(
+    out: &mut [PutOutcome],
+    report: &mut BatchReport,
+    span: (usize, usize),
+    mut next: impl FnMut() -> Result<JobId, Error>,
+) -> Result<(), BatchError> {
+    let mut replies = Replies::new(out, report, span);
+    while replies.owed() {
+        replies.take(next())?;
     }
     Ok(())
 }

@@ -130,26 +130,14 @@ impl Link {
     ) -> Result<(), BatchError> {
         match self {
             Link::Beanstalkd(c) => {
-                let Chunk {
-                    bodies,
-                    from,
-                    end,
-                    opts,
-                    ..
-                } = chunk;
-                for body in &bodies[from..end] {
-                    if let Err(e) = c.queue(&opts.command(body.as_ref())) {
-                        c.clear_queue();
-                        return Err(BatchError {
-                            replied: from,
-                            error: Error::from_conn(e),
-                        });
-                    }
+                if let Err(e) = chunk.queue_puts(|cmd| c.queue(cmd)) {
+                    c.clear_queue();
+                    return Err(e);
                 }
                 if let Err(e) = c.flush() {
-                    return Err(chunk_write_failed(Error::from_conn(e), out, (from, end)));
+                    return Err(chunk_write_failed(Error::from_conn(e), out, chunk.span()));
                 }
-                read_chunk(out, report, (from, end), || put_reply(c))
+                read_chunk(out, report, chunk.span(), || put_reply(c))
             }
             Link::Nats(n) => n.put_chunk(chunk, out, report),
         }

@@ -59,6 +59,27 @@ pub(crate) struct NatsSetup {
     pub(crate) api_patience: Duration,
 }
 
+/// Queues `chunk`'s puts on JetStream, job `i` with the message id of
+/// counter `first + i` (`publish` queues one: subject, message id, further
+/// headers, body): the one encoding of a batch's write, for the blocking
+/// and the async producer.
+pub(crate) fn queue_chunk<B: AsRef<[u8]>>(
+    ids: &MsgIds,
+    route: &mut Route,
+    chunk: &Chunk<'_, B>,
+    mut publish: impl FnMut(&str, &[u8], &[(&[u8], &[u8])], &[u8]) -> Result<(), NatsError>,
+) -> Result<(), NatsError> {
+    let mut buf = IdBuf::new();
+    let stamp = Stamp::now(chunk.opts.delay);
+    let (from, end) = chunk.span();
+    for (i, body) in chunk.bodies.iter().enumerate().take(end).skip(from) {
+        let id = ids.id(chunk.first + i as u64, &mut buf);
+        let put = Put::new(route, stamp.as_ref(), id);
+        publish(put.subject(), id, put.extra(), body.as_ref())?;
+    }
+    Ok(())
+}
+
 impl NatsSetup {
     pub(crate) fn new(
         layout: Layout,
@@ -211,39 +232,20 @@ impl NatsLink {
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<(), BatchError> {
-        let Chunk {
-            bodies,
-            from,
-            end,
-            first,
-            opts,
-        } = chunk;
-        let mut buf = IdBuf::new();
-        let stamp = Stamp::now(opts.delay);
-        let queued = bodies
-            .iter()
-            .enumerate()
-            .take(end)
-            .skip(from)
-            .try_for_each(|(i, body)| {
-                let id = self.ids.id(first + i as u64, &mut buf);
-                let put = Put::new(&mut self.route, stamp.as_ref(), id);
-                self.conn
-                    .queue_publish(put.subject(), id, put.extra(), body.as_ref())
-            });
+        let (ids, route, conn) = (&self.ids, &mut self.route, &mut self.conn);
+        let queued = queue_chunk(ids, route, &chunk, |subject, id, extra, body| {
+            conn.queue_publish(subject, id, extra, body)
+        });
         if let Err(e) = queued {
             // Nothing of the chunk was written yet: drop what was queued.
             self.conn.mark_broken();
-            return Err(BatchError {
-                replied: from,
-                error: from_nats(e),
-            });
+            return Err(chunk.not_sent(from_nats(e)));
         }
         if let Err(e) = self.conn.flush() {
-            return Err(chunk_write_failed(from_nats(e), out, (from, end)));
+            return Err(chunk_write_failed(from_nats(e), out, chunk.span()));
         }
         let conn = &mut self.conn;
-        let r = read_chunk(out, report, (from, end), || {
+        let r = read_chunk(out, report, chunk.span(), || {
             conn.recv_puback()
                 .map(|a| JobId::new(a.stream_seq))
                 .map_err(from_nats)

@@ -587,3 +587,67 @@ fn what_is_still_in_the_send_buffer_is_waited_for_only_after_its_write() {
     s.start_wait(ms(0));
     assert_eq!(s.poll_timeout(), Some(ms(1_000)));
 }
+
+/// The reply awaited alone, a lone put's PubAck or a request's reply, is
+/// the session's to time as well: due its allowance (the I/O timeout, or
+/// the request's own) after the first wait after its write, overdue it
+/// breaks the session naming that allowance, and once it came (read by
+/// whoever reads it) nothing is due.
+#[test]
+fn a_lone_puts_and_a_requests_reply_are_due_their_allowance_after_their_write() {
+    let (mut s, ms) = clocked(300);
+    let put = s
+        .start_put_whole(b"taskq.T", b"id-1", &[], b"x")
+        .unwrap()
+        .token;
+    s.start_wait(ms(0));
+    assert_eq!(s.poll_timeout(), None, "not written yet");
+    s.queue_sent();
+    s.start_wait(ms(100));
+    s.start_wait(ms(200));
+    assert_eq!(
+        s.poll_timeout(),
+        Some(ms(400)),
+        "from the first wait after the write"
+    );
+    let ack = r#"{"stream":"TASKQ","seq":7}"#;
+    feed(
+        &mut s,
+        msg(&format!("_INBOX.t.{put}"), None, None, ack).as_bytes(),
+    );
+    let m = s.poll_reply(put).unwrap().expect("the PubAck");
+    assert_eq!(s.puback(m).unwrap().stream_seq, 7);
+    assert_eq!(s.poll_timeout(), None, "answered");
+    s.handle_timeout(ms(10_000)).unwrap();
+
+    // A request with its own patience: due 5 s after its wait began.
+    let req = s
+        .queue_request_within(b"$JS.API.INFO", b"", Duration::from_secs(5))
+        .unwrap();
+    s.queue_sent();
+    s.start_wait(ms(20_000));
+    assert_eq!(s.poll_timeout(), Some(ms(25_000)));
+    s.handle_timeout(ms(24_999)).unwrap();
+    // Read past by a reader that waits for something else: still no
+    // longer owed.
+    feed(
+        &mut s,
+        msg(&format!("_INBOX.t.{req}"), None, None, "{}").as_bytes(),
+    );
+    assert!(matches!(
+        s.poll_event().unwrap(),
+        Some(Event::Reply { token, .. }) if token == req
+    ));
+    assert_eq!(s.poll_timeout(), None);
+
+    // Never answered: overdue, the session breaks with the allowance.
+    s.queue_request_within(b"$JS.API.INFO", b"", Duration::from_secs(5))
+        .unwrap();
+    s.queue_sent();
+    s.start_wait(ms(30_000));
+    match s.handle_timeout(ms(35_000)) {
+        Err(NatsError::Timeout { waited }) => assert_eq!(waited, Duration::from_secs(5)),
+        other => panic!("a timeout, not {other:?}"),
+    }
+    assert!(s.is_broken());
+}

@@ -15,9 +15,7 @@ use std::io::IoSlice;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use taskq_proto::nats::{
-    Event, Handshake, HandshakeStep, MsgFrame, NatsError, NatsSession, PubAck,
-};
+use taskq_proto::nats::{Event, Handshake, HandshakeStep, NatsError, NatsSession, PubAck};
 use taskq_proto::{ConnectionError, IoCounts};
 
 use crate::nats::client::tls::TlsStep;
@@ -37,7 +35,6 @@ pub struct AsyncNatsConn {
     stream: TcpStream,
     session: NatsSession,
     counts: IoCounts,
-    io_timeout: Duration,
     deadline: Deadline,
     /// A write began and has not ended: a put dropped in the middle of its
     /// write leaves the stream out of step.
@@ -102,7 +99,6 @@ impl AsyncNatsConn {
             stream,
             session,
             counts: IoCounts::default(),
-            io_timeout: cfg.io_timeout,
             deadline: Deadline::new(),
             writing: false,
             tls: None,
@@ -168,7 +164,7 @@ impl AsyncNatsConn {
                         (&self.stream, self.tls.as_deref_mut()),
                         &mut self.counts,
                         &mut self.deadline,
-                        self.io_timeout,
+                        self.session.io_timeout(),
                         [self.session.queued(), &[], &[], &[]],
                     )
                     .await;
@@ -195,7 +191,7 @@ impl AsyncNatsConn {
                     &self.stream,
                     &mut self.counts,
                     &mut self.deadline,
-                    self.io_timeout,
+                    self.session.io_timeout(),
                     &mut [IoSlice::new(records)],
                 )
                 .await
@@ -255,7 +251,6 @@ impl AsyncNatsConn {
             stream,
             session,
             counts: IoCounts::default(),
-            io_timeout,
             deadline: Deadline::new(),
             writing: false,
             tls: parts.tls,
@@ -322,6 +317,7 @@ impl AsyncNatsConn {
             self.session.mark_broken();
         }
         let whole = body.len() <= WHOLE_PUT;
+        let io_timeout = self.session.io_timeout();
         let put = if whole {
             self.session.start_put_whole(subject, msg_id, extra, body)?
         } else {
@@ -353,7 +349,7 @@ impl AsyncNatsConn {
                             &self.stream,
                             &mut self.counts,
                             &mut self.deadline,
-                            self.io_timeout,
+                            io_timeout,
                             bufs,
                             sent,
                         )
@@ -366,14 +362,14 @@ impl AsyncNatsConn {
                     (&self.stream, tls),
                     &mut self.counts,
                     &mut self.deadline,
-                    self.io_timeout,
+                    io_timeout,
                     [queued, head, tail[0], tail[1]],
                 )
                 .await
             }
         };
         self.sent(r)?;
-        let m = self.wait_reply(token).await?;
+        let m = self.read_owed(|s| s.poll_reply(token)).await?;
         self.session.puback(m)
     }
 
@@ -412,24 +408,18 @@ impl AsyncNatsConn {
     /// waiting and made again keeps it). With nothing owed it reads with
     /// no deadline, answering the server's `PING`s (an idle connection).
     pub async fn recv_any_puback(&mut self) -> Result<(u64, Result<PubAck, NatsError>), NatsError> {
-        loop {
-            let r = self.session.poll_event();
-            if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
-                self.answer_pings().await?;
-            }
-            match r? {
+        self.read_owed(|s| loop {
+            match s.poll_event()? {
                 Some(Event::Reply { token, m }) => {
-                    if let Some(ack) = self.session.take_puback_of(token, m) {
-                        return Ok((token, ack));
+                    if let Some(ack) = s.take_puback_of(token, m) {
+                        return Ok(Some((token, ack)));
                     }
                 }
                 Some(_) => {}
-                None => {
-                    let n = poll_fn(|cx| self.poll_read_owed(cx)).await?;
-                    self.session.received(n);
-                }
+                None => return Ok(None),
             }
-        }
+        })
+        .await
     }
 
     /// Sends `payload` to `subject` with a reply token and returns the
@@ -438,7 +428,7 @@ impl AsyncNatsConn {
     pub async fn request(&mut self, subject: &str, payload: &[u8]) -> Result<Vec<u8>, NatsError> {
         let token = self.session.queue_request(subject.as_bytes(), payload)?;
         self.flush().await?;
-        let m = self.wait_reply(token).await?;
+        let m = self.read_owed(|s| s.poll_reply(token)).await?;
         self.session.reply_payload(m).map(<[u8]>::to_vec)
     }
 
@@ -452,6 +442,7 @@ impl AsyncNatsConn {
         if self.writing {
             self.session.mark_broken();
         }
+        let io_timeout = self.session.io_timeout();
         let Some(queued) = self.session.to_flush()? else {
             return Ok(());
         };
@@ -460,7 +451,7 @@ impl AsyncNatsConn {
             (&self.stream, self.tls.as_deref_mut()),
             &mut self.counts,
             &mut self.deadline,
-            self.io_timeout,
+            io_timeout,
             [queued, &[], &[], &[]],
         )
         .await;
@@ -469,34 +460,27 @@ impl AsyncNatsConn {
 
     /// Reads the PubAck of the oldest queued publish (after [`flush`](Self::flush)).
     pub async fn recv_puback(&mut self) -> Result<PubAck, NatsError> {
-        loop {
-            let r = self.session.poll_puback();
-            if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
-                self.answer_pings().await?;
-            }
-            if let Some(ack) = r? {
-                return Ok(ack);
-            }
-            let n = poll_fn(|cx| self.poll_read_owed(cx)).await?;
-            self.session.received(n);
-        }
+        self.read_owed(NatsSession::poll_puback).await
     }
 
-    /// Reads until the reply to request `token`, against one deadline for
-    /// the whole of it, answering `PING`s on the way.
+    /// Polls the session with `poll` until it has an answer, reading on
+    /// the session's deadlines for what is owed (a PubAck, the reply to a
+    /// lone put or a request: see [`poll_read_owed`](Self::poll_read_owed))
+    /// and answering `PING`s on the way: the one wait of every read here.
     #[inline]
-    async fn wait_reply(&mut self, token: u64) -> Result<MsgFrame, NatsError> {
-        let wait = self.io_timeout;
-        let mut started = None;
+    async fn read_owed<T>(
+        &mut self,
+        mut poll: impl FnMut(&mut NatsSession) -> Result<Option<T>, NatsError>,
+    ) -> Result<T, NatsError> {
         loop {
-            let r = self.session.poll_reply(token);
+            let r = poll(&mut self.session);
             if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
                 self.answer_pings().await?;
             }
-            if let Some(m) = r? {
-                return Ok(m);
+            if let Some(v) = r? {
+                return Ok(v);
             }
-            let n = poll_fn(|cx| self.poll_read(cx, &mut started, wait)).await?;
+            let n = poll_fn(|cx| self.poll_read_owed(cx)).await?;
             self.session.received(n);
         }
     }
@@ -509,7 +493,7 @@ impl AsyncNatsConn {
                 (&self.stream, self.tls.as_deref_mut()),
                 &mut self.counts,
                 &mut self.deadline,
-                self.io_timeout,
+                self.session.io_timeout(),
                 [pong, &[], &[], &[]],
             )
             .await;
@@ -526,7 +510,7 @@ impl AsyncNatsConn {
                         &self.stream,
                         &mut self.counts,
                         &mut self.deadline,
-                        self.io_timeout,
+                        self.session.io_timeout(),
                         bufs,
                     )
                     .await

@@ -10,8 +10,8 @@ use taskq_proto::{Command, ConnectionConfig, IoCounts, Reply};
 use crate::builder::Builder;
 use crate::classify::Chunk;
 use crate::classify::{
-    check_tube, not_inserted, record, too_big, use_failed_on_reconnect, using, Attempts,
-    BatchRetry, Rule,
+    check_tube, chunk_write_failed, not_inserted, too_big, use_failed_on_reconnect, using,
+    Attempts, BatchRetry, Replies, Rule,
 };
 use crate::error::{Error, NotSent};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
@@ -179,38 +179,28 @@ impl AsyncBeanstalkd {
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
-        let Chunk {
-            bodies,
-            from,
-            end,
-            opts,
-            ..
-        } = chunk;
-        let broke = |replied: usize, error: Error| BatchError { replied, error };
-        let conn = self.connected().await.map_err(|e| broke(from, e))?;
-        for body in &bodies[from..end] {
-            if let Err(e) = conn.queue(&opts.command(body.as_ref())) {
-                conn.clear_queue();
-                return Err(broke(from, Error::from_conn(e)));
-            }
+        let conn = match self.connected().await {
+            Ok(c) => c,
+            Err(e) => return Err(chunk.not_sent(e)),
+        };
+        if let Err(e) = chunk.queue_puts(|cmd| conn.queue(cmd)) {
+            conn.clear_queue();
+            return Err(e);
         }
         if let Err(e) = conn.flush().await {
-            let e = Error::from_conn(e);
-            if e.outcome_unknown() {
-                out[from..end].fill(PutOutcome::Unknown);
-            }
+            let e = chunk_write_failed(Error::from_conn(e), out, chunk.span());
             self.drop_if_broken();
-            return Err(broke(from, e));
+            return Err(e);
         }
-        for i in from..end {
-            if let Err(e) = record(put_reply(conn).await, &mut out[i], report) {
-                out[i..end].fill(PutOutcome::Unknown);
+        let mut replies = Replies::new(out, report, chunk.span());
+        while replies.owed() {
+            if let Err(e) = replies.take(put_reply(conn).await) {
                 self.drop_if_broken();
-                return Err(broke(i, e));
+                return Err(e);
             }
         }
         self.reconnects.progress();
-        Ok(end)
+        Ok(chunk.span().1)
     }
 
     /// True while a connection is open (it may still turn out broken on the next call).

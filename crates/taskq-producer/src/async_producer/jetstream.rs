@@ -13,11 +13,11 @@ use taskq_proto::{ConnectionConfig, IoCounts};
 use crate::builder::Builder;
 use crate::classify::Chunk;
 use crate::classify::{
-    check_tube, chunk_write_failed, record, too_big, Attempts, BatchRetry, Rule,
+    check_tube, chunk_write_failed, too_big, Attempts, BatchRetry, Replies, Rule,
 };
 use crate::delays::{Delays, Put, Route, Stamp};
 use crate::error::{Error, NotSent};
-use crate::nats::{connect_stream_async, from_nats, nats_config, IdBuf, NatsSetup};
+use crate::nats::{connect_stream_async, from_nats, nats_config, queue_chunk, IdBuf, NatsSetup};
 use crate::outcome::{BatchError, BatchReport, PutOutcome};
 use crate::reconnects::Reconnects;
 use crate::{JobId, PutOptions};
@@ -196,53 +196,42 @@ impl AsyncJetStream {
         out: &mut [PutOutcome],
         report: &mut BatchReport,
     ) -> Result<usize, BatchError> {
-        let Chunk {
-            bodies,
-            from,
-            end,
-            first,
-            opts,
-        } = chunk;
-        let broke = |replied: usize, error: Error| BatchError { replied, error };
         if let Err(e) = self.connected().await {
-            return Err(broke(from, e));
+            return Err(chunk.not_sent(e));
         }
         let conn = self.conn.as_mut().expect("connected above");
-        let stamp = Stamp::now(opts.delay);
-        let mut id = IdBuf::new();
-        for (i, body) in bodies.iter().enumerate().take(end).skip(from) {
-            let msg_id = self.setup.ids.id(first + i as u64, &mut id);
-            let put = Put::new(&mut self.route, stamp.as_ref(), msg_id);
-            let queued =
-                conn.queue_publish(put.subject().as_bytes(), msg_id, put.extra(), body.as_ref());
-            if let Err(e) = queued {
-                // Nothing of the chunk was written yet; PubAcks it queued are owed.
-                conn.mark_broken();
-                self.drop_if_broken();
-                return Err(broke(from, from_nats(e)));
-            }
+        let queued = queue_chunk(
+            &self.setup.ids,
+            &mut self.route,
+            &chunk,
+            |s, id, extra, body| {
+                conn.queue_publish(s.as_bytes(), id, extra, body)
+                    .map(|_| ())
+            },
+        );
+        if let Err(e) = queued {
+            // Nothing of the chunk was written yet; PubAcks it queued are owed.
+            conn.mark_broken();
+            self.drop_if_broken();
+            return Err(chunk.not_sent(from_nats(e)));
         }
         if let Err(e) = conn.flush().await {
-            let e = chunk_write_failed(from_nats(e), out, (from, end));
+            let e = chunk_write_failed(from_nats(e), out, chunk.span());
             self.drop_if_broken();
             return Err(e);
         }
-        for i in from..end {
-            let r = conn
-                .recv_puback()
-                .await
-                .map(|a| JobId::new(a.stream_seq))
-                .map_err(from_nats);
-            if let Err(e) = record(r, &mut out[i], report) {
-                out[i..end].fill(PutOutcome::Unknown);
+        let mut replies = Replies::new(out, report, chunk.span());
+        while replies.owed() {
+            let r = conn.recv_puback().await;
+            if let Err(e) = replies.take(r.map(|a| JobId::new(a.stream_seq)).map_err(from_nats)) {
                 // PubAcks still owed would be read as the next chunk's.
                 conn.mark_broken();
                 self.drop_if_broken();
-                return Err(broke(i, e));
+                return Err(e);
             }
         }
         self.reconnects.progress();
-        Ok(end)
+        Ok(chunk.span().1)
     }
 
     /// True while a connection is open (it may still turn out broken on the next call).

@@ -462,34 +462,12 @@ impl NatsConnection {
         }
     }
 
-    /// Polls the session with `poll` until it has an answer, reading more
-    /// bytes before the deadline (`started + wait`) and answering the
-    /// server's `PING`s on the way. `first` is true until the wait that
-    /// began at `started` has made its first read. Passing the deadline
-    /// breaks the connection.
-    #[inline]
-    fn wait_for<T>(
-        &mut self,
-        started: Instant,
-        wait: Duration,
-        first: &mut bool,
-        mut poll: impl FnMut(&mut NatsSession) -> Result<Option<T>, NatsError>,
-    ) -> Result<T, NatsError> {
-        loop {
-            let r = poll(&mut self.s);
-            self.answer_pings()?;
-            if let Some(v) = r? {
-                return Ok(v);
-            }
-            self.fill(started, wait, first, false)?;
-        }
-    }
-
     /// Polls the session with `poll` until it has an answer, on the
     /// session's deadlines for what is owed (a PubAck, a confirmation, a
-    /// pull): each read waits at most until the next of them, where the
-    /// session acts (a probe it queues is written at once; a reply overdue
-    /// breaks the connection). Answers the server's `PING`s on the way.
+    /// pull, the reply to a lone put or a request): each read waits at
+    /// most until the next of them, where the session acts (a probe it
+    /// queues is written at once; a reply overdue breaks the connection).
+    /// Answers the server's `PING`s on the way.
     fn wait_owed<T>(
         &mut self,
         mut poll: impl FnMut(&mut NatsSession) -> Result<Option<T>, NatsError>,
@@ -526,20 +504,5 @@ impl NatsConnection {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Waits for the reply to request `token`, skipping stale replies and
-    /// deliveries nobody waits for.
-    #[inline]
-    fn wait_reply(
-        &mut self,
-        token: u64,
-        started: Instant,
-        wait: Duration,
-    ) -> Result<taskq_proto::nats::MsgFrame, NatsError> {
-        // The first read needs no clock when the socket timeout (the I/O
-        // timeout) fits in the wait.
-        let mut first = wait >= self.cfg.io_timeout;
-        self.wait_for(started, wait, &mut first, |s| s.poll_reply(token))
     }
 }

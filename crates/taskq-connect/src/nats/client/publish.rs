@@ -3,7 +3,6 @@
 //! flushed in one write, their PubAcks read in order.
 
 use std::io::IoSlice;
-use std::time::Instant;
 
 use super::{NatsConnection, NatsError};
 use taskq_proto::nats::PubAck;
@@ -30,7 +29,6 @@ impl NatsConnection {
         extra: &[(&[u8], &[u8])],
         body: &[u8],
     ) -> Result<PubAck, NatsError> {
-        let started = Instant::now();
         let put = self
             .s
             .start_put(subject.as_bytes(), msg_id, extra, body.len())?;
@@ -52,7 +50,7 @@ impl NatsConnection {
             return Err(self.broke(e));
         }
         self.s.queue_sent();
-        let m = self.wait_reply(token, started, self.cfg.io_timeout)?;
+        let m = self.wait_owed(|s| s.poll_reply(token))?;
         self.s.puback(m)
     }
 

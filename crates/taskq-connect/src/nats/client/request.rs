@@ -1,7 +1,7 @@
 //! A request with a reply: the generic call under the JetStream API (and
 //! anything else that answers on a reply subject).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{NatsConnection, NatsError};
 
@@ -15,10 +15,11 @@ impl NatsConnection {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, NatsError> {
-        let token = self.s.queue_request(subject.as_bytes(), payload)?;
-        let started = Instant::now();
+        let token = self
+            .s
+            .queue_request_within(subject.as_bytes(), payload, timeout)?;
         self.flush_tx()?;
-        let m = self.wait_reply(token, started, timeout)?;
+        let m = self.wait_owed(|s| s.poll_reply(token))?;
         self.s.reply_payload(m).map(<[u8]>::to_vec)
     }
 }

@@ -7,6 +7,9 @@
 //! The rules, each kept here alone:
 //! - a queued publish's PubAck and an ack's confirmation are due the I/O
 //!   timeout after their wait began (after their write);
+//! - the reply awaited alone (a lone put's PubAck, a request's reply) is
+//!   due its allowance (the I/O timeout, or the request's own) after its
+//!   wait began (after its write);
 //! - a pull is due its expiry (`no_wait`: none) plus the I/O timeout after
 //!   its write: the consumer's leader ends a waiting pull at its expiry
 //!   with `408`, so silence past that is a silent connection;
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::nats::request_error::NatsError;
 
 use super::pull::pull_grace;
-use super::state::{NatsSession, PullOwed};
+use super::state::{Awaited, NatsSession, PullOwed};
 
 /// Stamps `now` on the owed entries whose wait has not begun, but the
 /// newest `unsent` (their requests not written yet). They are owed in the
@@ -49,7 +52,30 @@ impl PullOwed {
     }
 }
 
+impl Awaited {
+    /// The reply to `token` (a lone put's or a request's, whose bytes the
+    /// driver writes next), due `wait` after the first wait after the
+    /// write. One such reply is awaited at a time: a new one replaces an
+    /// earlier one, whose reply is then read past.
+    pub(super) fn written_next(token: u64, wait: Duration) -> Awaited {
+        Awaited {
+            token,
+            wait,
+            since: None,
+            unsent: true,
+        }
+    }
+}
+
 impl NatsSession {
+    /// The send buffer was written (or dropped, the reply owed all the
+    /// same): the reply awaited alone is waited for from the next wait on.
+    pub(super) fn awaited_sent(&mut self) {
+        if let Some(a) = &mut self.awaited {
+            a.unsent = false;
+        }
+    }
+
     /// Sets the I/O timeout the reply deadlines allow (by default
     /// [`defaults::IO_TIMEOUT`](crate::defaults::IO_TIMEOUT)).
     pub fn set_io_timeout(&mut self, io_timeout: Duration) {
@@ -71,6 +97,9 @@ impl NatsSession {
         stamp(&mut self.pubacks, self.pubacks_unsent, |e| &mut e.1, now);
         stamp(&mut self.confirms, self.confirms_unsent, |e| &mut e.1, now);
         stamp(&mut self.pulls, 0, |p| &mut p.since, now);
+        if let Some(a) = self.awaited.as_mut().filter(|a| !a.unsent) {
+            a.since.get_or_insert(now);
+        }
     }
 
     /// When the oldest owed PubAck or confirmation began to be waited for.
@@ -88,6 +117,10 @@ impl NatsSession {
     fn reply_due(&self) -> Option<Instant> {
         let io = self.io_timeout;
         let replies = self.waiting_since().and_then(|s| s.checked_add(io));
+        let replies = match (replies, self.awaited_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let pulls = self
             .pulls
             .iter()
@@ -97,6 +130,12 @@ impl NatsSession {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// When the reply awaited alone is overdue.
+    fn awaited_due(&self) -> Option<Instant> {
+        let a = self.awaited?;
+        a.since?.checked_add(a.wait)
     }
 
     /// When a pull is to be probed: its expiry plus the grace. `None` for
@@ -134,9 +173,13 @@ impl NatsSession {
         }
         if self.reply_due().is_some_and(|d| now >= d) {
             self.broken = true;
-            return Err(NatsError::Timeout {
-                waited: self.io_timeout,
-            });
+            // What it was allowed: a request's own patience when it alone
+            // fell due.
+            let waited = match self.awaited {
+                Some(a) if self.awaited_due().is_some_and(|d| now >= d) => a.wait,
+                _ => self.io_timeout,
+            };
+            return Err(NatsError::Timeout { waited });
         }
         if self.probing() {
             return Ok(());

@@ -6,7 +6,7 @@ use crate::nats::json::{parse_js_reply, JsReply};
 use crate::nats::op::MsgFrame;
 use crate::nats::request_error::{ApiError, NatsError};
 
-use super::state::{no_responders, NatsSession};
+use super::state::{no_responders, Awaited, NatsSession};
 
 /// Where JetStream stored a published message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +51,7 @@ impl NatsSession {
         let head = self
             .put
             .head(subject, token, msg_id, extra, body_len, max)?;
+        self.awaited = Some(Awaited::written_next(token, self.io_timeout));
         Ok(Put {
             token,
             queued: &self.tx,
@@ -73,6 +74,7 @@ impl NatsSession {
         let token = self.token();
         let max = self.limits.max_payload;
         let head = self.put.encode(subject, token, msg_id, extra, body, max)?;
+        self.awaited = Some(Awaited::written_next(token, self.io_timeout));
         Ok(Put {
             token,
             queued: &self.tx,

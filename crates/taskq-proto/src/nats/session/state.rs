@@ -63,6 +63,18 @@ pub struct Hello {
     pub tls_available: bool,
 }
 
+/// The reply to a lone put or a request, awaited by its token: it is due
+/// `wait` after its wait began (the I/O timeout, or a request's own
+/// patience), and its wait begins at the first wait after its write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Awaited {
+    pub(super) token: u64,
+    pub(super) wait: Duration,
+    pub(super) since: Option<Instant>,
+    /// Its request is still in the send buffer, or being written.
+    pub(super) unsent: bool,
+}
+
 /// One NATS connection's protocol state, with no socket and no clock of its
 /// own: the deadlines it keeps are on the instants its driver gives it.
 ///
@@ -110,6 +122,9 @@ pub struct NatsSession {
     pub(super) confirms_unsent: usize,
     /// The I/O timeout the reply deadlines allow (see `clock`).
     pub(super) io_timeout: Duration,
+    /// The one reply awaited alone: a lone put's PubAck or a request's
+    /// reply (see `clock`).
+    pub(super) awaited: Option<Awaited>,
     /// The probes written (`PING`s behind overdue pulls), oldest first: the
     /// newest pull token each one asks about.
     pub(super) probes: VecDeque<u64>,
@@ -197,6 +212,7 @@ impl NatsSession {
             pubacks_unsent: 0,
             confirms_unsent: 0,
             io_timeout: crate::defaults::IO_TIMEOUT,
+            awaited: None,
             probes: VecDeque::new(),
             probes_queued: VecDeque::new(),
             unanswered: VecDeque::new(),
@@ -312,6 +328,7 @@ impl NatsSession {
         self.tx.clear();
         self.pubacks_unsent = 0;
         self.confirms_unsent = 0;
+        self.awaited_sent();
         self.pulls.append(&mut self.pulls_queued);
         self.probes.append(&mut self.probes_queued);
     }
@@ -325,6 +342,7 @@ impl NatsSession {
         // nothing coming, the session breaks rather than wait forever.
         self.pubacks_unsent = 0;
         self.confirms_unsent = 0;
+        self.awaited_sent();
         self.pulls_queued.clear();
         self.probes_queued.clear();
     }
@@ -414,6 +432,11 @@ impl NatsSession {
                                     // A token we never made (not a number) is no reply of ours.
                                     if let Ok(token) = parse_u64(tok) {
                                         self.base = base;
+                                        // The reply awaited alone came: whoever
+                                        // reads it, it is no longer owed.
+                                        if self.awaited.is_some_and(|a| a.token == token) {
+                                            self.awaited = None;
+                                        }
                                         return Ok(Some(Event::Reply { token, m }));
                                     }
                                 }
