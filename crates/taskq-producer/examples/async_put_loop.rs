@@ -1,11 +1,13 @@
 //! N puts in a loop on a current-thread tokio runtime, for measuring the async
 //! producer against a raw tokio loop (`scripts/put-ratio --async`):
-//! `async_put_loop ADDR N raw|producer|shared|shared_task [SIZE]`.
+//! `async_put_loop ADDR N raw|producer|shared|shared_task|shared_256 [SIZE]`.
 //!
 //! `raw` is what any async client has to pay: pre-built request bytes, one
 //! `write_all` and reads until the reply's CRLF on a plain tokio `TcpStream`.
 //! `producer` is `AsyncProducer::put` with the same body, `shared` is
-//! `SharedProducer::put` from one caller (`shared_task`: from a spawned task).
+//! `SharedProducer::put` from one caller (`shared_task`: from a spawned task;
+//! `shared_256`: from 256 spawned tasks at once, N/256 puts each, as a
+//! service's handlers put: for the client's CPU a put under load).
 
 use std::process::ExitCode;
 
@@ -16,7 +18,7 @@ use tokio::net::TcpStream;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: async_put_loop ADDR N raw|producer|shared|shared_task [SIZE]");
+        eprintln!("usage: async_put_loop ADDR N raw|producer|shared|shared_task|shared_256 [SIZE]");
         return ExitCode::from(2);
     }
     let (addr, mode) = (args[1].clone(), args[3].clone());
@@ -78,6 +80,28 @@ fn main() -> ExitCode {
                 })
                 .await
                 .expect("the task");
+            }
+            "shared_256" => {
+                let p = SharedProducer::connect(&addr).await.expect("connect");
+                let t = std::time::Instant::now();
+                let tasks: Vec<_> = (0..256)
+                    .map(|_| {
+                        let (p, body) = (p.clone(), body.clone());
+                        tokio::spawn(async move {
+                            for _ in 0..n / 256 {
+                                p.put("default", &body, PutOptions::default())
+                                    .await
+                                    .expect("put");
+                            }
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.expect("a task");
+                }
+                let puts = n / 256 * 256;
+                let secs = t.elapsed().as_secs_f64();
+                println!("{puts} puts in {secs:.3} s: {:.0}/s", puts as f64 / secs);
             }
             other => {
                 eprintln!("unknown mode {other}");

@@ -56,7 +56,7 @@ pub use error::{ConnectionError, EncodeError, ReplyError, TubeNameError, YamlErr
 pub use job_id::JobId;
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
 pub use secret::Secret;
-pub use session::{Framed, RecvBuf, Request, Session, INLINE_REQUEST};
+pub use session::{earliest, Framed, RecvBuf, Request, Session, INLINE_REQUEST};
 pub use yaml::{JobStats, ServerStats, TubeStats};
 
 /// Longest command or reply line, CRLF included. The server answers `BAD_FORMAT` to a longer command.

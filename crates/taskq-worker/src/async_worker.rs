@@ -10,12 +10,14 @@
 //! job is dropped).
 
 use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use taskq_connect::{Address, Engine};
+use tokio::sync::futures::Notified;
+use tokio::time::Sleep;
 
 use crate::config::{Config, ConfigError};
 use crate::counters::Snapshot;
@@ -95,6 +97,47 @@ fn hand_over(
     while let Some((slot, id, a)) = m.answered() {
         cells[slot].answer(id, a);
     }
+}
+
+/// What woke a driver.
+enum Woke<R> {
+    /// The connection: bytes came (the session has them), or it failed.
+    Read(R),
+    /// A slot's message or a stop.
+    Told,
+    /// The deadline.
+    Due,
+}
+
+/// A driver's one wait: for its connection (`read`), a slot's message, a
+/// stop (`stopped`, registered before the driver read the flags), or the
+/// deadline `due` (the driver's kept timer `sleep`, moved to it), whichever
+/// comes first. Never a busy loop: with nothing to read and no deadline it
+/// sleeps until told.
+async fn wait<R>(
+    inbox: &Inbox,
+    mut stopped: Pin<&mut Notified<'_>>,
+    mut sleep: Pin<&mut Sleep>,
+    due: Option<std::time::Instant>,
+    mut read: impl FnMut(&mut Context<'_>) -> Poll<R>,
+) -> Woke<R> {
+    if let Some(t) = due {
+        sleep.as_mut().reset(tokio::time::Instant::from_std(t));
+    }
+    let mut told = pin!(inbox.notify.notified());
+    poll_fn(|cx| {
+        if let Poll::Ready(r) = read(cx) {
+            return Poll::Ready(Woke::Read(r));
+        }
+        if told.as_mut().poll(cx).is_ready() || stopped.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Woke::Told);
+        }
+        if due.is_some() && sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Woke::Due);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// The idle exit: server `server`'s machine says whether it is idle; the

@@ -49,6 +49,16 @@ mod recv_buf;
 
 pub use recv_buf::{Full, RecvBuf, INITIAL_RECV};
 
+/// The earlier of two deadlines, where `None` is none: how a driver combines
+/// a session's deadline with its own, and a session its several.
+#[inline]
+pub fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Bytes of the inline send buffer: a put whose line and body fit is encoded
 /// whole there; a larger one is sent as its line and its body.
 pub const INLINE_REQUEST: usize = 1024;

@@ -14,30 +14,21 @@
 //!    overdue breaks the connection, `Machine::reply_overdue`) and the
 //!    machine's (an idle spell stops the worker).
 
-use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
+use taskq_proto::earliest;
 use tokio::time::Sleep;
 
 use super::conn::Conn;
 use super::slot::{Inbox, SlotCell};
+use super::Woke;
 use crate::engine::{next_answer, queue_watch, Took};
 use crate::machine::{Answer, Machine, Step};
 use crate::shared::Shared;
-
-/// What woke the driver.
-enum Woke {
-    /// Bytes came (the session has them), or the read or a write failed.
-    Read(Result<usize, taskq_proto::ConnectionError>),
-    /// A slot's message or a stop.
-    Told,
-    /// The machine's deadline.
-    Due,
-}
 
 /// Runs server `server`'s machine until the worker stops and the machine
 /// is done.
@@ -95,32 +86,17 @@ pub(super) async fn drive(
             c.session.start_wait(now);
             reply_due = c.session.poll_timeout();
         }
-        let due = match (m.poll_timeout(&sh, Instant::now()), reply_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(t) = due {
-            sleep.as_mut().reset(tokio::time::Instant::from_std(t));
-        }
-        let mut told = pin!(inbox.notify.notified());
-        let woke = poll_fn(|cx| {
-            if let Some(c) = conn.as_mut() {
-                // What was queued goes out as the socket takes it, while
-                // replies are read.
-                if let Poll::Ready(Err(e)) = c.poll_write(cx, &sh.counters) {
-                    return Poll::Ready(Woke::Read(Err(e)));
-                }
-                if let Poll::Ready(r) = c.poll_read(cx, &sh.counters) {
-                    return Poll::Ready(Woke::Read(r));
-                }
+        let due = earliest(m.poll_timeout(&sh, Instant::now()), reply_due);
+        let woke = super::wait(&inbox, stopped, sleep.as_mut(), due, |cx| {
+            let Some(c) = conn.as_mut() else {
+                return Poll::Pending;
+            };
+            // What was queued goes out as the socket takes it, while
+            // replies are read.
+            if let Poll::Ready(Err(e)) = c.poll_write(cx, &sh.counters) {
+                return Poll::Ready(Err(e));
             }
-            if told.as_mut().poll(cx).is_ready() || stopped.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Woke::Told);
-            }
-            if due.is_some() && sleep.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Woke::Due);
-            }
-            Poll::Pending
+            c.poll_read(cx, &sh.counters)
         })
         .await;
         match woke {

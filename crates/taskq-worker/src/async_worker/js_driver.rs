@@ -16,7 +16,6 @@
 //! management requests it asks for; what it queues written; then a wait for
 //! bytes, a slot's message, a stop, or the machine's next deadline.
 
-use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,10 +26,11 @@ use taskq_connect::nats::MsgSelect;
 use taskq_connect::tokio::AsyncNatsConn;
 use taskq_connect::Address;
 use taskq_proto::nats::{Delivery, NatsError};
-use taskq_proto::{ConnectionError, IoCounts};
+use taskq_proto::{earliest, ConnectionError, IoCounts};
 use tokio::time::Sleep;
 
 use super::slot::{Inbox, SlotCell};
+use super::Woke;
 use crate::config::Config;
 use crate::engine::nats::parts::{
     bury_copy_id, conn_error, connect_error, jobs_out, kept_headers, Tube,
@@ -38,13 +38,6 @@ use crate::engine::nats::parts::{
 use crate::engine::nats::{nats_config, seeds, set_up};
 use crate::machine::js::{JsMachine, JsStep};
 use crate::shared::Shared;
-
-/// What woke the driver.
-enum Woke {
-    Read(Result<usize, NatsError>),
-    Told,
-    Due,
-}
 
 /// The two connections to one cluster.
 struct Conns {
@@ -94,7 +87,13 @@ pub(super) async fn drive(
             continue;
         }
         let Some(c) = conns.as_mut() else {
-            wait_told(&sh, &inbox, &mut m, sleep.as_mut(), stopped).await;
+            // No connection: a slot's message, a stop, or the machine's
+            // next deadline (the next connect).
+            let due = m.poll_timeout(&sh, Instant::now());
+            super::wait(&inbox, stopped, sleep.as_mut(), due, |_| {
+                Poll::<()>::Pending
+            })
+            .await;
             continue;
         };
         // The management requests the machine asks for.
@@ -141,28 +140,12 @@ pub(super) async fn drive(
         // and the machine's wakes the driver.
         let now = Instant::now();
         c.jobs.session_mut().start_wait(now);
-        let due = match (
+        let due = earliest(
             m.poll_timeout(&sh, now),
             c.jobs.session_mut().poll_timeout(),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(t) = due {
-            sleep.as_mut().reset(tokio::time::Instant::from_std(t));
-        }
-        let mut told = pin!(inbox.notify.notified());
-        let woke = poll_fn(|cx| {
-            if let Poll::Ready(r) = c.jobs.poll_fill(cx) {
-                return Poll::Ready(Woke::Read(r));
-            }
-            if told.as_mut().poll(cx).is_ready() || stopped.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Woke::Told);
-            }
-            if due.is_some() && sleep.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Woke::Due);
-            }
-            Poll::Pending
+        );
+        let woke = super::wait(&inbox, stopped, sleep.as_mut(), due, |cx| {
+            c.jobs.poll_fill(cx)
         })
         .await;
         match woke {
@@ -215,32 +198,6 @@ fn account_io(sh: &Shared, c: &AsyncNatsConn, seen: &mut IoCounts) {
         .fetch_add(now.writes - seen.writes, Ordering::Relaxed);
     c.reads.fetch_add(now.reads - seen.reads, Ordering::Relaxed);
     *seen = now;
-}
-
-/// With no connection: waits for a slot's message, a stop, or the
-/// machine's next deadline (the next connect).
-async fn wait_told(
-    sh: &Shared,
-    inbox: &Inbox,
-    m: &mut JsMachine,
-    mut sleep: std::pin::Pin<&mut Sleep>,
-    mut stopped: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
-) {
-    let due = m.poll_timeout(sh, Instant::now());
-    if let Some(t) = due {
-        sleep.as_mut().reset(tokio::time::Instant::from_std(t));
-    }
-    let mut told = pin!(inbox.notify.notified());
-    poll_fn(|cx| {
-        if told.as_mut().poll(cx).is_ready() || stopped.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        if due.is_some() && sleep.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        Poll::Pending
-    })
-    .await;
 }
 
 /// Gives everything whole the jobs' connection read to the machine,

@@ -38,7 +38,7 @@ use taskq_connect::nats::{
     run_blocking, ApiLink, JetStream, NatsConfig, NatsConnection, StreamSpec,
 };
 use taskq_connect::{Address, Layout};
-use taskq_proto::nats::{AckKind, Delivery, NatsError, NatsLimits};
+use taskq_proto::nats::{AckKind, NatsError, NatsLimits};
 use taskq_proto::{ConnectionError, Interrupter, IoCounts};
 
 use super::seam::{
@@ -47,8 +47,8 @@ use super::seam::{
 use crate::config::Config;
 use crate::job_info::JobInfo;
 use parts::{
-    ack_kind, conn_error, connect_error, delivered_info, keep_early, pick, pull_expiry, resend,
-    Buffers, Early, End, GivenBack, Held, Owed, Pull, Strays, Tube,
+    ack_kind, conn_error, connect_error, delivered_info, pick, pull_expiry, resend, Buffers, Early,
+    End, GivenBack, Held, Owed, Pull, Strays, Tube,
 };
 
 pub(crate) mod parts;
@@ -406,22 +406,9 @@ impl Link for Nats {
                 let no_wait = self.answered();
                 return self.empty(no_wait, end);
             }
-            self.strays.heard(self.conn.strays_possible());
-            match self.conn.next_delivery() {
-                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(
-                    d,
-                    self.pulls.front_mut(),
-                    &mut self.strays,
-                    &mut self.early,
-                    &mut self.bufs,
-                ),
-                Err(NatsError::NoResponders) => {
-                    tracing::debug!("pull answered 503: no responders");
-                    if let Some(p) = self.pulls.front_mut() {
-                        p.ended = Some(End::Unavailable);
-                    }
-                }
+            match self.read_one(None) {
+                Ok(_) => {}
+                Err(NatsError::NoResponders) => self.pull_unavailable(),
                 Err(e) => return Err(Fault::Conn(conn_error(e))),
             }
         }

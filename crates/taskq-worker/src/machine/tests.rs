@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{Limits, Session};
+use taskq_proto::{earliest, Limits, Session};
 
 use super::*;
 use crate::config::Config;
@@ -102,13 +102,10 @@ impl Rig {
     /// When the driver would wake, as of `ms`: the earlier of the
     /// machine's deadlines and the session's reply deadline.
     fn due(&self, ms: u64) -> Option<Instant> {
-        match (
+        earliest(
             self.m.poll_timeout(&self.sh, self.at(ms)),
             self.wire.poll_timeout(),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        )
     }
 
     /// The driver's deadline check at `now`: true when the reply owed was

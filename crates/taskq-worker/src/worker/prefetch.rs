@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use taskq_proto::ConnectionError;
+use taskq_proto::{earliest, ConnectionError};
 
 use super::account::{count_settled, failed, unexpected, After, UNAVAILABLE_PAUSE};
 use super::settle::Settled;
@@ -105,10 +105,7 @@ impl LeaseRule {
     /// for a job asked for at `asked` whose lease last started at `leased`:
     /// before it, [`of`](Self::of) keeps the job.
     pub(crate) fn first_due(asked: Instant, leased: Instant) -> Option<Instant> {
-        match (asked.checked_add(HOLD_MAX), leased.checked_add(TOUCH_AFTER)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earliest(asked.checked_add(HOLD_MAX), leased.checked_add(TOUCH_AFTER))
     }
 
     /// What to do for a job asked for at `asked` whose lease last started

@@ -20,6 +20,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::earliest;
 use crate::nats::request_error::NatsError;
 
 use super::pull::pull_grace;
@@ -105,10 +106,7 @@ impl NatsSession {
     /// When the oldest owed PubAck or confirmation began to be waited for.
     pub fn waiting_since(&self) -> Option<Instant> {
         let first = |q: &VecDeque<(u64, Option<Instant>)>| q.front().and_then(|e| e.1);
-        match (first(&self.pubacks), first(&self.confirms)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earliest(first(&self.pubacks), first(&self.confirms))
     }
 
     /// When a reply owed is overdue and the connection is silent: the
@@ -117,19 +115,13 @@ impl NatsSession {
     fn reply_due(&self) -> Option<Instant> {
         let io = self.io_timeout;
         let replies = self.waiting_since().and_then(|s| s.checked_add(io));
-        let replies = match (replies, self.awaited_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let replies = earliest(replies, self.awaited_due());
         let pulls = self
             .pulls
             .iter()
             .filter_map(|p| p.expiry()?.checked_add(io))
             .min();
-        match (replies, pulls) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earliest(replies, pulls)
     }
 
     /// When the reply awaited alone is overdue.
@@ -157,10 +149,7 @@ impl NatsSession {
         } else {
             self.pulls.iter().filter_map(|p| self.probe_at(p)).min()
         };
-        match (self.reply_due(), probe) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earliest(self.reply_due(), probe)
     }
 
     /// Acts on the deadlines at `now`: a reply overdue breaks the session

@@ -26,6 +26,27 @@ impl Nats {
         self.held.iter().position(|h| h.seq == seq)
     }
 
+    /// Reads the next delivery on the jobs' connection and keeps it: a
+    /// confirmation among those come, a message (or a pull's status) for
+    /// its pull or the early queue. `Ok(Some(t))` is confirmation `t`, not
+    /// kept, for the caller that waits for it; an error is the caller's
+    /// (a `503` means something else to each).
+    pub(super) fn read_one(&mut self, wanted: Option<u64>) -> Result<Option<u64>, NatsError> {
+        self.strays.heard(self.conn.strays_possible());
+        match self.conn.next_delivery()? {
+            Delivery::Confirmed(t) if Some(t) == wanted => return Ok(Some(t)),
+            Delivery::Confirmed(t) => self.confirmed.push(t),
+            d => keep_early(
+                d,
+                self.pulls.front_mut(),
+                &mut self.strays,
+                &mut self.early,
+                &mut self.bufs,
+            ),
+        }
+        Ok(None)
+    }
+
     /// Reads until the confirmation `token` came, keeping what comes before.
     pub(super) fn confirm(&mut self, token: u64) -> Result<(), Fault> {
         if let Some(i) = self.confirmed.iter().position(|&t| t == token) {
@@ -33,20 +54,21 @@ impl Nats {
             return Ok(());
         }
         loop {
-            self.strays.heard(self.conn.strays_possible());
-            match self.conn.next_delivery() {
-                Ok(Delivery::Confirmed(t)) if t == token => return Ok(()),
-                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(
-                    d,
-                    self.pulls.front_mut(),
-                    &mut self.strays,
-                    &mut self.early,
-                    &mut self.bufs,
-                ),
+            match self.read_one(Some(token)) {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => {}
                 Err(NatsError::NoResponders) => return Err(Fault::Unexpected("503")),
                 Err(e) => return Err(Fault::Conn(conn_error(e))),
             }
+        }
+    }
+
+    /// The pull under way was answered `503`: the stream or its consumer
+    /// has no leader now.
+    pub(super) fn pull_unavailable(&mut self) {
+        tracing::debug!("pull answered 503: no responders");
+        if let Some(p) = self.pulls.front_mut() {
+            p.ended = Some(End::Unavailable);
         }
     }
 
@@ -175,38 +197,15 @@ impl Nats {
         // confirmations too: they go out first.
         self.conn.flush().map_err(conn_error)?;
         while self.conn.pulling() {
-            self.strays.heard(self.conn.strays_possible());
-            match self.conn.next_delivery() {
-                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                Ok(d) => keep_early(
-                    d,
-                    self.pulls.front_mut(),
-                    &mut self.strays,
-                    &mut self.early,
-                    &mut self.bufs,
-                ),
-                Err(NatsError::NoResponders) => {
-                    if let Some(p) = self.pulls.front_mut() {
-                        p.ended = Some(End::Unavailable);
-                    }
-                }
+            match self.read_one(None) {
+                Ok(_) => {}
+                Err(NatsError::NoResponders) => self.pull_unavailable(),
                 Err(e) => return Err(conn_error(e)),
             }
         }
         while self.conn.confirms_owed() > 0 {
-            self.strays.heard(self.conn.strays_possible());
-            match self.conn.next_delivery() {
-                Ok(Delivery::Confirmed(t)) => self.confirmed.push(t),
-                // A message for a pull ended first is kept, to be run.
-                Ok(d) => keep_early(
-                    d,
-                    self.pulls.front_mut(),
-                    &mut self.strays,
-                    &mut self.early,
-                    &mut self.bufs,
-                ),
-                Err(e) => return Err(conn_error(e)),
-            }
+            // A message for a pull ended first is kept, to be run.
+            self.read_one(None).map_err(conn_error)?;
         }
         let stored = self
             .conn

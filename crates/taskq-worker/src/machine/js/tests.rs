@@ -3,7 +3,7 @@
 //! bytes, time as given `Instant`s. No socket, no clock read, no sleep.
 
 use taskq_proto::nats::{Credentials, NatsLimits};
-use taskq_proto::Limits;
+use taskq_proto::{earliest, Limits};
 
 use super::*;
 use crate::config::Config;
@@ -206,10 +206,7 @@ impl Rig {
     /// The driver's next wake: the earlier of the machine's deadlines and
     /// the session's.
     fn due(&self, now: Instant) -> Option<Instant> {
-        match (self.m.poll_timeout(&self.sh, now), self.wire.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earliest(self.m.poll_timeout(&self.sh, now), self.wire.poll_timeout())
     }
 
     /// The driver's deadline check at `now`: the session probes a pull
