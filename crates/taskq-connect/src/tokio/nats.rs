@@ -526,12 +526,19 @@ impl AsyncNatsConn {
     }
 
     /// One read into the session, against the session's deadlines for
-    /// what it owes (tokio's clock, which tests may pause): the wait for
-    /// what was written begins at the first read (`NatsSession::start_wait`),
-    /// the kept timer wakes the task at the session's next deadline, and
-    /// there the session acts (`NatsSession::handle_timeout`: a reply
-    /// overdue breaks the connection). Nothing owed: no deadline.
+    /// what it owes (tokio's clock, which tests may pause). A read that has
+    /// to wait begins the wait for what was written
+    /// (`NatsSession::start_wait`: the clock is read only then, as for a
+    /// beanstalkd reply), and the kept timer wakes the task at the
+    /// session's next deadline, where the session acts
+    /// (`NatsSession::handle_timeout`: a reply overdue breaks the
+    /// connection). Nothing owed: no deadline.
     fn poll_read_owed(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, NatsError>> {
+        let mut started = None;
+        let r = self.poll_read(cx, &mut started, Duration::MAX);
+        if r.is_ready() {
+            return r;
+        }
         self.session.start_wait(Instant::now().into_std());
         if let Some(due) = self.session.poll_timeout() {
             if self.deadline.passed(Instant::from_std(due), cx) {
@@ -540,8 +547,7 @@ impl AsyncNatsConn {
                 }
             }
         }
-        let mut started = None;
-        self.poll_read(cx, &mut started, Duration::MAX)
+        Poll::Pending
     }
 
     /// One read into the session's room, or the deadline (through TLS:

@@ -472,26 +472,32 @@ impl NatsConnection {
         &mut self,
         mut poll: impl FnMut(&mut NatsSession) -> Result<Option<T>, NatsError>,
     ) -> Result<T, NatsError> {
-        self.s.start_wait(Instant::now());
+        // One clock read for the wait's start; the first read needs no
+        // other when the socket's timeout (the I/O timeout) fits in what is
+        // left, as for a lone reply it does.
+        let start = Instant::now();
+        self.s.start_wait(start);
+        let mut first = true;
         loop {
             let r = poll(&mut self.s);
             self.answer_pings()?;
             if let Some(v) = r? {
                 return Ok(v);
             }
-            let now = Instant::now();
+            let now = if first { start } else { Instant::now() };
             let due = self.s.poll_timeout();
             if due.is_some_and(|d| d <= now) {
                 self.s.handle_timeout(now)?;
                 if !self.s.queued().is_empty() {
                     self.flush_tx()?;
                 }
+                first = false;
                 continue;
             }
             // Nothing due (a huge I/O timeout): each read waits the I/O
             // timeout, and the session is asked again.
             let wait = due.map_or(self.cfg.io_timeout, |d| d - now);
-            let mut first = false;
+            first = first && wait >= self.cfg.io_timeout;
             match self.fill(now, wait, &mut first, true) {
                 Ok(()) => {}
                 Err(NatsError::Timeout { .. }) => {

@@ -95,12 +95,22 @@ impl NatsSession {
     /// cancelled and made again keeps its deadline).
     #[inline]
     pub fn start_wait(&mut self, now: Instant) {
-        stamp(&mut self.pubacks, self.pubacks_unsent, |e| &mut e.1, now);
-        stamp(&mut self.confirms, self.confirms_unsent, |e| &mut e.1, now);
-        stamp(&mut self.pulls, 0, |p| &mut p.since, now);
         if let Some(a) = self.awaited.as_mut().filter(|a| !a.unsent) {
             a.since.get_or_insert(now);
         }
+        if self.lone() {
+            return;
+        }
+        stamp(&mut self.pubacks, self.pubacks_unsent, |e| &mut e.1, now);
+        stamp(&mut self.confirms, self.confirms_unsent, |e| &mut e.1, now);
+        stamp(&mut self.pulls, 0, |p| &mut p.since, now);
+    }
+
+    /// True when nothing is owed but the reply awaited alone (if any): the
+    /// deadlines are that reply's alone, and a lone put pays for no more.
+    #[inline]
+    fn lone(&self) -> bool {
+        self.pubacks.is_empty() && self.confirms.is_empty() && self.pulls.is_empty()
     }
 
     /// When the oldest owed PubAck or confirmation began to be waited for.
@@ -143,6 +153,9 @@ impl NatsSession {
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.broken {
             return None;
+        }
+        if self.lone() {
+            return self.awaited_due();
         }
         let probe = if self.probing() {
             None
