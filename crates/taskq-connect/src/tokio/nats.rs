@@ -197,22 +197,17 @@ impl AsyncNatsConn {
                 .await
                 .map_err(NatsError::from)?,
                 TlsStep::Read => {
-                    let n = poll_fn(|cx| {
-                        poll_read_into(
-                            &mut self.stream,
-                            tls.cipher_room(),
-                            &mut self.counts,
-                            &mut self.deadline,
-                            cx,
-                            (&mut *started, wait),
-                        )
+                    let (stream, counts, deadline) =
+                        (&mut self.stream, &mut self.counts, &mut self.deadline);
+                    poll_fn(|cx| {
+                        let wait = (&mut *started, wait);
+                        poll_cipher(stream, tls, counts, deadline, cx, wait)
                     })
                     .await
                     .map_err(|e| match e {
                         ConnectionError::Closed => NatsError::Closed,
                         e => NatsError::from(e),
                     })?;
-                    tls.cipher_read(n);
                 }
                 TlsStep::Done => return Ok(()),
             }
@@ -583,15 +578,10 @@ impl AsyncNatsConn {
                     }
                     Err(e) => break Poll::Ready(Err(e)),
                 }
-                match poll_read_into(
-                    &mut self.stream,
-                    tls.cipher_room(),
-                    &mut self.counts,
-                    &mut self.deadline,
-                    cx,
-                    (&mut *started, wait),
-                ) {
-                    Poll::Ready(Ok(n)) => tls.cipher_read(n),
+                let (stream, counts, deadline) =
+                    (&mut self.stream, &mut self.counts, &mut self.deadline);
+                match poll_cipher(stream, tls, counts, deadline, cx, (&mut *started, wait)) {
+                    Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(e)) => break Poll::Ready(Err(NatsError::from(e))),
                     Poll::Pending => break Poll::Pending,
                 }
@@ -602,6 +592,28 @@ impl AsyncNatsConn {
         }
         r
     }
+}
+
+/// One read of ciphertext into the TLS session, or the deadline (as
+/// [`poll_read_into`]): for the handshake and for every read after it.
+fn poll_cipher(
+    stream: &mut TcpStream,
+    tls: &mut TlsSession,
+    counts: &mut IoCounts,
+    deadline: &mut Deadline,
+    cx: &mut Context<'_>,
+    wait: (&mut Option<Instant>, Duration),
+) -> Poll<Result<(), ConnectionError>> {
+    let n = std::task::ready!(poll_read_into(
+        stream,
+        tls.cipher_room(),
+        counts,
+        deadline,
+        cx,
+        wait
+    ))?;
+    tls.cipher_read(n);
+    Poll::Ready(Ok(()))
 }
 
 /// Writes `parts` in order with one write call (more only on a partial

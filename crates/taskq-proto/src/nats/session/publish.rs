@@ -29,6 +29,14 @@ pub struct Put<'a> {
     pub head: &'a [u8],
 }
 
+/// A lone put's body: copied behind its header block, or only its length
+/// (the driver writes it after the head).
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    Whole(&'a [u8]),
+    Len(usize),
+}
+
 impl NatsSession {
     /// Encodes a put of a `body_len`-byte body to `subject` with dedup id
     /// `msg_id` and `extra` headers, to be written now: its `head` is the
@@ -45,18 +53,7 @@ impl NatsSession {
         extra: &[(&[u8], &[u8])],
         body_len: usize,
     ) -> Result<Put<'_>, NatsError> {
-        self.idle()?;
-        let token = self.token();
-        let max = self.limits.max_payload;
-        let head = self
-            .put
-            .head(subject, token, msg_id, extra, body_len, max)?;
-        self.awaited = Some(Awaited::written_next(token, self.io_timeout));
-        Ok(Put {
-            token,
-            queued: &self.tx,
-            head,
-        })
+        self.begin_put(subject, msg_id, extra, Body::Len(body_len))
     }
 
     /// [`start_put`](Self::start_put) with the body copied behind the
@@ -70,10 +67,26 @@ impl NatsSession {
         extra: &[(&[u8], &[u8])],
         body: &[u8],
     ) -> Result<Put<'_>, NatsError> {
+        self.begin_put(subject, msg_id, extra, Body::Whole(body))
+    }
+
+    /// The one way a lone put starts: encoded with its reply token, and
+    /// its PubAck awaited alone.
+    #[inline(always)]
+    fn begin_put(
+        &mut self,
+        subject: &[u8],
+        msg_id: &[u8],
+        extra: &[(&[u8], &[u8])],
+        body: Body<'_>,
+    ) -> Result<Put<'_>, NatsError> {
         self.idle()?;
         let token = self.token();
         let max = self.limits.max_payload;
-        let head = self.put.encode(subject, token, msg_id, extra, body, max)?;
+        let head = match body {
+            Body::Whole(body) => self.put.encode(subject, token, msg_id, extra, body, max)?,
+            Body::Len(len) => self.put.head(subject, token, msg_id, extra, len, max)?,
+        };
         self.awaited = Some(Awaited::written_next(token, self.io_timeout));
         Ok(Put {
             token,
