@@ -81,7 +81,8 @@ pub fn due(started: Instant, wait: Duration) -> Instant {
 }
 
 /// One read into `room`, or the deadline: `started + wait`, where `started`
-/// is when the first read of the reply had to wait (set here then). The
+/// is when the first read of the reply had to wait (set here then); none
+/// for a `wait` of `Duration::MAX`. The
 /// counts take each read that moved bytes or failed; a read of nothing is
 /// the peer's close.
 pub fn poll_read_into(
@@ -107,6 +108,9 @@ pub fn poll_read_into(
                 counts.reads += 1;
                 ConnectionError::Io(e)
             }
+            // No deadline of its own (`Duration::MAX`): the caller keeps
+            // its deadlines, and neither the clock nor the timer is touched.
+            Poll::Pending if wait == Duration::MAX => return Poll::Pending,
             Poll::Pending => {
                 let t0 = *started.get_or_insert_with(Instant::now);
                 if !deadline.passed(due(t0, wait), cx) {
