@@ -336,12 +336,14 @@ enum Out {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     Free,
-    /// Its handler runs job `id`, reserved on connection `epoch` (or the
-    /// job is looked up first: `info` is `None` until then).
+    /// Job `id`, reserved on connection `epoch`: its handler runs
+    /// (`started`), or it is looked up first. `info`: its numbers, once
+    /// looked up (`None` for a job started without its lookup).
     Running {
         id: u64,
         epoch: u64,
         info: Option<JobInfo>,
+        started: bool,
     },
 }
 
@@ -484,7 +486,10 @@ impl Machine {
             }
         }
         for k in 0..self.slots.len() {
-            let Slot::Running { id, epoch, info } = self.slots[k] else {
+            let Slot::Running {
+                id, epoch, started, ..
+            } = self.slots[k]
+            else {
                 continue;
             };
             if epoch != self.epoch {
@@ -492,9 +497,11 @@ impl Machine {
             }
             Counters::add(&sh.counters.lease_dropped);
             sh.give_ticket();
-            if info.is_none() {
+            if !started {
                 // Taken, never started (its lookup was not answered): no
-                // handler will end it, so its slot is free now.
+                // handler will end it, so its slot is free now. A job
+                // started keeps its slot until its handler ends, whether
+                // or not it was looked up.
                 self.slots[k] = Slot::Free;
                 self.free.push(k);
                 tracing::warn!(
@@ -519,7 +526,10 @@ impl Machine {
     /// job's settle goes out with the next write, unless its connection
     /// broke meanwhile (the server has the job back).
     pub(crate) fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
-        let Some(Slot::Running { id, epoch, info }) = self.slots.get(slot).copied() else {
+        let Some(Slot::Running {
+            id, epoch, info, ..
+        }) = self.slots.get(slot).copied()
+        else {
             return;
         };
         self.slots[slot] = Slot::Free;

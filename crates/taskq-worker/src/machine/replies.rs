@@ -119,10 +119,15 @@ impl Machine {
             (Owed::Lookup { slot, id }, Answer::Info(info)) => match info {
                 Ok(Some(info)) => {
                     self.life.reconnect.progress();
-                    if let Some(Slot::Running { info: i, .. }) = self.slots.get_mut(slot) {
+                    let stopped = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
+                    if let Some(Slot::Running {
+                        info: i, started, ..
+                    }) = self.slots.get_mut(slot)
+                    {
                         *i = Some(info);
+                        *started = !stopped;
                     }
-                    if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if stopped {
                         // Not started before the stop: given back untouched.
                         let back = Outcome::Retry {
                             delay: Duration::ZERO,
@@ -268,15 +273,16 @@ impl Machine {
             // More jobs than room: never asked for, so out of step.
             return Err((Some(id), Fault::Unexpected("RESERVED")));
         };
-        self.slots[slot] = Slot::Running {
-            id,
-            epoch: self.epoch,
-            info: None,
-        };
         // Its tube and attempt are told to the handler: looked up first, in
         // the next write (the settle needs the same numbers), unless the
         // handler is not told its attempt and the reserve says its tube.
         let tube = tube.filter(|_| !sh.cfg.job_lookup);
+        self.slots[slot] = Slot::Running {
+            id,
+            epoch: self.epoch,
+            info: None,
+            started: tube.is_some(),
+        };
         if tube.is_none() {
             self.out.push_back(Out::Lookup(slot, id));
         }

@@ -690,3 +690,30 @@ fn with_max_jobs_a_machine_waiting_on_an_empty_server_leaves_the_last_ticket_to_
     assert_eq!(b.send(1011), ["reserve-with-timeout 0"]);
     assert!(a.send(1051).is_empty(), "no ticket left for A");
 }
+
+#[test]
+fn without_the_lookup_a_break_keeps_a_running_jobs_slot_until_its_handler_ends() {
+    let cfg = Config {
+        job_lookup: false,
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"]);
+    let (s, _) = r.reply(1, &reserved(7));
+    // Started at once, not looked up: its handler runs.
+    assert_eq!(r.runs, [(s[0].slot, 0)]);
+    r.m.broke(&r.sh, r.at(2), 0);
+    // The handler still runs: its slot is not free, and the new connection
+    // asks for no job while it runs.
+    assert_eq!(r.m.running(), 1);
+    r.m.connected(&r.sh, r.at(3));
+    assert_eq!(r.send(3), Vec::<String>::new());
+    // Its end settles nothing (the server has job 7 back) and frees the slot.
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert_eq!(r.m.running(), 0);
+    assert_eq!(r.send(4), ["reserve-with-timeout 0"]);
+    let (s2, _) = r.reply(5, &reserved(8));
+    r.m.finished(&r.sh, s2[0].slot, Outcome::Done, false);
+    assert_eq!(r.send(6), ["delete 8", "reserve-with-timeout 0"]);
+    assert_eq!(r.counts().lease_dropped, 1);
+}
