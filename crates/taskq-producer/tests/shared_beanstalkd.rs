@@ -250,6 +250,58 @@ fn a_batch_gets_each_jobs_own_outcome() {
     assert_eq!(jobs.len(), 301);
 }
 
+/// A bound smaller than a batch's window (8 puts, or bytes for three of
+/// its bodies), and three batches at once each larger than the bound: a
+/// batch never waits on room that only its own outcomes give back, so each
+/// ends, and every job holds its own body in the server's record.
+#[test]
+fn batches_larger_than_the_bound_go_on_in_windows_that_fit_it() {
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr();
+    let outs = run(async {
+        let p = taskq_producer::Producer::builder()
+            .max_queued_puts(8)
+            .connect_shared(&addr.to_string())
+            .await
+            .unwrap();
+        let q = taskq_producer::Producer::builder()
+            .max_queued_bytes(3 * 1200)
+            .connect_shared(&addr.to_string())
+            .await
+            .unwrap();
+        let batch = |p: SharedProducer, tube: &'static str, size: usize| async move {
+            let bodies: Vec<Vec<u8>> = (0..100)
+                .map(|i| format!("{tube}-{i:04}-{}", "x".repeat(size)).into_bytes())
+                .collect();
+            let mut out = vec![PutOutcome::NotSent; 100];
+            let r = p
+                .put_batch(tube, &bodies, PutOptions::default(), &mut out)
+                .await;
+            assert_eq!(r.unwrap().inserted, 100, "{tube}");
+            (tube, bodies, out)
+        };
+        let all = async {
+            tokio::join!(
+                batch(p.clone(), "tube0", 10),
+                batch(p.clone(), "tube1", 10),
+                batch(q.clone(), "tube2", 1000),
+            )
+        };
+        let (a, b, c) = tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .expect("every batch ends: none waits on itself");
+        vec![a, b, c]
+    });
+    let jobs = server_record(addr, 3);
+    assert_eq!(jobs.len(), 300);
+    for (tube, bodies, out) in outs {
+        for (body, o) in bodies.iter().zip(&out) {
+            let id = o.id().expect("inserted").get();
+            assert_eq!(jobs[&id], (tube.to_owned(), body.clone()));
+        }
+    }
+}
+
 #[test]
 fn bad_input_is_refused_before_anything_is_sent() {
     let server = Beanstalkd::start().unwrap();

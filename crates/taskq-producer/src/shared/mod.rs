@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 
 use crate::builder::Builder;
 use crate::classify::{check_tube, record, start_batch, too_big};
@@ -115,6 +115,12 @@ impl Inner {
         // A panic while holding the lock leaves the pipeline as it was
         // between two whole steps: every step is made under one lock.
         self.pipe.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The bytes of room a put of a `len`-byte body into `tube` takes: at
+    /// most the whole bound, so that any put fits once the rest is free.
+    fn weight(&self, tube: &str, len: usize) -> u32 {
+        (len + tube.len() + PUT_OVERHEAD).min(self.max_bytes) as u32
     }
 
     /// Gives back the room of freed slots.
@@ -257,11 +263,27 @@ impl SharedProducer {
         let mut first_error: Option<BatchError> = None;
         let mut from = 0;
         while from < bodies.len() && first_error.is_none() {
-            let end = bodies.len().min(from + BATCH_WINDOW);
+            let mut end = bodies.len().min(from + BATCH_WINDOW);
             let mut tickets: [Option<Handed<'_>>; BATCH_WINDOW] = std::array::from_fn(|_| None);
             for (i, body) in bodies[from..end].iter().enumerate() {
-                match self.hand_in(tube, body.as_ref(), opts).await {
-                    Ok(t) => tickets[i] = Some(t),
+                // Only the window's first put waits for room: the batch then
+                // holds no put whose outcome it has not taken, so it never
+                // waits on room that only its own outcomes give back (a
+                // bound smaller than the window, or other batches holding
+                // the rest). The others go in while there is room; the
+                // window ends where there is none.
+                let body = body.as_ref();
+                let handed = if i == 0 {
+                    self.hand_in(tube, body, opts).await.map(Some)
+                } else {
+                    self.hand_in_now(tube, body, opts)
+                };
+                match handed {
+                    Ok(Some(t)) => tickets[i] = Some(t),
+                    Ok(None) => {
+                        end = from + i;
+                        break;
+                    }
                     Err(error) => {
                         first_error = Some(BatchError {
                             replied: from + i,
@@ -362,6 +384,34 @@ impl SharedProducer {
         .await
     }
 
+    /// [`hand_in`](Self::hand_in) if there is room now, without waiting:
+    /// `Ok(None)` when there is none.
+    fn hand_in_now(
+        &self,
+        tube: &str,
+        body: &[u8],
+        opts: PutOptions,
+    ) -> Result<Option<Handed<'_>>, Error> {
+        let inner = &*self.inner;
+        let weight = inner.weight(tube, body.len());
+        let gone = Error::NotSent(NotSent::Broken);
+        let slot = match inner.slots.try_acquire() {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) => return Ok(None),
+            Err(TryAcquireError::Closed) => return Err(gone),
+        };
+        let bytes = match inner.bytes.try_acquire_many(weight) {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) => return Ok(None),
+            Err(TryAcquireError::Closed) => return Err(gone),
+        };
+        self.handed(tube, opts, weight, (slot, bytes), |b| {
+            b.extend_from_slice(body);
+            Ok(())
+        })
+        .map(Some)
+    }
+
     /// [`hand_in`](Self::hand_in) of a body of `len` bytes that `fill`
     /// writes into the put's buffer.
     async fn hand_in_with(
@@ -372,17 +422,27 @@ impl SharedProducer {
         fill: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
     ) -> Result<Handed<'_>, Error> {
         let inner = &*self.inner;
-        let weight = (len + tube.len() + PUT_OVERHEAD).min(inner.max_bytes);
+        let weight = inner.weight(tube, len);
         let gone = |_| Error::NotSent(NotSent::Broken);
         let slot = inner.slots.acquire().await.map_err(gone)?;
-        let bytes = inner
-            .bytes
-            .acquire_many(weight as u32)
-            .await
-            .map_err(gone)?;
+        let bytes = inner.bytes.acquire_many(weight).await.map_err(gone)?;
+        self.handed(tube, opts, weight, (slot, bytes), fill)
+    }
+
+    /// Hands a put to the driver with the room taken for it (a slot and
+    /// `weight` bytes), and wakes the driver.
+    fn handed(
+        &self,
+        tube: &str,
+        opts: PutOptions,
+        weight: u32,
+        (slot, bytes): (SemaphorePermit<'_>, SemaphorePermit<'_>),
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+    ) -> Result<Handed<'_>, Error> {
+        let inner = &*self.inner;
         let (ticket, driver) = {
             let mut p = inner.lock();
-            let t = p.hand_in_with(tube, opts, weight as u32, fill);
+            let t = p.hand_in_with(tube, opts, weight, fill);
             let driver = if matches!(t, Some(Ok(_))) {
                 p.driver.take()
             } else {
