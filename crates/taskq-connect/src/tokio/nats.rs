@@ -462,17 +462,21 @@ impl AsyncNatsConn {
     /// the session's deadlines for what is owed (a PubAck, the reply to a
     /// lone put or a request: see [`poll_read_owed`](Self::poll_read_owed))
     /// and answering `PING`s on the way: the one wait of every read here.
+    ///
+    /// Cancel-safe: what `poll` took from the session is returned at once,
+    /// never held across an await (a future dropped there would lose it,
+    /// and its caller would wait for a reply already read). The `PING`s
+    /// read with it are answered first thing in the next call.
     #[inline]
     async fn read_owed<T>(
         &mut self,
         mut poll: impl FnMut(&mut NatsSession) -> Result<Option<T>, NatsError>,
     ) -> Result<T, NatsError> {
         loop {
-            let r = poll(&mut self.session);
             if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
                 self.answer_pings().await?;
             }
-            if let Some(v) = r? {
+            if let Some(v) = poll(&mut self.session)? {
                 return Ok(v);
             }
             let n = poll_fn(|cx| self.poll_read_owed(cx)).await?;
@@ -483,6 +487,20 @@ impl AsyncNatsConn {
     /// Answers the server's `PING`s read so far, one write of `PONG` each,
     /// and sends the records TLS owes the server (an answer to a key update).
     pub async fn answer_pings(&mut self) -> Result<(), NatsError> {
+        if self.writing {
+            // A write was cut short (its future dropped mid-write): what
+            // follows would land inside it.
+            self.session.mark_broken();
+            return Err(NatsError::from(ConnectionError::Broken));
+        }
+        self.writing = true;
+        let r = self.write_pongs().await;
+        self.writing = false;
+        r
+    }
+
+    /// [`answer_pings`](Self::answer_pings)' writes.
+    async fn write_pongs(&mut self) -> Result<(), NatsError> {
         while let Some(pong) = self.session.pong() {
             let r = write_parts(
                 (&self.stream, self.tls.as_deref_mut()),
