@@ -88,6 +88,8 @@ pub(crate) const TICKET_YIELD: Duration = Duration::from_millis(50);
 pub(crate) struct Lifecycle {
     pub(crate) up: bool,
     ever_up: bool,
+    /// The last connect failed: the server cannot be reached now.
+    pub(crate) unreachable: bool,
     pub(crate) reconnect: Reconnect,
     /// The last moment the worker was busy (a job taken, a connect, jobs
     /// found still out).
@@ -99,6 +101,7 @@ impl Lifecycle {
         Lifecycle {
             up: false,
             ever_up: false,
+            unreachable: false,
             reconnect: Reconnect::new(),
             last_busy: now,
         }
@@ -117,6 +120,7 @@ impl Lifecycle {
         }
         self.ever_up = true;
         self.up = true;
+        self.unreachable = false;
         self.reconnect.opened();
         self.last_busy = now;
     }
@@ -137,6 +141,7 @@ impl Lifecycle {
         }
         // The server's time, not idle time.
         self.last_busy = now;
+        self.unreachable = true;
         let first = self.reconnect.failures() == 0;
         self.reconnect
             .connect_failed(&sh.cfg.reconnect_backoff, now, random);

@@ -26,7 +26,7 @@ use tokio::time::Sleep;
 use super::conn::Conn;
 use super::slot::{Inbox, SlotCell};
 use super::Woke;
-use crate::engine::{next_answer, queue_watch, Took};
+use crate::engine::{next_answer, queue_watch, skip_watching, Took};
 use crate::machine::{Answer, Machine, Step};
 use crate::shared::Shared;
 
@@ -136,7 +136,17 @@ fn take_replies(
     cells: &[Arc<SlotCell>],
     tube: &mut String,
 ) -> bool {
-    while let Some(expect) = m.expect() {
+    loop {
+        let Some(expect) = m.expect() else {
+            // Nothing of the machine's owed: the watch list's replies may
+            // still be (a connection that opened with no room to reserve),
+            // and read, so that they are not taken for overdue.
+            if let Err(e) = skip_watching(&mut c.session) {
+                m.reply_overdue(sh, Instant::now(), e, fastrand::u64(..));
+                return false;
+            }
+            return true;
+        };
         let Some(answer) = next_answer(&mut c.session, expect, tube) else {
             return true;
         };
@@ -157,5 +167,4 @@ fn take_replies(
             Err(()) => return false,
         }
     }
-    true
 }

@@ -19,7 +19,7 @@ mod seam;
 pub(crate) use beanstalkd::settle_reply;
 pub(crate) use beanstalkd::Beanstalkd;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
-pub(crate) use beanstalkd::{next_answer, queue_watch};
+pub(crate) use beanstalkd::{next_answer, queue_watch, skip_watching};
 pub(crate) use nats::Nats;
 pub(crate) use seam::{
     Ask, Carry, Fault, JobLink, Link, Pool, Req, Settle, SettleReply, Taken, Took, Unconfirmed,

@@ -797,6 +797,27 @@ impl JsMachine {
             self.out.push_back(Out::Back { ack, delay });
             return JsStep::Nothing;
         }
+        let again = self.slots.iter_mut().find_map(|s| match s {
+            Slot::Running(h) if h.seq == seq => Some(h),
+            _ => None,
+        });
+        if let Some(h) = again {
+            // Its lease ran out while its handler ran, and the server gave
+            // it to this worker again: one job, run once, its settle on
+            // the newer delivery (the older one's ack subject no longer
+            // settles it).
+            self.acks.copy_into(&mut h.ack, reply);
+            h.delivered = delivered;
+            h.leased = pulled;
+            sh.give_ticket();
+            Counters::add(&sh.counters.lost_lease_on_release);
+            tracing::warn!(
+                job = seq,
+                server = sh.cfg.servers[self.server].as_str(),
+                "job delivered again while its handler runs: its lease ran out"
+            );
+            return JsStep::Nothing;
+        }
         Counters::add(&sh.counters.reserved);
         self.life.last_busy = now;
         self.quiet = false;
@@ -922,7 +943,10 @@ impl JsMachine {
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
         if self.life.up && self.pulls.is_empty() {
-            if let Some(p) = self.pull_at {
+            // Only while ahead: once passed, the next pull waits on an
+            // event (room, a tick of the idle rule), not on the clock, and
+            // a deadline in the past would wake the driver in a loop.
+            if let Some(p) = self.pull_at.filter(|&p| p > now) {
                 at(p);
             }
         }
@@ -951,7 +975,8 @@ impl JsMachine {
 
     /// True once the worker stops and this connection has nothing left to
     /// do: no handler runs, no ack waits to go or for its confirmation
-    /// (while the server cannot be reached, what waits is given up).
+    /// (while the server cannot be reached, what waits is given up; a
+    /// connection that broke is opened again once for it).
     pub(crate) fn is_done(&self, sh: &Shared) -> bool {
         let settled = self.out.is_empty()
             && self.copies.is_empty()
@@ -959,7 +984,7 @@ impl JsMachine {
             && self.carry.open.is_empty();
         sh.stop.load(Ordering::SeqCst)
             && self.running() == 0
-            && (settled || (!self.life.up && self.life.reconnect.failures() > 0))
+            && (settled || (!self.life.up && self.life.unreachable))
     }
 
     /// The end: what is still owed is given up and counted (the server

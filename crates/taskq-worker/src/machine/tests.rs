@@ -79,7 +79,15 @@ impl Rig {
         room[..bytes.len()].copy_from_slice(bytes);
         self.wire.received(bytes.len());
         let mut starts = Vec::new();
-        while let Some(expect) = self.m.expect() {
+        loop {
+            let Some(expect) = self.m.expect() else {
+                // As the driver: the watch list's replies are read too.
+                if let Err(e) = crate::engine::skip_watching(&mut self.wire) {
+                    self.m.reply_overdue(&self.sh, now, e, 0);
+                    return (starts, true);
+                }
+                break;
+            };
             let Some(answer) = next_answer(&mut self.wire, expect, &mut self.tube) else {
                 break;
             };
@@ -716,4 +724,28 @@ fn without_the_lookup_a_break_keeps_a_running_jobs_slot_until_its_handler_ends()
     r.m.finished(&r.sh, s2[0].slot, Outcome::Done, false);
     assert_eq!(r.send(6), ["delete 8", "reserve-with-timeout 0"]);
     assert_eq!(r.counts().lease_dropped, 1);
+}
+
+#[test]
+fn after_a_reconnect_with_a_full_window_the_answered_watch_is_read_and_not_overdue() {
+    let cfg = Config {
+        job_lookup: false,
+        ..cfg(1)
+    };
+    let mut r = Rig::new(cfg);
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"]);
+    r.reply(1, &reserved(7));
+    r.m.broke(&r.sh, r.at(2), 0);
+    // As the driver reconnects: a fresh session, the watch list queued
+    // first; the window is full (job 7's handler runs), so nothing else.
+    r.wire = wire(&r.sh);
+    crate::engine::queue_watch(&mut |c| r.wire.queue(c), &r.sh.cfg.tubes).unwrap();
+    r.m.connected(&r.sh, r.at(3));
+    assert_eq!(r.send(3), ["watch default"]);
+    let (_, broke) = r.reply(4, b"WATCHING 1\r\n");
+    assert!(!broke);
+    let later = r.at(4) + r.sh.cfg.io_timeout * 3;
+    assert!(!r.overdue(later), "a reply that came is not overdue");
+    assert!(r.m.is_up());
+    assert_eq!(r.counts().io_timeouts, 0);
 }

@@ -142,9 +142,10 @@ impl Machine {
     }
 
     /// The session found the reply at the front of the pipeline overdue at
-    /// `now` (`Session::handle_timeout`'s error `e`): the connection is
-    /// given up, counted as an I/O timeout, and what it held is accounted
-    /// for as at any break.
+    /// `now` (`Session::handle_timeout`'s error `e`), or a reply the machine
+    /// does not decode (the watch list's) out of step: the connection is
+    /// given up, counted by `e`, and what it held is accounted for as at
+    /// any break.
     pub(crate) fn reply_overdue(
         &mut self,
         sh: &Shared,

@@ -1256,3 +1256,67 @@ fn acks_waiting_for_a_connection_are_checked_against_their_leases_at_its_first_w
         (0, 1, 1, 0)
     );
 }
+
+#[test]
+fn a_pause_that_ended_while_no_pull_may_go_is_no_deadline() {
+    let mut r = Rig::new(cfg(2));
+    let sent = r.send(0);
+    assert_eq!(r.take(1, &job("default", 1, 1, "a")).len(), 1);
+    // The server cannot serve the pull: the next waits a pause.
+    r.take(10, &status(sent[0].token(), "409 Leadership Change"));
+    r.sh.shutdown();
+    // The pause is over, but after the stop no pull goes: the passed
+    // pause is no deadline, or the driver would wake in a loop.
+    assert!(r.send(300).is_empty());
+    let now = r.at(300);
+    let due = r.m.poll_timeout(&r.sh, now);
+    assert!(due.is_none_or(|t| t > now), "{due:?}");
+}
+
+#[test]
+fn a_job_delivered_again_while_its_handler_runs_is_not_run_twice_and_settles_on_the_new_delivery() {
+    let mut r = Rig::new(cfg(2));
+    let sent = r.send(0);
+    let first = r.take(1, &job("default", 7, 1, "a"));
+    assert_eq!(first.len(), 1);
+    // The pull ends; the next one asks for the slot still free.
+    r.take(1_137, &status(sent[0].token(), "408 Request Timeout"));
+    assert_eq!(what(&r.send(31_000)), [pull("default", 1, true)]);
+    // Job 7's lease ran out while its handler ran: the server gives it
+    // out again, to this worker.
+    let again = r.take(31_001, &job("default", 7, 2, "a"));
+    assert!(again.is_empty(), "not run a second time");
+    assert_eq!(r.m.running(), 1);
+    assert_eq!(r.counts().reserved, 1);
+    // Its end acks the newer delivery, once.
+    r.finish(&first[0], Outcome::Done);
+    let sent = r.send(31_002);
+    assert_eq!(what(&sent)[0], ack("default", 2, 7, "+ACK"));
+    assert_eq!(
+        what(&sent).iter().filter(|p| p.1 == "+ACK").count(),
+        1,
+        "{:?}",
+        what(&sent)
+    );
+}
+
+#[test]
+fn after_a_stop_an_ack_decided_at_a_break_goes_out_on_one_more_connection() {
+    let mut r = Rig::new(cfg(1));
+    r.send(0);
+    let run = r.take(1, &job("default", 1, 1, "a"));
+    r.sh.shutdown();
+    r.m.broke(&r.sh, r.at(2), 0);
+    r.finish(&run[0], Outcome::Done);
+    // Not done: the server was reachable a moment ago; its ack is owed.
+    assert!(!r.m.is_done(&r.sh));
+    assert!(r.m.wants_connect(&r.sh, r.at(3)));
+    r.wire = wire(&r.sh);
+    let tubes = tubes(&r.sh);
+    r.m.connected(&r.sh, r.at(3), STREAM, tubes);
+    let sent = r.send(3);
+    assert_eq!(what(&sent), [ack("default", 1, 1, "+ACK")]);
+    r.take(4, &confirm(sent[0].token()));
+    assert!(r.m.is_done(&r.sh));
+    assert_eq!(r.counts().deleted, 1);
+}
