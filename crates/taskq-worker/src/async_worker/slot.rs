@@ -92,6 +92,9 @@ struct SlotState {
     /// the running job's, and those of a job its handler kept past its
     /// end).
     answers: Vec<(u64, Answered)>,
+    /// The jobs of this slot not dropped yet: the running one, and any its
+    /// handler kept past its end. Answers come only for them.
+    live: Vec<u64>,
     /// The worker is over: the slot's task ends.
     closed: bool,
 }
@@ -102,8 +105,11 @@ pub(super) struct SlotCell {
     index: usize,
     inbox: Arc<Inbox>,
     state: Mutex<SlotState>,
-    /// Wakes the slot's task: a job to run, a touch answered, the end.
+    /// Wakes the slot's task: a job to run, the end.
     wake: Notify,
+    /// Wakes the jobs waiting for an answer (the running job's, and a job
+    /// its handler kept past its end): each looks for its own.
+    answered: Notify,
     /// Wakes a running handler's task to drop its future (a second stop).
     abort: Notify,
     aborted: AtomicBool,
@@ -117,9 +123,11 @@ impl SlotCell {
             state: Mutex::new(SlotState {
                 body: Vec::with_capacity(crate::engine::BODY_ROOM),
                 answers: Vec::with_capacity(2),
+                live: Vec::with_capacity(2),
                 ..SlotState::default()
             }),
             wake: Notify::new(),
+            answered: Notify::new(),
             abort: Notify::new(),
             aborted: AtomicBool::new(false),
         }
@@ -140,8 +148,6 @@ impl SlotCell {
         let mut st = lock(&self.state);
         st.tube.clear();
         st.tube.push_str(tube);
-        // Answers nobody waits for (asked by an earlier job, given up).
-        st.answers.clear();
         st.given = Some(Given { id, attempt });
         drop(st);
         self.wake.notify_one();
@@ -149,8 +155,14 @@ impl SlotCell {
 
     /// The answer to what job `id`'s handler asked.
     pub(super) fn answer(&self, id: u64, a: Answered) {
-        lock(&self.state).answers.push((id, a));
-        self.wake.notify_one();
+        let mut st = lock(&self.state);
+        if !st.live.contains(&id) {
+            // Its job was dropped (and the future that asked with it).
+            return;
+        }
+        st.answers.push((id, a));
+        drop(st);
+        self.answered.notify_waiters();
     }
 
     /// A second stop: the running handler's future is dropped at once.
@@ -171,6 +183,7 @@ impl SlotCell {
             {
                 let mut st = lock(&self.state);
                 if let Some(g) = st.given.take() {
+                    st.live.push(g.id);
                     let body = std::mem::take(&mut st.body);
                     let headers = std::mem::take(&mut st.headers);
                     let tube = std::mem::take(&mut st.tube);
@@ -300,6 +313,10 @@ impl AsyncJob {
             what,
         });
         loop {
+            // Registered before the answers are looked at: an answer that
+            // comes in between wakes it.
+            let mut answered = pin!(self.cell.answered.notified());
+            answered.as_mut().enable();
             {
                 let mut st = lock(&self.cell.state);
                 // A job kept past its handler's end shares the slot with
@@ -317,22 +334,40 @@ impl AsyncJob {
                     return st.answers.swap_remove(k).1;
                 }
             }
-            self.cell.wake.notified().await;
+            answered.await;
         }
     }
 }
 
 impl Drop for AsyncJob {
     fn drop(&mut self) {
-        // The buffers go back for the slot's next job.
+        // The buffers go back for the slot's next job, but only into
+        // room that is empty: a job kept past its handler's end may be
+        // dropped after the slot took the next job's body and tube.
         let mut st = lock(&self.cell.state);
-        if st.body.capacity() < self.body.capacity() {
+        // Answers to what this job asked that no one took (a touch whose
+        // future was dropped).
+        st.answers.retain(|(id, _)| *id != self.id);
+        if let Some(k) = st.live.iter().position(|&id| id == self.id) {
+            st.live.swap_remove(k);
+        }
+        // The room is taken when empty (the next job's not held yet) and
+        // smaller than this job's.
+        let fits = |len: usize, room: usize, mine: usize| len == 0 && room < mine;
+        if fits(st.body.len(), st.body.capacity(), self.body.capacity()) {
+            self.body.clear();
             st.body = std::mem::take(&mut self.body);
         }
-        if st.headers.capacity() < self.headers.capacity() {
+        if fits(
+            st.headers.len(),
+            st.headers.capacity(),
+            self.headers.capacity(),
+        ) {
+            self.headers.clear();
             st.headers = std::mem::take(&mut self.headers);
         }
-        if st.tube.capacity() < self.tube.capacity() {
+        if fits(st.tube.len(), st.tube.capacity(), self.tube.capacity()) {
+            self.tube.clear();
             st.tube = std::mem::take(&mut self.tube);
         }
     }
@@ -410,4 +445,92 @@ fn panicked(id: u64, payload: Box<dyn std::any::Any + Send>) -> Outcome {
     // A payload whose drop panics too must not end the task either.
     let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
     Outcome::Fail
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    use super::*;
+    use crate::config::Config;
+
+    fn cell() -> (Arc<Shared>, Arc<SlotCell>) {
+        let sh = Arc::new(Shared::new(Config::default(), 0));
+        (
+            sh,
+            Arc::new(SlotCell::new(0, Arc::new(Inbox::with_room(1)))),
+        )
+    }
+
+    /// The slot's task takes its next job, as `serve` does.
+    fn next_job(sh: &Arc<Shared>, cell: &Arc<SlotCell>) -> AsyncJob {
+        let mut next = pin!(cell.next());
+        let Poll::Ready(Some((g, [body, headers], tube))) =
+            next.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+        else {
+            panic!("a job was given");
+        };
+        AsyncJob {
+            id: g.id,
+            attempt: g.attempt,
+            body,
+            headers,
+            tube,
+            cell: cell.clone(),
+            shared: sh.clone(),
+        }
+    }
+
+    #[test]
+    fn a_job_kept_past_its_handlers_end_and_dropped_late_leaves_the_next_jobs_body_and_tube() {
+        let (sh, cell) = cell();
+        cell.hold(&[b'a'; 3000], b"");
+        cell.run(1, 1, "a-long-tube-name");
+        let kept = next_job(&sh, &cell);
+        // The slot takes job 2 while job 1 is still held by a task its
+        // handler spawned, which lets it go only now.
+        cell.hold(b"two", b"");
+        cell.run(2, 1, "b");
+        drop(kept);
+        let job = next_job(&sh, &cell);
+        assert_eq!(
+            (job.id().get(), job.body(), job.tube()),
+            (2, &b"two"[..], "b")
+        );
+    }
+
+    #[test]
+    fn a_kept_jobs_touch_and_the_slots_next_job_each_get_their_own_wake_up() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (sh, cell) = cell();
+            cell.hold(b"one", b"");
+            cell.run(1, 1, "t");
+            let kept = next_job(&sh, &cell);
+            // Job 1's handler ended; a task it spawned keeps job 1 and
+            // touches it.
+            let toucher = tokio::spawn(async move { kept.touch().await.is_ok() });
+            tokio::task::yield_now().await;
+            // The slot's task waits for its next job.
+            let c = cell.clone();
+            let next = tokio::spawn(async move { c.next().await.map(|(g, ..)| g.id) });
+            tokio::task::yield_now().await;
+            // The touch is answered, then job 2 is handed to the slot.
+            cell.answer(1, Answered::Touch(Ok(())));
+            cell.hold(b"two", b"");
+            cell.run(2, 1, "t");
+            let limit = Duration::from_secs(5);
+            let got = tokio::time::timeout(limit, next).await;
+            assert!(matches!(got, Ok(Ok(Some(2)))), "{got:?}");
+            let touched = tokio::time::timeout(limit, toucher).await;
+            assert!(matches!(touched, Ok(Ok(true))), "{touched:?}");
+            // An answer for a job dropped is not kept.
+            cell.answer(1, Answered::Touch(Ok(())));
+            assert!(lock(&cell.state).answers.is_empty());
+        });
+    }
 }
