@@ -458,6 +458,9 @@ pub(crate) struct Attempts {
     retries: u32,
     /// JetStream: the resolution under way, from the first failure on.
     resolve: Option<Resolve>,
+    /// An attempt may have reached the server (its outcome was unknown):
+    /// however the later ones fail, the put is never "not sent".
+    maybe_stored: bool,
 }
 
 impl Attempts {
@@ -470,6 +473,7 @@ impl Attempts {
                 Rule::Resolve(_) => 0,
             },
             resolve: None,
+            maybe_stored: false,
         }
     }
 
@@ -477,6 +481,7 @@ impl Attempts {
     /// when `r` is the last word (answered, refused, invalid, or no tries
     /// or time left).
     pub(crate) fn again(&mut self, r: &Result<JobId, Error>, now: Instant) -> Option<SendAgain> {
+        self.maybe_stored |= matches!(r, Err(Error::Unknown(_)));
         match self.rule {
             Rule::Retries(_) => {
                 if self.retries > 0 && matches!(r, Err(Error::Unknown(_) | Error::NotSent(_))) {
@@ -492,32 +497,32 @@ impl Attempts {
         }
     }
 
-    /// The put's outcome, given the last attempt's `r`.
+    /// The put's outcome, given the last attempt's `r`: once an attempt
+    /// may have reached the server, a later one not sent leaves it
+    /// unknown, never "not sent" (which promises a re-send is safe).
     pub(crate) fn outcome(self, r: Result<JobId, Error>) -> Result<JobId, Error> {
-        match self.resolve {
-            Some(resolve) => resolve.outcome(r),
-            None => r,
+        match r {
+            Err(Error::NotSent(e)) if self.maybe_stored => Err(Error::Unknown(
+                taskq_proto::ConnectionError::Io(std::io::Error::other(format!(
+                    "sent earlier with no reply, and no later send reached the server ({e})"
+                ))),
+            )),
+            r => r,
         }
     }
 }
 
 /// JetStream's resolution of one put whose outcome is unknown or that was
 /// not sent: it goes again with its message id until the stream answers or
-/// time runs out, for the blocking and the async producer alike. Once a send
-/// may have reached the stream, the put stays unknown however the later
-/// re-sends fail.
+/// time runs out, for the blocking and the async producer alike.
 #[derive(Debug)]
 struct Resolve {
     until: Instant,
-    maybe_stored: bool,
 }
 
 impl Resolve {
     fn new(until: Instant) -> Resolve {
-        Resolve {
-            until,
-            maybe_stored: false,
-        }
+        Resolve { until }
     }
 
     /// After attempt `r`: `Some` to send again (and how), `None` when `r`
@@ -525,22 +530,9 @@ impl Resolve {
     fn again(&mut self, r: &Result<JobId, Error>, now: Instant) -> Option<SendAgain> {
         match r {
             Err(e @ (Error::Unknown(_) | Error::NotSent(_))) => {
-                self.maybe_stored |= matches!(e, Error::Unknown(_));
                 (now < self.until).then(|| SendAgain::after(e))
             }
             _ => None,
-        }
-    }
-
-    /// The put's outcome, given the last attempt's `r`.
-    fn outcome(self, r: Result<JobId, Error>) -> Result<JobId, Error> {
-        match r {
-            Err(Error::NotSent(e)) if self.maybe_stored => Err(Error::Unknown(
-                taskq_proto::ConnectionError::Io(std::io::Error::other(format!(
-                    "sent earlier with no reply, and no re-send reached the stream ({e})"
-                ))),
-            )),
-            r => r,
         }
     }
 }
@@ -753,6 +745,21 @@ mod tests {
         assert_eq!(a.again(&Ok(JobId::new(1)), t0), None);
         let invalid = Err(Error::Invalid(crate::Invalid::NoServers));
         assert_eq!(a.again(&invalid, t0), None);
+        // Written once with no reply, then the retry could not be sent (the
+        // server down): unknown, never "not sent", which would promise that
+        // sending it again makes no second job.
+        let mut a = Attempts::new(Rule::Retries(1));
+        assert_eq!(a.again(&Err(unknown()), t0), Some(SendAgain::Now));
+        let last = Err(Error::NotSent(NotSent::Broken));
+        assert_eq!(a.again(&last, t0), None);
+        let e = a.outcome(last).unwrap_err();
+        assert!(e.outcome_unknown() && !e.not_sent(), "{e}");
+        // Never sent at all: not sent.
+        let mut a = Attempts::new(Rule::Retries(1));
+        let last = Err(Error::NotSent(NotSent::Broken));
+        assert_eq!(a.again(&last, t0), Some(SendAgain::Now));
+        assert_eq!(a.again(&last, t0), None);
+        assert!(a.outcome(last).unwrap_err().not_sent());
     }
 
     #[test]

@@ -146,7 +146,7 @@ impl Link {
                     return 0;
                 };
                 for _ in 0..MAX_PIPELINE_JOBS {
-                    let Some(t) = p.next_queued(bytes, MAX_PIPELINE_BYTES) else {
+                    let Some(t) = p.next_queued(bytes, MAX_PIPELINE_BYTES, Instant::now) else {
                         break;
                     };
                     let s = p.queued_put(t);
@@ -192,7 +192,7 @@ impl Link {
                 };
                 let mut id = IdBuf::new();
                 for _ in 0..MAX_PIPELINE_JOBS {
-                    let Some(t) = p.next_queued(bytes, MAX_PIPELINE_BYTES) else {
+                    let Some(t) = p.next_queued(bytes, MAX_PIPELINE_BYTES, Instant::now) else {
                         break;
                     };
                     let s = p.queued_put(t);

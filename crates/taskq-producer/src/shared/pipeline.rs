@@ -306,9 +306,19 @@ impl Pipeline {
     }
 
     /// The next put to write, up to `max_bytes` of bodies in all
-    /// (`written` so far this write; one put always goes).
-    pub(crate) fn next_queued(&self, written: usize, max_bytes: usize) -> Option<Ticket> {
+    /// (`written` so far this write; one put always goes); none while
+    /// sends are paused at `now` (a reply that asks for a pause holds back
+    /// every put queued, whatever other replies are owed).
+    pub(crate) fn next_queued(
+        &self,
+        written: usize,
+        max_bytes: usize,
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Ticket> {
         let &i = self.queued.front()?;
+        if self.pause_until.is_some_and(|p| now() < p) {
+            return None;
+        }
         let s = &self.slots[i as usize];
         (written == 0 || written + s.body.len() <= max_bytes).then_some(Ticket {
             slot: i,
@@ -569,7 +579,7 @@ mod tests {
     /// Writes every queued put, the way a driver does, tokens counting up.
     fn write_all(p: &mut Pipeline, token: &mut u64) -> Vec<Ticket> {
         let mut out = Vec::new();
-        while let Some(t) = p.next_queued(0, usize::MAX) {
+        while let Some(t) = p.next_queued(0, usize::MAX, Instant::now) {
             *token += 1;
             p.wrote(t, *token);
             out.push(t);
@@ -768,7 +778,7 @@ mod tests {
         let a = put(&mut p, "t", b"a");
         let b = put(&mut p, "t", b"b");
         let mut token = 0;
-        if let Some(t) = p.next_queued(0, usize::MAX) {
+        if let Some(t) = p.next_queued(0, usize::MAX, Instant::now) {
             token += 1;
             p.wrote(t, token);
         }
@@ -793,7 +803,36 @@ mod tests {
     fn a_write_holds_at_most_max_bytes_but_always_one_put() {
         let mut p = Pipeline::new(4, Rule::Retries(0));
         put(&mut p, "t", &[0; 10]);
-        assert!(p.next_queued(0, 5).is_some());
-        assert!(p.next_queued(1, 5).is_none());
+        assert!(p.next_queued(0, 5, Instant::now).is_some());
+        assert!(p.next_queued(1, 5, Instant::now).is_none());
+    }
+
+    #[test]
+    fn a_pause_holds_back_the_queued_puts_while_other_replies_are_owed() {
+        let mut p = Pipeline::new(4, Rule::Resolve(Duration::from_secs(10)));
+        let a = put(&mut p, "t", b"a");
+        let _b = put(&mut p, "t", b"b");
+        let now = Instant::now();
+        let mut token = 0;
+        let mut wake = Vec::new();
+        assert_eq!(write_all(&mut p, &mut token).len(), 2);
+        // a's reply: no leader now. It goes again, after the pause, and
+        // b's reply is still owed.
+        let t = p.take_token(1).expect("a's token");
+        assert_eq!(t, a);
+        p.answered(
+            t,
+            Err(Error::NotSent(NotSent::Unavailable)),
+            || now,
+            &mut wake,
+        );
+        assert!(p.owes());
+        let pause = p.pause_until.expect("a pause") - now;
+        assert!(pause > Duration::ZERO);
+        // Within the pause nothing is written, whatever is owed.
+        assert!(!p.has_queued(|| now));
+        assert!(p.next_queued(0, usize::MAX, || now).is_none());
+        // Once it passed, a goes again.
+        assert_eq!(p.next_queued(0, usize::MAX, || now + pause), Some(a));
     }
 }
