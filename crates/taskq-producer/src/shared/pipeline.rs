@@ -97,6 +97,10 @@ pub(crate) enum Owed {
     Put { ticket: Ticket, token: u64 },
 }
 
+/// The most buffer a free slot keeps for its next body (a put of a larger
+/// body allocates its own, given back when its outcome is taken).
+const KEEP_BODY: usize = 4 << 10;
+
 /// The shared producer's state: every slot, the queue of puts to write,
 /// the replies owed.
 #[derive(Debug)]
@@ -265,6 +269,11 @@ impl Pipeline {
 
     fn release(&mut self, i: u32) -> u32 {
         let s = &mut self.slots[i as usize];
+        if s.body.capacity() > KEEP_BODY {
+            // A large body's buffer goes: what the slots keep between puts
+            // stays within `max_puts` times this, beside the bytes waiting.
+            s.body = Vec::new();
+        }
         s.phase = Phase::Free;
         s.waker = None;
         s.outcome = None;
@@ -834,5 +843,26 @@ mod tests {
         assert!(p.next_queued(0, usize::MAX, || now).is_none());
         // Once it passed, a goes again.
         assert_eq!(p.next_queued(0, usize::MAX, || now + pause), Some(a));
+    }
+
+    #[test]
+    fn a_large_bodys_buffer_is_not_kept_by_its_slot_once_done() {
+        let (w, _) = waker();
+        let mut p = Pipeline::new(2, Rule::Retries(0));
+        let big = vec![b'x'; 100 << 10];
+        let (a, b) = (put(&mut p, "t", &big), put(&mut p, "t", b"small"));
+        let mut token = 0;
+        write_all(&mut p, &mut token);
+        let mut wake = Vec::new();
+        for (k, id) in [(1, 10), (2, 11)] {
+            let t = p.take_token(k).unwrap();
+            p.answered(t, Ok(JobId::new(id)), Instant::now, &mut wake);
+        }
+        assert_eq!(id(p.poll_outcome(a, &w)), 10);
+        assert_eq!(id(p.poll_outcome(b, &w)), 11);
+        let kept: Vec<usize> = p.slots.iter().map(|s| s.body.capacity()).collect();
+        assert!(kept.iter().all(|&c| c <= KEEP_BODY), "{kept:?}");
+        // A small body's buffer stays for the next put: no allocation.
+        assert!(kept.iter().any(|&c| c > 0), "{kept:?}");
     }
 }
