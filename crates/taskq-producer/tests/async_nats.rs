@@ -448,3 +448,56 @@ fn a_delayed_put_on_a_current_server_is_a_schedule_and_an_unknown_one_is_stored_
         b"two"
     );
 }
+
+/// Polls `f` once in the current task: true when it finished.
+async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
+    let mut f = Some(f);
+    std::future::poll_fn(|cx| std::task::Poll::Ready(f.take().unwrap().poll(cx).is_ready())).await
+}
+
+/// A batch whose future is dropped after its write, while its PubAcks are
+/// held back by the proxy (so the drop comes first by construction): the
+/// next put and batch replace the connection at once and each gets its own
+/// sequence, by the stream's record of which body each holds.
+#[test]
+fn a_batch_dropped_after_its_write_never_hands_its_pubacks_to_the_next_call() {
+    let c = NatsCluster::start(1).unwrap();
+    let proxy = ChaosProxy::start(c.addr(0)).unwrap();
+    let url = format!("nats://{}", proxy.addr());
+    let (ids, took) = run(async {
+        let mut p = Producer::builder()
+            .resolve_for(Duration::from_secs(20))
+            .connect_async(&url)
+            .await
+            .unwrap();
+        let delay = Toxic::Latency {
+            delay: Duration::from_millis(200),
+            jitter: Duration::ZERO,
+        };
+        proxy.add(delay, Direction::Downstream, 1.0);
+        {
+            let bodies = [b"dropped 1".as_slice(), b"dropped 2"];
+            let mut out = [PutOutcome::NotSent; 2];
+            let batch = std::pin::pin!(p.put_batch(&bodies, PutOptions::default(), &mut out));
+            assert!(!poll_once(batch).await, "written, its PubAcks not come yet");
+        }
+        let t = Instant::now();
+        let a = p.put(b"a", PutOptions::default()).await.unwrap().get();
+        let took = t.elapsed();
+        let bodies = [b"b".as_slice(), b"c"];
+        let mut out = [PutOutcome::NotSent; 2];
+        p.put_batch(&bodies, PutOptions::default(), &mut out)
+            .await
+            .unwrap();
+        proxy.clear();
+        let ids = [a, out[0].id().unwrap().get(), out[1].id().unwrap().get()];
+        (ids, took)
+    });
+    // A new connection and a round trip or two through the proxy's delay.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let mut admin = admin(&c);
+    for (id, body) in ids.iter().zip([&b"a"[..], b"b", b"c"]) {
+        let m = admin.msg_get("TASKQ", MsgSelect::Seq(*id)).unwrap();
+        assert_eq!(m.data, body, "sequence {id}");
+    }
+}

@@ -421,3 +421,56 @@ async fn a_batch_that_breaks_off_says_where() {
     })
     .await
 }
+
+/// Polls `f` once in the current task: true when it finished.
+async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
+    let mut f = Some(f);
+    std::future::poll_fn(|cx| std::task::Poll::Ready(f.take().unwrap().poll(cx).is_ready())).await
+}
+
+/// A put and a batch whose futures are dropped after their writes, while
+/// their replies are on the way (held back 200 ms by the proxy, so the
+/// drop comes first by construction): their replies never become a later
+/// call's. The next put and batch each get their own ids, by the server's
+/// own record of which body each id holds.
+#[tokio::test]
+async fn a_put_or_batch_dropped_after_its_write_never_hands_its_reply_to_the_next_call() {
+    bounded(async {
+        let server = Beanstalkd::start().unwrap();
+        let proxy = taskq_testkit::ChaosProxy::start(server.addr()).unwrap();
+        let mut p = connect(proxy.addr()).await;
+        p.use_tube("dropped").await.unwrap();
+        let delay = taskq_testkit::Toxic::Latency {
+            delay: Duration::from_millis(200),
+            jitter: Duration::ZERO,
+        };
+        proxy.add(delay, taskq_testkit::Direction::Downstream, 1.0);
+        {
+            let put = std::pin::pin!(p.put(b"dropped put", PutOptions::default()));
+            assert!(!poll_once(put).await, "written, its reply not come yet");
+        }
+        let a = p.put(b"a", PutOptions::default()).await.unwrap().get();
+        {
+            let bodies = [b"dropped 1".as_slice(), b"dropped 2"];
+            let mut out = [PutOutcome::NotSent; 2];
+            let batch = std::pin::pin!(p.put_batch(&bodies, PutOptions::default(), &mut out));
+            assert!(!poll_once(batch).await, "written, its replies not come yet");
+        }
+        let bodies = [b"b".as_slice(), b"c"];
+        let mut out = [PutOutcome::NotSent; 2];
+        p.put_batch(&bodies, PutOptions::default(), &mut out)
+            .await
+            .unwrap();
+        let d = p.put(b"d", PutOptions::default()).await.unwrap().get();
+        proxy.clear();
+        let jobs: std::collections::HashMap<u64, Vec<u8>> = common::drain(server.addr(), "dropped")
+            .into_iter()
+            .collect();
+        let ids = [a, out[0].id().unwrap().get(), out[1].id().unwrap().get(), d];
+        for (id, body) in ids.iter().zip([&b"a"[..], b"b", b"c", b"d"]) {
+            assert_eq!(jobs[id], body, "job {id}: {jobs:?}");
+        }
+        assert!(p.connects() >= 3, "each drop cost its connection");
+    })
+    .await
+}

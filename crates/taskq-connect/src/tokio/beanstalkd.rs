@@ -69,6 +69,15 @@ impl AsyncConn {
         self.session.is_broken()
     }
 
+    /// Replies owed: requests sent (or queued) whose replies were not read.
+    /// Nonzero between calls of a one-request-at-a-time caller means a
+    /// call's future was dropped mid-way, and the next reply read would be
+    /// that call's.
+    #[inline]
+    pub fn owed(&self) -> usize {
+        self.session.owed()
+    }
+
     /// Marks the connection broken (a reply the caller cannot accept).
     pub fn mark_broken(&mut self) {
         self.session.mark_broken();

@@ -259,6 +259,14 @@ impl AsyncNatsConn {
         self.session.is_broken() || self.writing
     }
 
+    /// True when the connection is in step and owes nothing: no PubAck,
+    /// pull or confirmation. False between calls of a one-request-at-a-time
+    /// caller means a call's future was dropped mid-way.
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        !self.writing && self.session.idle().is_ok()
+    }
+
     /// Marks the connection broken.
     pub fn mark_broken(&mut self) {
         self.session.mark_broken();

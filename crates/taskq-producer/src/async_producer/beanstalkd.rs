@@ -92,7 +92,7 @@ impl AsyncBeanstalkd {
         // over the maximum is refused by the session before sending, with the
         // same error `put_cold` gives.)
         if self.reconnects.made_progress() {
-            if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
+            if let Some(conn) = self.conn.as_mut().filter(|c| ready(c)) {
                 let e = match conn.send(&cmd).await {
                     Ok(()) => match conn.recv().await {
                         Ok(Reply::Inserted { id }) => return Ok(JobId::new(id)),
@@ -203,9 +203,10 @@ impl AsyncBeanstalkd {
         Ok(chunk.span().1)
     }
 
-    /// True while a connection is open (it may still turn out broken on the next call).
+    /// True while a connection is open (it may still turn out broken on
+    /// the next call) and owes no reply.
     pub(crate) fn is_connected(&self) -> bool {
-        self.conn.as_ref().is_some_and(|c| !c.is_broken())
+        self.conn.as_ref().is_some_and(ready)
     }
 
     /// Connections opened so far (1 after `connect`, more after reconnects).
@@ -316,4 +317,12 @@ fn mark_if_out_of_step<T>(conn: &mut AsyncConn, r: &Result<T, Error>) {
     if matches!(r, Err(Error::Unknown(_))) {
         conn.mark_broken();
     }
+}
+
+/// A connection the next call may use: in step, and owing no reply. A put
+/// or batch whose future was dropped mid-way leaves replies owed (or half a
+/// request written): the next call's reply would be read as the old one's,
+/// so such a connection is replaced, as a broken one is.
+fn ready(c: &AsyncConn) -> bool {
+    !c.is_broken() && c.owed() == 0
 }

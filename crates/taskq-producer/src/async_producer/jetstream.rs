@@ -102,7 +102,7 @@ impl AsyncJetStream {
     #[inline]
     pub(crate) async fn put(&mut self, body: &[u8], opts: PutOptions) -> Result<JobId, Error> {
         if self.reconnects.made_progress() {
-            if let Some(conn) = self.conn.as_mut().filter(|c| !c.is_broken()) {
+            if let Some(conn) = self.conn.as_mut().filter(|c| c.is_idle()) {
                 let k = self.setup.ids.take(1);
                 return match put_as(conn, &self.setup, &mut self.route, k, body, opts).await {
                     Ok(id) => Ok(id),
@@ -234,9 +234,12 @@ impl AsyncJetStream {
         Ok(chunk.span().1)
     }
 
-    /// True while a connection is open (it may still turn out broken on the next call).
+    /// True while a connection is open (it may still turn out broken on
+    /// the next call) and owes nothing: a batch whose future was dropped
+    /// mid-way leaves PubAcks owed, and such a connection is replaced, as
+    /// a broken one is.
     pub(crate) fn is_connected(&self) -> bool {
-        self.conn.as_ref().is_some_and(|c| !c.is_broken())
+        self.conn.as_ref().is_some_and(AsyncNatsConn::is_idle)
     }
 
     /// Connections opened so far.

@@ -68,12 +68,12 @@ impl Builder {
 /// `Producer::builder().io_timeout(..).connect_async(addr).await`.
 ///
 /// A producer belongs to the runtime it was connected on, which must have its
-/// time and I/O drivers enabled (`Builder::enable_all`). Its futures are not
-/// cancellation-safe in the sense that matters here: a put dropped after its
-/// write leaves the connection owing a reply (on beanstalkd the next call
-/// finds it broken and reconnects; on JetStream the reply is skipped, and a
-/// put dropped in the middle of its write breaks the connection), and the
-/// dropped job's outcome is unknown.
+/// time and I/O drivers enabled (`Builder::enable_all`). A put or batch
+/// whose future is dropped (a `tokio::time::timeout` around it, say) has an
+/// unknown outcome, and never hands its reply to a later call: a connection
+/// left owing replies, or with half a request written, is replaced by the
+/// next call, as a broken one is (on JetStream a lone put's late PubAck is
+/// told apart by its reply subject and skipped, so its connection stays).
 #[derive(Debug)]
 pub struct AsyncProducer {
     engine: Engine,
