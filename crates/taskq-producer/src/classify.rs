@@ -425,8 +425,10 @@ impl BatchRetry {
     ) -> Result<(usize, SendAgain), BatchError> {
         if self.retries > 0 && !matches!(e.error, Error::Invalid(_)) {
             self.retries -= 1;
-            out[e.replied..].fill(PutOutcome::NotSent);
-            return Ok((e.replied, SendAgain::Now));
+            // A job written with no reply stays unknown until a re-send
+            // answers for it: if none does, it may be stored, and is never
+            // reported as not sent.
+            return Ok((resend_from(&e, out), SendAgain::Now));
         }
         let resolving = self.resolve_until.is_some_and(|until| now < until);
         if resolving && matches!(e.error, Error::Unknown(_) | Error::NotSent(_)) {
@@ -640,14 +642,18 @@ mod tests {
         let late = until + Duration::from_millis(1);
         let mut out = [PutOutcome::Unknown; 4];
 
-        // At-least-once mode first: the jobs from the break on are not sent.
+        // At-least-once mode first: the jobs from the break on go again.
+        // Job 2 was written with no reply: unknown until a re-send answers
+        // for it (if none does, it may be stored: never "not sent"); job 3
+        // was not written.
         let mut retry = BatchRetry::new(1, Some(until));
         out[1] = PutOutcome::Inserted(JobId::new(7));
+        out[3] = PutOutcome::NotSent;
         let r = retry.after(broke(2, unknown()), &mut out, t0);
         assert_eq!(r.map_err(|e| e.replied).unwrap(), (2, SendAgain::Now));
         assert!(matches!(
             out[2..],
-            [PutOutcome::NotSent, PutOutcome::NotSent]
+            [PutOutcome::Unknown, PutOutcome::NotSent]
         ));
         // Then JetStream's resolution: a job sent once stays unknown.
         out[2] = PutOutcome::Unknown;

@@ -6,7 +6,7 @@ use std::net::ToSocketAddrs;
 use taskq_proto::{validate_tube, EncodeError};
 
 use crate::builder::Builder;
-use crate::error::{Error, Invalid};
+use crate::error::{Error, Invalid, Rejection};
 use crate::producer::Producer;
 use crate::{JobId, PutOptions};
 
@@ -133,16 +133,21 @@ impl MultiProducer {
         }
         let n = self.servers.len();
         let mut last = None;
+        // A server that may have stored the job: however the others fail,
+        // the put is then unknown, never "not sent" (which promises a
+        // re-send makes no second job) nor a later server's refusal.
+        let mut unknown = None;
         for k in 0..n {
             let server = (start + k) % n;
             match self.servers[server].put_once(body, opts, false) {
                 Ok(id) => return Ok(Placed { server, id }),
                 Err(e @ Error::NotSent(_)) => last = Some(e),
-                Err(e @ Error::Unknown(_)) if self.resend_unknown => last = Some(e),
-                Err(e) => return Err(e),
+                Err(e @ Error::Unknown(_)) if self.resend_unknown => unknown = Some(e),
+                Err(e @ Error::Rejected(Rejection::InsertedBuried { .. })) => return Err(e),
+                Err(e) => return Err(unknown.unwrap_or(e)),
             }
         }
-        Err(last.expect("at least one server"))
+        Err(unknown.or(last).expect("at least one server"))
     }
 }
 

@@ -120,3 +120,27 @@ fn outcome_unknown_is_not_resent_elsewhere_unless_asked() {
     assert_eq!(r.unwrap().server, 1);
     assert_eq!(common::drain(b.addr(), "default").len(), 1);
 }
+
+/// Server 0 reads the put and closes (its outcome unknown: it may be
+/// stored); server 1 is down. Asked to resend unknowns elsewhere, the
+/// producer still ends unknown, never "not sent", which would promise a
+/// re-send makes no second job.
+#[test]
+fn a_job_a_server_may_have_stored_stays_unknown_however_the_next_fails() {
+    let peer = common::FakePeer::start(vec![common::Act::CloseAfterPut]);
+    let down = format!("127.0.0.1:{}", free_port().unwrap());
+    let addrs = [peer.addr.to_string(), down];
+    let mut m = MultiProducer::with_builder(&builder(), &addrs)
+        .unwrap()
+        .resend_unknown(true);
+    let r = m.put(b"in flight", PutOptions::default());
+    assert!(
+        matches!(&r, Err(e) if e.outcome_unknown() && !e.not_sent()),
+        "{r:?}"
+    );
+    assert_eq!(
+        peer.log.lock().unwrap()[0].len(),
+        1,
+        "one put reached server 0"
+    );
+}
