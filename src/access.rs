@@ -69,6 +69,9 @@ fn set_addr_env(v: &str) {
 }
 
 /// `addr` without user info (kept in `lifted`); anything else as it is.
+/// An address with user info that does not parse ends the command here,
+/// named redacted: passed on, it would be split or echoed, its password
+/// with it, by whatever reads it next.
 fn strip(addr: &str, lifted: &mut Vec<(Address, Address)>) -> String {
     match Address::parse(addr) {
         Ok(a) if a.user_info().is_some() => {
@@ -76,6 +79,10 @@ fn strip(addr: &str, lifted: &mut Vec<(Address, Address)>) -> String {
             let shown = clean.to_string();
             lifted.push((clean, a));
             shown
+        }
+        Err(e) if addr.contains('@') => {
+            eprintln!("taskq: {}: {e}", taskq_connect::redact_address(addr));
+            std::process::exit(2);
         }
         _ => addr.to_owned(),
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use taskq_connect::nats::{MsgSelect, NatsConfig, NatsConnection, StoredMsg, StreamInfo};
-use taskq_connect::{Address, Engine, Layout};
+use taskq_connect::{redact_address, Address, Engine, Layout};
 use taskq_proto::nats::{ApiError, HeaderBlock, NatsError};
 
 /// The header that dedups a publish; a kicked copy gets its own.
@@ -71,7 +71,7 @@ pub enum Route {
 
 /// Parses `addr` and says which engine serves it.
 pub fn route(addr: &str) -> Result<Route, String> {
-    let a = Address::parse(addr).map_err(|e| format!("{addr}: {e}"))?;
+    let a = Address::parse(addr).map_err(|e| format!("{}: {e}", redact_address(addr)))?;
     Ok(match a.engine() {
         Engine::Nats => Route::Nats(a),
         Engine::Beanstalkd => Route::Beanstalkd(a.hosts()[0].clone()),

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use taskq_connect::redact_address;
 use taskq_producer::{Error, Producer, PutOptions, PutOutcome, Rejection};
 
 use crate::jetstream::CreateArgs;
@@ -117,7 +118,8 @@ pub(crate) fn connect(
     if let Some(d) = resolve_for {
         b = b.resolve_for(d);
     }
-    b.connect(addr).map_err(|e| format!("{addr}: {e}"))
+    b.connect(addr)
+        .map_err(|e| format!("{}: {e}", redact_address(addr)))
 }
 
 /// Runs `taskq put`; the exit status follows [`EXIT_STATUS_HELP`].

@@ -378,3 +378,48 @@ fn library_errors_settings_and_the_workers_metrics_show_no_secret() {
     assert!(seen.contains("Authorization Violation"), "{seen}");
     no_secret(&seen, &[PASSWORD, &enc]);
 }
+
+/// Addresses that do not parse, each carrying a password: a `%` that is no
+/// escape, a bad port, and a `,` inside the password (which must not be
+/// split into a host and a token). Every command refuses them, and none
+/// shows the password, or half of it, in what it prints. No server: the
+/// address is refused before anything connects.
+#[test]
+fn an_address_that_does_not_parse_never_shows_its_password() {
+    let cases = [
+        (
+            "nats://alice:100%sure-pw@127.0.0.1:4222",
+            vec!["100%sure-pw", "sure-pw"],
+        ),
+        (
+            "nats://alice:9f8e7d-pw@127.0.0.1:notaport",
+            vec!["9f8e7d-pw"],
+        ),
+        (
+            "nats://alice:left-half,right-half@127.0.0.1:4222",
+            vec!["left-half", "right-half"],
+        ),
+    ];
+    let worker = bin_dir().join("taskq-worker");
+    for (addr, secrets) in &cases {
+        let runs: [(&Path, Vec<&str>); 5] = [
+            (&taskq_bin(), vec!["stats", "--addr", addr]),
+            (
+                &taskq_bin(),
+                vec!["put", "--tube", "t", "--addr", addr, "x"],
+            ),
+            (&taskq_bin(), vec!["tubes", "--addr", addr]),
+            (
+                &taskq_bin(),
+                vec!["exporter", "--addr", addr, "--listen", "127.0.0.1:0"],
+            ),
+            (&worker, vec!["--addr", addr, "--tube", "t", "--", "true"]),
+        ];
+        for (bin, args) in &runs {
+            let (out, _) = run(bin, args, &[], b"");
+            let all = text(&out);
+            assert_ne!(out.status.code(), Some(0), "{args:?} accepted it: {all}");
+            no_secret(&all, secrets);
+        }
+    }
+}

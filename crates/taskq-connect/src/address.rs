@@ -90,6 +90,11 @@ pub enum AddressError {
     MixedCredentials,
     /// A `%` not followed by two hex digits in the user info.
     BadEscape,
+    /// A `,` that may lie inside the user info (`nats://alice:pa,ss@h`):
+    /// an entry without a scheme of its own carries user info after an
+    /// entry that carries none. Refused rather than guessed at, since the
+    /// guess would dial half a password as a host.
+    CommaInUserInfo,
 }
 
 impl fmt::Display for AddressError {
@@ -116,6 +121,9 @@ impl fmt::Display for AddressError {
             AddressError::BadEscape => {
                 f.write_str("bad percent escape in the address's user info")
             }
+            AddressError::CommaInUserInfo => f.write_str(
+                "a ',' in the address's user info, or an entry with credentials after one without: write a ',' in a password as %2C, and give credentials on the first entry",
+            ),
         }
     }
 }
@@ -139,6 +147,9 @@ impl Address {
             Some((e, tls, rest)) => (e, tls, rest),
         };
         let rest = rest.trim_end_matches('/');
+        if engine == Engine::Nats && comma_in_user_info(rest) {
+            return Err(AddressError::CommaInUserInfo);
+        }
         let mut hosts = Vec::new();
         let mut user_info: Option<UserInfo> = None;
         let mut tls = tls;
@@ -244,6 +255,15 @@ impl fmt::Display for Address {
 /// `s` with the password or token of any user info shown as `***`, for
 /// messages about an address that may not even parse.
 pub fn redact_address(s: &str) -> String {
+    if let Some(k) = s.find("://") {
+        let rest = &s[k + 3..];
+        if comma_in_user_info(rest) {
+            // Which commas end entries cannot be told: all of it up to the
+            // last `@` may be user info.
+            let at = rest.rfind('@').expect("user info has an @");
+            return format!("{}***{}", &s[..k + 3], &rest[at..]);
+        }
+    }
     let mut out = String::with_capacity(s.len());
     for (i, entry) in s.split(',').enumerate() {
         if i > 0 {
@@ -269,6 +289,21 @@ pub fn redact_address(s: &str) -> String {
         }
     }
     out
+}
+
+/// True when a `,` in `rest` (what follows the scheme) may lie inside user
+/// info: an entry after the first, without a scheme of its own, carries
+/// user info (an `@`) while an entry before it carries none.
+fn comma_in_user_info(rest: &str) -> bool {
+    let mut bare_before = false;
+    for entry in rest.split(',') {
+        let info = entry.contains('@');
+        if info && bare_before && !entry.contains("://") {
+            return true;
+        }
+        bare_before |= !info;
+    }
+    false
 }
 
 /// The scheme of `s`, if it has one: the engine, whether it requires TLS,
@@ -454,6 +489,24 @@ mod tests {
             "nats://u:***@a:1,nats://u:***@b:x,***@c"
         );
         assert_eq!(redact_address("127.0.0.1:11300"), "127.0.0.1:11300");
+        // A comma in a password: refused, never split into a host and a
+        // token, and redacted whole.
+        for s in [
+            "nats://alice:pa,ss@h",
+            "nats://alice:12,34@h:1",
+            "nats://a:1,u:pw@b",
+        ] {
+            assert_eq!(
+                Address::parse(s).unwrap_err(),
+                AddressError::CommaInUserInfo,
+                "{s}"
+            );
+            let shown = redact_address(s);
+            for secret in ["pa", "ss", "12", "34", "pw"] {
+                assert!(!shown.contains(secret), "{s}: {shown}");
+            }
+        }
+        assert_eq!(redact_address("nats://alice:12,34@h:1"), "nats://***@h:1");
         // A bad port names the entry without its credentials.
         let e = Address::parse("nats://u:secret@a:x").unwrap_err();
         assert!(!e.to_string().contains("secret"), "{e}");
