@@ -2,7 +2,9 @@
 //! Prometheus text format, read from the servers at each scrape.
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -50,6 +52,33 @@ struct Servers {
 
 type Labels<'a> = Vec<(&'a str, &'a str)>;
 
+/// A label value as the text format wants it: `\`, `"` and a line feed
+/// escaped. The encoder writes values as given, and a tube name is anyone's
+/// who may publish (`taskq.x"`): unescaped, it would make the whole scrape
+/// invalid and every series stale.
+#[derive(Debug, Clone, Copy)]
+struct Escaped<'a>(&'a str);
+
+impl EncodeLabelValue for Escaped<'_> {
+    fn encode(&self, enc: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        for c in self.0.chars() {
+            match c {
+                '\\' => enc.write_str("\\\\")?,
+                '"' => enc.write_str("\\\"")?,
+                '\n' => enc.write_str("\\n")?,
+                c => enc.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `labels` with their values escaped.
+fn escaped<'a>(labels: &[(&'a str, &'a str)]) -> Vec<(&'a str, Escaped<'a>)> {
+    labels.iter().map(|&(k, v)| (k, Escaped(v))).collect()
+}
+
 fn gauge(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -58,7 +87,7 @@ fn gauge(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in rows {
-        ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+        ConstGauge::new(v).encode(m.encode_family(&escaped(&labels))?)?;
     }
     Ok(())
 }
@@ -71,7 +100,7 @@ fn counter(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in rows {
-        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+        ConstCounter::new(v).encode(m.encode_family(&escaped(&labels))?)?;
     }
     Ok(())
 }

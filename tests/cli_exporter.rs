@@ -238,3 +238,25 @@ fn jetstream_tubes_have_the_same_labels_and_match_the_streams_record() {
     let m2 = scrape(at).unwrap();
     assert_eq!(m2[&state("a", "ready")], 4.0);
 }
+
+/// A tube name is whoever publishes it: one with a quote and a backslash
+/// (`taskq.q"b\`, legal in a NATS subject) comes out escaped, so the scrape
+/// stays valid text and the other tubes' series keep coming.
+#[test]
+fn a_tube_name_with_a_quote_and_a_backslash_is_escaped_in_its_labels() {
+    let c = NatsCluster::start(1).unwrap();
+    let url = c.url();
+    ok(&["put", "--addr", &url, "--tube", "good", "1"], b"");
+    let mut a = NatsConnection::connect(&[c.addr(0).to_string()], NatsConfig::default()).unwrap();
+    a.publish("taskq.q\"b\\", b"odd-1", b"x").unwrap();
+    let (_exporter, at) = exporter(&["--addr", &url]);
+    let m = first_scrape(at);
+    let l =
+        |tube: &str| format!("taskq_tube_jobs{{server=\"{url}\",tube=\"{tube}\",state=\"ready\"}}");
+    assert_eq!(m.get(&l("good")), Some(&1.0), "{m:?}");
+    assert_eq!(m.get(&l("q\\\"b\\\\")), Some(&1.0), "{m:?}");
+    assert!(
+        !m.keys().any(|k| k.contains("tube=\"q\"b")),
+        "an unescaped quote: {m:?}"
+    );
+}

@@ -1,12 +1,13 @@
 //! The counters in the Prometheus (OpenMetrics) text format, over HTTP.
 //!
 //! The format comes from the `prometheus-client` crate; the HTTP side is a tiny
-//! responder on one thread, enough for a scraper: every `GET` is answered with
-//! the current counters and the connection closed.
+//! responder, enough for a scraper: every `GET` is answered with the current
+//! counters and the connection closed, each connection on a thread of its
+//! own with a deadline for its request.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -66,15 +67,21 @@ impl MetricsServer {
         MetricsServer::serve(addr, move || render(&control))
     }
 
-    /// Listens on `addr` and answers each scrape with what `render` returns then.
+    /// Listens on `addr` and answers each scrape with what `render` returns
+    /// then. Each connection is answered on a thread of its own (up to
+    /// [`MAX_CLIENTS`] at once; past that a connection is closed at once),
+    /// and has [`REQUEST_TIME`] in all to send its request: a client that
+    /// sends slowly, or not at all, holds up no other scrape.
     pub fn serve(
         addr: &str,
-        render: impl Fn() -> String + Send + 'static,
+        render: impl Fn() -> String + Send + Sync + 'static,
     ) -> io::Result<MetricsServer> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let render: Arc<dyn Fn() -> String + Send + Sync> = Arc::new(render);
+        let clients = Arc::new(AtomicUsize::new(0));
         let thread = std::thread::Builder::new()
             .name("taskq-worker-metrics".into())
             .spawn(move || {
@@ -84,8 +91,21 @@ impl MetricsServer {
                     }
                     match stream {
                         Ok(s) => {
-                            if let Err(e) = answer(s, &render) {
-                                tracing::debug!(error = %e, "metrics request failed");
+                            if clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
+                                clients.fetch_sub(1, Ordering::SeqCst);
+                                continue;
+                            }
+                            let (render, clients) = (render.clone(), clients.clone());
+                            let spawned = std::thread::Builder::new()
+                                .name("taskq-metrics-client".into())
+                                .spawn(move || {
+                                    if let Err(e) = answer(s, &*render) {
+                                        tracing::debug!(error = %e, "metrics request failed");
+                                    }
+                                    clients.fetch_sub(1, Ordering::SeqCst);
+                                });
+                            if let Err(e) = spawned {
+                                tracing::debug!(error = %e, "metrics: no thread for a client");
                             }
                         }
                         Err(e) => {
@@ -119,13 +139,25 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Reads a request head (bounded in size and time) and answers it.
+/// Connections answered at once.
+pub const MAX_CLIENTS: usize = 16;
+
+/// The time a client has to send its whole request head.
+pub const REQUEST_TIME: Duration = Duration::from_secs(2);
+
+/// Reads a request head (bounded in size, and in time as a whole) and
+/// answers it.
 fn answer(mut s: TcpStream, render: &dyn Fn() -> String) -> io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let until = std::time::Instant::now() + REQUEST_TIME;
+    s.set_write_timeout(Some(REQUEST_TIME))?;
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
         let n = s.read(&mut chunk)?;
         if n == 0 {
             return Ok(());

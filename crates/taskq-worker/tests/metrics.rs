@@ -88,3 +88,42 @@ fn an_unusable_metrics_address_is_one_clear_line() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("metrics"), "{err}");
 }
+
+/// A client that sends its request a byte at a time, slower than anyone
+/// scrapes, holds up no other scrape: each connection is answered on its
+/// own, and its request has one deadline in all.
+#[cfg(feature = "metrics")]
+#[test]
+fn a_client_that_sends_slowly_holds_up_no_other_scrape() {
+    use std::io::{Read, Write};
+    use std::time::Instant;
+    let server =
+        taskq_worker::metrics::MetricsServer::serve("127.0.0.1:0", || "x 1\n".to_owned()).unwrap();
+    let at = server.addr();
+    let mut slow = TcpStream::connect(at).unwrap();
+    slow.write_all(b"G").unwrap();
+    let dribble = std::thread::spawn(move || {
+        // One byte every 200 ms: the server gives up on it after its
+        // deadline, and a write then fails.
+        for _ in 0..40 {
+            std::thread::sleep(Duration::from_millis(200));
+            if slow.write_all(b"E").is_err() {
+                return true;
+            }
+        }
+        false
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let mut s = TcpStream::connect(at).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.ends_with("x 1\n"), "{text}");
+    // Held behind the slow client, it would wait out the whole dribble (8 s).
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(dribble.join().unwrap(), "the slow client was cut off");
+}
