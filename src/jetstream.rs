@@ -348,6 +348,7 @@ impl Js {
         until: Option<std::time::SystemTime>,
         ack_wait: Option<Duration>,
     ) -> Result<(), String> {
+        check_tube(tube)?;
         if self.api_level()? < 1 {
             let version = self
                 .server_version()
@@ -435,6 +436,7 @@ impl Js {
     /// PubAck (a crash between the two leaves it twice, never nowhere).
     /// Returns the job's new id.
     pub fn kick_one(&mut self, m: &StoredMsg, tube: &str) -> Result<u64, String> {
+        check_tube(tube)?;
         let headers = if m.headers.is_empty() {
             None
         } else {
@@ -465,6 +467,7 @@ impl Js {
 
     /// Moves up to `bound` of `tube`'s buried jobs back, oldest first; returns how many.
     pub fn kick(&mut self, tube: &str, bound: u64) -> Result<u64, String> {
+        check_tube(tube)?;
         let buried = self.layout.buried_subject(tube);
         let (mut kicked, mut from) = (0, 1);
         while kicked < bound {

@@ -398,6 +398,14 @@ fn every_change_is_refused_without_the_token_cross_site_under_a_foreign_host_and
     // even knowing the token (Sec-Fetch-Site: cross-site: 403).
     let mut b = Browser::start();
     b.get(&format!("{}/?token={}", web.base, web.token));
+    // Even with the token: a wildcard for a tube on JetStream (which would
+    // read or move every tube's buried jobs) is refused, nothing moved.
+    for name in ["%2A", "%3E", "a.b"] {
+        let (status, text) = b.post(&format!("/tubes/{name}/kick"), &kick(1));
+        assert_eq!(status, 400, "{name}: {text}");
+        let (status, text) = b.post(&format!("/tubes/{name}/pause"), "server=1&secs=60");
+        assert_eq!(status, 400, "{name}: {text}");
+    }
     let dir = std::env::temp_dir().join(format!("taskq-web-site-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (name, token) in [

@@ -24,7 +24,7 @@ use axum::Router;
 use maud::{html, Markup};
 
 use crate::cli::CliResult;
-use crate::jetstream::StreamArgs;
+use crate::jetstream::{self, StreamArgs};
 use crate::jobs::{self, JobView, Which};
 use crate::server::{self, Conn, ServersArgs};
 use crate::snapshot::{self, Scope, Tube};
@@ -169,6 +169,9 @@ async fn tube_page(
     Query(q): Query<TubeQuery>,
 ) -> Response {
     let i = q.server.unwrap_or(0);
+    if let Some(refused) = bad_tube(&app, i, &name) {
+        return refused;
+    }
     let job = q.job.filter(|j| !j.trim().is_empty());
     blocking(&app, i, move |app, conn, addr| {
         let job = match job.map(|j| j.trim().parse::<u64>()) {
@@ -207,6 +210,9 @@ async fn act(
     // The guard refuses every POST of a read-only dashboard; this is the second lock.
     if app.read_only {
         return refuse(StatusCode::FORBIDDEN, "403: this dashboard is read-only");
+    }
+    if let Some(refused) = bad_tube(&app, f.server, &name) {
+        return refused;
     }
     blocking(&app, f.server, move |app, conn, addr| {
         let (ok, text) = match (action.as_str(), f.count, f.id, f.secs) {
@@ -248,6 +254,14 @@ async fn act(
         ))
     })
     .await
+}
+
+/// A 400 for a name that is no JetStream tube (a wildcard, `*` or `>`,
+/// would read or move every tube's jobs), on a JetStream server.
+fn bad_tube(app: &App, i: usize, name: &str) -> Option<Response> {
+    let nats = app.hub.addrs.get(i).is_some_and(|a| jetstream::is_nats(a));
+    let e = jetstream::check_tube(name).err().filter(|_| nats)?;
+    Some(refuse(StatusCode::BAD_REQUEST, &format!("400: {e}")))
 }
 
 fn plural(n: u64) -> &'static str {
