@@ -234,7 +234,9 @@ pub fn delete(args: JobsArgs) -> CliResult {
 
 /// Acts on each id, printing `DONE ID` for each success; a job the action
 /// did not apply to (`Ok(Err(why))`) is reported on stderr and makes the
-/// command fail at the end; an `Err` stops at once.
+/// command fail at the end; an `Err` stops at once, after printing the jobs
+/// already acted on (they are done on the server: left out, the output
+/// would contradict its record).
 fn each_job(
     ids: &[u64],
     done: &str,
@@ -243,11 +245,15 @@ fn each_job(
     let mut failed = 0;
     let mut out = String::new();
     for &id in ids {
-        match act(id)? {
-            Ok(()) => out += &format!("{done} {id}\n"),
-            Err(why) => {
+        match act(id) {
+            Ok(Ok(())) => out += &format!("{done} {id}\n"),
+            Ok(Err(why)) => {
                 eprintln!("taskq: job {id}: {why}");
                 failed += 1;
+            }
+            Err(e) => {
+                print(out.as_bytes())?;
+                return Err(e.into());
             }
         }
     }

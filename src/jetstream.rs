@@ -474,7 +474,10 @@ impl Js {
             let Some(m) = self.first_on(&buried, from)? else {
                 break;
             };
-            self.kick_one(&m, tube)?;
+            // The ones moved already are moved: an error says how many.
+            self.kick_one(&m, tube).map_err(|e| {
+                format!("{e} (after kicking {kicked} of tube {tube}'s buried jobs back)")
+            })?;
             from = m.seq + 1;
             kicked += 1;
         }

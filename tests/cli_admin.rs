@@ -297,3 +297,36 @@ fn a_paused_tube_hands_out_no_job_until_the_pause_ends() {
         "no tube named nosuch",
     );
 }
+
+/// The connection closes after the replies to two deletes (by byte count,
+/// through the chaos proxy): the command fails on the third, and still
+/// prints the two it did, which the server's record shows gone.
+#[test]
+fn a_delete_cut_off_mid_way_still_names_the_jobs_it_deleted() {
+    use taskq_testkit::{ChaosProxy, Direction, Toxic};
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    let jobs = ids(&ok(
+        &["put", "--addr", &addr, "--tube", "t", "a", "b", "c"],
+        b"",
+    ));
+    let proxy = ChaosProxy::start(server.addr()).unwrap();
+    // Two `DELETED\r\n` replies, 9 bytes each, then the connection closes.
+    proxy.add(Toxic::LimitData { bytes: 18 }, Direction::Downstream, 1.0);
+    let paddr = proxy.addr().to_string();
+    let names: Vec<String> = jobs.iter().map(u64::to_string).collect();
+    let mut args = vec!["delete", "--addr", &paddr];
+    args.extend(names.iter().map(String::as_str));
+    let (out, _) = taskq(&args, b"", Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("deleted {}\ndeleted {}\n", jobs[0], jobs[1])
+    );
+    proxy.clear();
+    let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
+    for id in &jobs[..2] {
+        let r = c.request(&Cmd::StatsJob { id: *id }).unwrap();
+        assert_eq!(r, Reply::NotFound, "job {id} deleted");
+    }
+}
