@@ -285,14 +285,23 @@ impl Js {
     /// Every consumer of the stream, by name.
     pub fn consumers(&mut self) -> Result<Vec<ConsumerRow>, String> {
         let subject = format!("$JS.API.CONSUMER.LIST.{}", self.layout.stream());
-        let mut out = Vec::new();
+        let mut out: Vec<ConsumerRow> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
         loop {
             let v = self
                 .api(&subject, &json!({ "offset": out.len() }))
                 .map_err(|e| self.failed("consumer list", e))?;
             let page = v["consumers"].as_array().map_or(&[][..], Vec::as_slice);
-            out.extend(page.iter().map(ConsumerRow::from_json));
-            if page.is_empty() || out.len() as u64 >= num(&v, &["total"]) {
+            let before = out.len();
+            for row in page.iter().map(ConsumerRow::from_json) {
+                if seen.insert(row.name.clone()) {
+                    out.push(row);
+                }
+            }
+            // The server's total is its word: a page that brings no new
+            // consumer (a server that ignores the offset, or a total that
+            // never comes) ends the list rather than looping on it.
+            if out.len() == before || out.len() as u64 >= num(&v, &["total"]) {
                 break;
             }
         }

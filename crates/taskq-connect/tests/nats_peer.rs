@@ -284,3 +284,59 @@ fn stale_replies_trickling_in_do_not_stretch_the_deadline() {
     drop(c);
     h.join().unwrap();
 }
+
+/// Waits for the `n`th (from 1) whole `PUB` line to `subject`; its reply subject.
+fn nth_request(p: &mut Peer, subject: &str, n: usize) -> String {
+    let head = format!("PUB {subject} ");
+    let mut buf = [0u8; 4096];
+    loop {
+        let seen = String::from_utf8_lossy(&p.seen).into_owned();
+        let mut lines: Vec<&str> = seen.split("\r\n").collect();
+        lines.pop(); // not yet whole
+        if let Some(l) = lines.iter().filter(|l| l.starts_with(&head)).nth(n - 1) {
+            return l.split(' ').nth(2).unwrap().to_owned();
+        }
+        let got = p.s.read(&mut buf).expect("peer read");
+        assert!(got > 0, "client closed before request {n}");
+        p.seen.extend_from_slice(&buf[..got]);
+    }
+}
+
+/// A stream's subjects come in pages (nats-server gives at most 100,000 a
+/// request): the client asks again from the offset it reached until it has
+/// the total. A page that brings nothing new ends it (a server that ignores
+/// the offset), so it cannot loop.
+#[test]
+fn a_streams_subjects_are_read_page_by_page_to_the_total() {
+    const API: &str = "$JS.API.STREAM.INFO.TASKQ";
+    let (addr, h) = peer(INFO, |p| {
+        p.inbox();
+        p.send("PONG\r\n");
+        let first =
+            r#"{"state":{"subjects":{"taskq.a":1,"taskq.b":2}},"total":3,"offset":0,"limit":2}"#;
+        let second = r#"{"state":{"subjects":{"taskq.c":5}},"total":3,"offset":2,"limit":2}"#;
+        // Then a server that ignores the offset: the first page, twice,
+        // with a total never reached.
+        let stuck =
+            r#"{"state":{"subjects":{"taskq.a":1,"taskq.b":2}},"total":9,"offset":0,"limit":2}"#;
+        for (n, page) in [first, second, stuck, stuck].into_iter().enumerate() {
+            let to = nth_request(p, API, n + 1);
+            p.send(&format!("MSG {to} 1 {}\r\n{page}\r\n", page.len()));
+        }
+        let _ = p.s.read(&mut [0u8; 64]);
+    });
+    let mut c = NatsConnection::connect(&[addr], cfg()).unwrap();
+    let all = c.subject_counts("TASKQ", "taskq.>").unwrap();
+    assert_eq!(
+        all.into_iter().collect::<Vec<_>>(),
+        [
+            ("taskq.a".to_owned(), 1),
+            ("taskq.b".to_owned(), 2),
+            ("taskq.c".to_owned(), 5)
+        ]
+    );
+    let again = c.subject_counts("TASKQ", "taskq.>").unwrap();
+    assert_eq!(again.len(), 2, "the repeated page ends it: {again:?}");
+    drop(c);
+    h.join().unwrap();
+}

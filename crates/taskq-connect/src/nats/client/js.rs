@@ -403,11 +403,24 @@ impl<L: ApiLink> JetStream<'_, L> {
         struct Raw {
             #[serde(default)]
             state: State,
+            /// Subjects that match in all: the server gives them in pages.
+            #[serde(default)]
+            total: u64,
         }
         let subject = format!("$JS.API.STREAM.INFO.{name}");
-        let body = json!({ "subjects_filter": filter });
-        let raw: Raw = patiently!(self, async { self.api(&subject, &body).await })?;
-        Ok(raw.state.subjects.unwrap_or_default())
+        let mut out = BTreeMap::new();
+        // The server answers at most a page of subjects a request (100,000
+        // on nats-server): the rest are asked for by offset, until the
+        // total is reached or a page brings nothing new.
+        loop {
+            let body = json!({ "subjects_filter": filter, "offset": out.len() });
+            let raw: Raw = patiently!(self, async { self.api(&subject, &body).await })?;
+            let before = out.len();
+            out.extend(raw.state.subjects.unwrap_or_default());
+            if out.len() == before || out.len() as u64 >= raw.total {
+                return Ok(out);
+            }
+        }
     }
 
     /// Makes sure the work-queue stream of `spec` exists: looks it up first,
