@@ -263,16 +263,28 @@ impl Link for Nats {
                 Ok(())
             }
             Req::Touch(id) => {
+                let now = Instant::now();
                 let Some(i) = self.held_index(id) else {
-                    self.touches.push_back((0, id, Instant::now()));
+                    self.touches.push_back((0, id, now));
                     return Ok(());
                 };
+                let h = &self.held[i];
+                if h.leased + self.tubes[h.tube].ack_wait <= now + Carry::MARGIN {
+                    // Its ack wait has run out: the server may have handed
+                    // it to another worker, and a `+WPI` now would still be
+                    // confirmed (acks name the stream sequence), the job
+                    // then run twice. It is given up as lost.
+                    let h = self.held.swap_remove(i);
+                    self.bufs.names.give(h.ack);
+                    self.touches.push_back((0, id, now));
+                    return Ok(());
+                }
                 let token = self
                     .conn
                     .queue_ack(&self.held[i].ack, AckKind::InProgress, true)
                     .map_err(conn_error)?
                     .expect("a confirmed ack has a token");
-                self.touches.push_back((token, id, Instant::now()));
+                self.touches.push_back((token, id, now));
                 Ok(())
             }
             Req::Ask(ask) => {
@@ -671,5 +683,42 @@ mod tests {
         assert_eq!(writes_since(&link, before), 1, "the reads wrote nothing");
         let info = link.conn.consumer_info("TASKQ", "taskq-default").unwrap();
         assert_eq!(info.num_ack_pending, k as u64, "8 acked of 24 delivered");
+    }
+
+    /// A job held past its ack wait is not touched: the server may have
+    /// handed it to another worker, and a `+WPI` would still be confirmed.
+    /// The touch answers "lost", the job is no longer held, and nothing is
+    /// written; a job whose lease is young is touched and confirmed.
+    #[test]
+    fn a_touch_of_a_job_held_past_its_ack_wait_is_lost_not_sent() {
+        let c = taskq_testkit::NatsCluster::start(1).unwrap();
+        let mut link = link_with_jobs(&c, 2, 2);
+        let tubes = ["default".to_owned()];
+        link.queue(ask(&tubes)).unwrap();
+        link.queue(ask(&tubes)).unwrap();
+        link.flush().unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            match link.reserved().unwrap() {
+                Took::Job { id, .. } => ids.push(id),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Job 0's lease began an ack wait ago.
+        let i = link.held_index(ids[0]).unwrap();
+        let wait = link.tubes[link.held[i].tube].ack_wait;
+        link.held[i].leased = link.held[i]
+            .leased
+            .checked_sub(wait)
+            .expect("the machine is up longer than an ack wait");
+        let before = link.io_counts().writes;
+        link.queue(Req::Touch(ids[0])).unwrap();
+        link.queue(Req::Touch(ids[1])).unwrap();
+        link.flush().unwrap();
+        assert!(!link.touched().unwrap(), "past its ack wait: lost");
+        assert!(link.touched().unwrap(), "young: touched");
+        assert!(link.held_index(ids[0]).is_none());
+        assert!(link.held_index(ids[1]).is_some());
+        assert_eq!(link.io_counts().writes - before, 1, "one touch written");
     }
 }

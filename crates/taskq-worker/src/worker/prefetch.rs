@@ -181,6 +181,10 @@ pub(super) struct Pipe<L> {
     turn_empty: bool,
     /// A reply came since the loop last looked.
     progress: bool,
+    /// The job the lane's handler runs now: a delivery of it again (its
+    /// lease ran out while it ran, and the server gave it back to this
+    /// link) is not held to run a second time.
+    pub(super) running: Option<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -208,6 +212,7 @@ impl<L: Link> Pipe<L> {
             dry: false,
             turn_empty: false,
             progress: false,
+            running: None,
         }
     }
 
@@ -297,6 +302,19 @@ impl<L: Link> Pipe<L> {
                             sh.took_job(&sh.lanes[self.lane]);
                             self.progress = true;
                             self.dry = false;
+                            if self.running == Some(id) {
+                                // Its lease ran out while its handler runs,
+                                // and it came back to this link: one job, run
+                                // once, settled on the newer lease.
+                                Counters::add(&sh.counters.lost_lease_on_release);
+                                sh.give_ticket();
+                                tracing::warn!(
+                                    job = id,
+                                    server,
+                                    "job delivered again while it runs"
+                                );
+                                continue;
+                            }
                             if let Some(h) = self.held.iter_mut().find(|h| h.id == id) {
                                 // Its lease ran out while it waited, and the
                                 // server handed it to this link again: one job,
@@ -511,6 +529,8 @@ impl<L: Link> Pipe<L> {
             };
             match job_info(link, sh, id, server, None) {
                 Ok(JobInfo { pri, .. }) => {
+                    // Given back unstarted: not an attempt of the job's.
+                    crate::worker::settle::note_tempfail(sh, self.server, id);
                     let settle = Settle::Release { pri, delay: 0 };
                     if let Err(e) = self.queue(Req::Settle(id, settle), Owed::Settle { id, settle })
                     {
@@ -772,6 +792,32 @@ mod tests {
         assert_eq!(link.writes, 1);
         let c = sh.counters.snapshot();
         assert_eq!(c.released, 1);
+        assert_eq!(tickets(&sh), 9);
+        // Given back unstarted: when it comes again, its release is not
+        // counted as a failed attempt.
+        assert_eq!(crate::worker::settle::attempt(&sh, 0, 1, 1), 1);
+    }
+
+    #[test]
+    fn a_job_delivered_again_while_its_handler_runs_is_not_held_to_run_twice() {
+        let sh = shared();
+        let mut p = pipe(&sh, 1, vec![Say::Job(5)]);
+        p.absorb(&sh).unwrap();
+        // Job 5 starts: its lease then runs out while it runs, and a refill
+        // brings it to this link again.
+        p.held.pop_front();
+        p.running = Some(5);
+        assert!(sh.take_ticket());
+        p.owed.push_back(Owed::Ask {
+            sent: Instant::now(),
+        });
+        p.asks += 1;
+        p.link.as_mut().unwrap().script = vec![Say::Job(5)].into();
+        p.absorb(&sh).unwrap();
+        assert!(p.held.is_empty(), "not held a second time");
+        let c = sh.counters.snapshot();
+        assert_eq!((c.reserved, c.lost_lease_on_release), (2, 1));
+        // The running job keeps its ticket; the second delivery's came back.
         assert_eq!(tickets(&sh), 9);
     }
 

@@ -177,7 +177,10 @@ pub(crate) fn attempt(sh: &Shared, server: usize, id: u64, releases: u64) -> u64
     releases.saturating_sub(temp) + 1
 }
 
-fn note_tempfail(sh: &Shared, server: usize, id: u64) {
+/// Notes that this process released job `id` of server `server` for a
+/// reason that is not a failed attempt (a retry asked for, a job given back
+/// unstarted): `attempt` does not count that release.
+pub(crate) fn note_tempfail(sh: &Shared, server: usize, id: u64) {
     let mut map = sh.tempfails.lock().unwrap_or_else(|e| e.into_inner());
     // Bounded: a job forgotten here at worst counts a retry as an attempt.
     if map.len() >= 100_000 {

@@ -116,7 +116,9 @@ impl Turn<'_> {
             let outcome = match self.work(&mut link, id) {
                 ControlFlow::Continue(o) => o,
                 ControlFlow::Break(after) => {
-                    lock(pipe).forget(self.sh);
+                    let mut p = lock(pipe);
+                    p.running = None;
+                    p.forget(self.sh);
                     return after;
                 }
             };
@@ -239,6 +241,7 @@ impl Turn<'_> {
                 let old = std::mem::replace(self.headers, h.headers);
                 p.headers.give(old);
                 self.too_big = h.too_big;
+                p.running = Some(h.id);
                 ls.state.store(HOLDING, Ordering::SeqCst);
                 return ControlFlow::Continue(h.id);
             }
@@ -278,8 +281,9 @@ impl Turn<'_> {
                 return ControlFlow::Break(failed(sh, self.server, None, &e));
             }
             let r = self.reserve(link);
-            if let ControlFlow::Continue(_) = r {
+            if let ControlFlow::Continue(id) = r {
                 p.dry = false;
+                p.running = Some(id);
             }
             return r;
         }
@@ -295,6 +299,7 @@ impl Turn<'_> {
     ) -> ControlFlow<After> {
         let (sh, ls, server) = (self.sh, self.ls, self.server);
         let mut p = lock(pipe);
+        p.running = None;
         let settle = decide(
             sh,
             &mut Caught { pipe: &mut p, sh },
@@ -306,11 +311,14 @@ impl Turn<'_> {
         let now = Instant::now();
         let touched = p.queue_leases(sh, now);
         if let Err(after) = touched {
-            if settle.is_ok() {
-                // Its settle was never sent: the server takes it back.
-                Counters::add(&sh.counters.lease_dropped);
-                sh.give_ticket();
+            // Its settle was never sent: the server takes it back (or had
+            // it back already: its lease was lost). Its ticket comes back
+            // either way.
+            match settle {
+                Err(JobError::LeaseLost) => Counters::add(&sh.counters.lost_lease_on_release),
+                _ => Counters::add(&sh.counters.lease_dropped),
             }
+            sh.give_ticket();
             ls.state.store(IDLE, Ordering::SeqCst);
             return ControlFlow::Break(after);
         }
