@@ -35,16 +35,38 @@ impl Table {
         self
     }
 
-    /// Adds a row.
+    /// Adds a row. A control character in a cell is shown escaped
+    /// (`\u{1b}`): a cell may hold what anyone could publish (a tube name,
+    /// a subject), and a terminal must not take it as a command.
     pub fn row<I, C>(&mut self, cells: I) -> &mut Table
     where
         I: IntoIterator<Item = C>,
         C: fmt::Display,
     {
-        self.rows
-            .push(cells.into_iter().map(|c| c.to_string()).collect());
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|c| printable(&c.to_string()))
+                .collect(),
+        );
         self
     }
+}
+
+/// `s` with its control characters escaped.
+fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl fmt::Display for Table {
@@ -105,5 +127,17 @@ mod tests {
             kv.to_string(),
             "current-jobs-ready  12\nrusage-utime        0.004000\n"
         );
+    }
+
+    #[test]
+    fn a_control_character_in_a_cell_is_shown_escaped_never_sent_to_the_terminal() {
+        let mut t = Table::new();
+        t.row(["q\u{1b}]0;owned\u{7}\r\nx", "1"]);
+        let shown = t.to_string();
+        assert!(
+            !shown.chars().any(|c| c.is_control() && c != '\n'),
+            "{shown:?}"
+        );
+        assert_eq!(shown, "q\\u{1b}]0;owned\\u{7}\\r\\nx  1\n");
     }
 }
