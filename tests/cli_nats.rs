@@ -13,7 +13,7 @@ use std::time::Duration;
 use cli_common::{ids, ok, pull_one, taskq};
 use serde_json::Value;
 use taskq_connect::nats::{ConsumerSpec, MsgSelect, NatsConfig, NatsConnection, StoredMsg};
-use taskq_proto::nats::{AckKind, HeaderBlock};
+use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError};
 use taskq_testkit::{NatsCluster, ServerVersion};
 use taskq_worker::{Config, Job, Outcome, Snapshot, Worker};
 
@@ -152,6 +152,24 @@ fn stats_and_tubes_show_the_stream_and_each_consumer_as_the_cluster_records_them
     waiter
         .ensure_consumer("TASKQ", "taskq-c", &consumer_spec("c"))
         .unwrap();
+    // A pull sent before the consumer's interest reached the waiter's node
+    // is answered "no responders" and never waits: first a no-wait pull
+    // must come back "no messages" through the same path, so that the
+    // waiting pull reaches the consumer by construction, not by timing.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        waiter.pull_no_wait("TASKQ", "taskq-c", 1).unwrap();
+        match waiter.next_delivery() {
+            Ok(Delivery::NoMessages) => break,
+            Err(NatsError::NoResponders) => {}
+            other => panic!("a no-wait pull of an empty tube: {other:?}"),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no path to the consumer"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     waiter
         .pull("TASKQ", "taskq-c", 1, Duration::from_secs(40), None)
         .unwrap();
