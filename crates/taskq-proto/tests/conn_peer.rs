@@ -27,6 +27,26 @@ fn cfg(io: Duration) -> ConnectionConfig {
 }
 
 const IO: Duration = Duration::from_millis(500);
+
+/// A put of `body` (priority 1, TTR 5).
+fn put_of(body: &[u8]) -> Command<'_> {
+    Command::Put {
+        pri: 1,
+        delay: 0,
+        ttr: 5,
+        body,
+    }
+}
+
+/// A connection to `addr` that puts bodies of up to `len` bytes, at I/O
+/// timeout `io`.
+fn big_puts(addr: std::net::SocketAddr, len: usize, io: Duration) -> Connection {
+    let limits = Limits {
+        max_job_size: len,
+        ..Limits::default()
+    };
+    Connection::connect(addr, ConnectionConfig { limits, ..cfg(io) }).unwrap()
+}
 const GRACE: Duration = Duration::from_millis(500);
 
 fn assert_broken_for_good(c: &mut Connection) {
@@ -221,10 +241,12 @@ fn pipelined_replies_are_read_in_order_from_one_write() {
         for _ in 0..3 {
             read_line(&mut s);
         }
-        // All three replies in one segment, then a fourth split over two.
-        s.write_all(b"USING a\r\nWATCHING 2\r\nRESERVED 9 3\r\nabc\r\nDELE")
+        // All three replies in one segment, then a fourth split over two
+        // (once its request came: a server answers only what it is asked).
+        s.write_all(b"USING a\r\nWATCHING 2\r\nRESERVED 9 3\r\nabc\r\n")
             .unwrap();
         read_line(&mut s);
+        s.write_all(b"DELE").unwrap();
         thread::sleep(Duration::from_millis(20));
         s.write_all(b"TED\r\n").unwrap();
         drain(&mut s);
@@ -305,12 +327,15 @@ fn receive_buffer_grows_to_the_limit_and_no_further() {
 fn partial_writes_continue_where_they_stopped() {
     // 16 MiB is more than loopback buffers hold while the peer is not reading,
     // so the first send returns short when its timeout expires and the loop
-    // must send the rest, byte-exact.
+    // must send the rest, byte-exact. The rest must go within the I/O
+    // timeout of that short send (the write's own deadline): the peer reads
+    // 200 ms after it, and a second of timeout leaves the copy room on a
+    // busy machine.
     const LEN: usize = 16 << 20;
     let body: Vec<u8> = (0..LEN).map(|i| (i % 253) as u8).collect();
     let expect_len = format!("put 1 0 5 {LEN}\r\n").len() + LEN + 2;
     let (addr, peer) = peer(move |mut s| {
-        thread::sleep(Duration::from_millis(600));
+        thread::sleep(Duration::from_millis(1200));
         let mut got = vec![0u8; expect_len];
         s.read_exact(&mut got).unwrap();
         // Answer first: checking 16 MiB takes a debug build longer than the
@@ -325,18 +350,7 @@ fn partial_writes_continue_where_they_stopped() {
         assert_eq!(&got[line_len + LEN..], b"\r\n");
         drain(&mut s);
     });
-    let limits = Limits {
-        max_job_size: LEN,
-        ..Limits::default()
-    };
-    let mut c = Connection::connect(
-        addr,
-        ConnectionConfig {
-            limits,
-            ..cfg(Duration::from_millis(400))
-        },
-    )
-    .unwrap();
+    let mut c = big_puts(addr, LEN, Duration::from_millis(1000));
     let put = Command::Put {
         pri: 1,
         delay: 0,
@@ -366,26 +380,8 @@ fn a_peer_that_stops_reading_mid_request_is_outcome_unknown() {
         thread::sleep(Duration::from_millis(1500));
         drain(&mut s);
     });
-    let limits = Limits {
-        max_job_size: LEN,
-        ..Limits::default()
-    };
-    let mut c = Connection::connect(
-        addr,
-        ConnectionConfig {
-            limits,
-            ..cfg(Duration::from_millis(200))
-        },
-    )
-    .unwrap();
-    let e = c
-        .send(&Command::Put {
-            pri: 1,
-            delay: 0,
-            ttr: 5,
-            body: &body,
-        })
-        .unwrap_err();
+    let mut c = big_puts(addr, LEN, Duration::from_millis(200));
+    let e = c.send(&put_of(&body)).unwrap_err();
     assert!(
         matches!(e, ConnectionError::Io(_)),
         "part was sent, so not NotSent: {e:?}"
@@ -452,4 +448,37 @@ fn connect_failure_is_not_sent() {
         matches!(e, ConnectionError::NotSent(_)) && e.not_sent(),
         "{e:?}"
     );
+}
+
+/// A peer that takes a few bytes just before each send would time out
+/// keeps every send short of its timeout: only a deadline on the write as a
+/// whole ends it, within the I/O timeout of the first short send (plus the
+/// send in progress then).
+#[test]
+fn a_peer_that_reads_a_trickle_cannot_stretch_a_write_past_its_deadline() {
+    const LEN: usize = 16 << 20;
+    let body = vec![7u8; LEN];
+    let (addr, peer) = peer(|mut s| {
+        let mut b = vec![0u8; 256 << 10];
+        let until = Instant::now() + Duration::from_secs(20);
+        // Up to 256 KiB every 300 ms, until the client gives up (or 20 s
+        // pass): each read wakes the client's send, which then returns
+        // short at its 400 ms timeout, never failing on its own.
+        while Instant::now() < until {
+            thread::sleep(Duration::from_millis(300));
+            match s.read(&mut b) {
+                Ok(n) if n > 0 => {}
+                _ => return,
+            }
+        }
+    });
+    let mut c = big_puts(addr, LEN, Duration::from_millis(400));
+    let t = Instant::now();
+    let e = c.send(&put_of(&body)).unwrap_err();
+    // The first send's timeout, the deadline after it, and one more send.
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(e.outcome_unknown(), "{e:?}");
+    assert_broken_for_good(&mut c);
+    drop(c);
+    peer.join().unwrap();
 }

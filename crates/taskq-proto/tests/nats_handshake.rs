@@ -185,3 +185,44 @@ fn the_handshake_owns_its_deadline_and_a_done_one_has_none() {
     assert_eq!(hs.step(&mut s).unwrap(), HandshakeStep::Done);
     hs.handle_timeout(t0 + 10 * WAIT).unwrap();
 }
+
+/// What comes in the clear before the TLS handshake is anyone's on the
+/// path. Bytes after `INFO` (a forged `PONG` that would end the handshake
+/// early, a job that would be run as if it came over TLS) are refused; the
+/// cluster addresses that `INFO` named are not trusted, only the peer's own.
+#[test]
+fn before_tls_bytes_after_info_are_refused_and_its_addresses_not_trusted() {
+    let required = info(",\"tls_required\":true,\"connect_urls\":[\"evil.example.com:4222\"]");
+    let forged = format!("{required}PONG\r\nMSG taskq.T 1 $JS.ACK.TASKQ.w.1.1.1.0.0 4\r\nevil\r\n");
+    let mut hs = Handshake::new(Instant::now(), WAIT, false, false, PEER);
+    let mut s = session();
+    feed(&mut s, forged.as_bytes());
+    match hs.step(&mut s) {
+        Err(NatsError::Tls(e)) => {
+            assert_eq!(e.failure, TlsFailure::Other);
+            assert!(e.to_string().contains("in the clear"), "{e}");
+        }
+        other => panic!("bytes after INFO before TLS: {other:?}"),
+    }
+
+    let mut hs = Handshake::new(Instant::now(), WAIT, false, false, PEER);
+    let mut s = session();
+    assert_eq!(
+        step_through(&mut hs, &mut s, required.as_bytes(), 0),
+        "StartTls"
+    );
+    assert_eq!(
+        s.servers(),
+        [PEER],
+        "the clear INFO's addresses are not kept"
+    );
+}
+
+/// A huge wait (`Duration::MAX`, "wait forever") is no panic: the deadline
+/// stands far off.
+#[test]
+fn a_handshake_with_no_deadline_to_speak_of_does_not_overflow() {
+    let t0 = Instant::now();
+    let hs = Handshake::new(t0, Duration::MAX, false, false, PEER);
+    assert!(hs.poll_timeout() > t0 + Duration::from_secs(365 * 24 * 3600));
+}

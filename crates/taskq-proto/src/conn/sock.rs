@@ -109,10 +109,7 @@ impl SockIo {
         loop {
             if !*first_read {
                 let now = Instant::now();
-                // Checked: a caller may configure a huge I/O timeout to mean "wait forever".
-                let deadline = started
-                    .checked_add(wait)
-                    .unwrap_or_else(|| far_future(started));
+                let deadline = crate::session::deadline_after(started, wait);
                 if now + DEADLINE_SLACK >= deadline {
                     return Err(ConnectionError::Timeout {
                         waited: now - started,
@@ -155,13 +152,13 @@ impl SockIo {
         self.counts.writes += 1;
         match r {
             Ok(n) if n == bytes.len() => Ok(()),
-            first => send_rest(&self.sock, &mut self.counts, bytes, first),
+            first => send_rest(&self.sock, &mut self.counts, self.io_timeout, bytes, first),
         }
     }
 
     /// Writes every byte of `bufs`, one (vectored) send call per attempt.
     pub fn write_all(&mut self, bufs: &mut [IoSlice<'_>]) -> Result<(), ConnectionError> {
-        write_rest(&self.sock, &mut self.counts, bufs, 0)
+        write_rest(&self.sock, &mut self.counts, self.io_timeout, bufs, 0)
     }
 }
 
@@ -189,28 +186,49 @@ pub(crate) fn took(r: io::Result<usize>) -> Result<Option<usize>, ConnectionErro
 fn send_rest(
     sock: &Socket,
     counts: &mut IoCounts,
+    io_timeout: Duration,
     bytes: &[u8],
     first: io::Result<usize>,
 ) -> Result<(), ConnectionError> {
     match first {
-        Ok(n) if n > 0 => write_rest(sock, counts, &mut [IoSlice::new(&bytes[n..])], n),
+        Ok(n) if n > 0 => write_rest(
+            sock,
+            counts,
+            io_timeout,
+            &mut [IoSlice::new(&bytes[n..])],
+            n,
+        ),
         Ok(_) => Err(ConnectionError::NotSent(write_zero())),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-            write_rest(sock, counts, &mut [IoSlice::new(bytes)], 0)
+            write_rest(sock, counts, io_timeout, &mut [IoSlice::new(bytes)], 0)
         }
         Err(e) => Err(ConnectionError::NotSent(e)),
     }
 }
 
 /// Writes every byte of a request of which `sent` bytes already left; a
-/// partial write continues where it stopped.
+/// partial write continues where it stopped. The socket's send timeout
+/// bounds each send; `io_timeout`, from the first partial send on, bounds
+/// the rest as a whole, so a peer that takes a few bytes just before each
+/// send would time out cannot stretch the write (the clock is read only
+/// once a send was partial: a whole write costs none).
 fn write_rest(
     sock: &Socket,
     counts: &mut IoCounts,
+    io_timeout: Duration,
     mut bufs: &mut [IoSlice<'_>],
     mut sent: usize,
 ) -> Result<(), ConnectionError> {
+    // From the first partial send on.
+    let mut partial: Option<Instant> = None;
     while !bufs.is_empty() {
+        if partial.is_some_and(|t| t.elapsed() > io_timeout) {
+            // Part was sent (a partial send started the clock): unknown.
+            return Err(ConnectionError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the write took longer than the I/O timeout",
+            )));
+        }
         let r = if bufs.len() == 1 {
             sock.send_with_flags(&bufs[0], SEND_FLAGS)
         } else {
@@ -222,6 +240,9 @@ fn write_rest(
             Ok(n) => {
                 sent += n;
                 IoSlice::advance_slices(&mut bufs, n);
+                if partial.is_none() && !bufs.is_empty() {
+                    partial = Some(Instant::now());
+                }
                 continue;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -243,10 +264,4 @@ fn write_zero() -> io::Error {
 /// Socket timeouts of zero mean "forever"; never let a short wait become that.
 pub(crate) fn positive(d: Duration) -> Duration {
     d.max(Duration::from_millis(1))
-}
-
-/// A deadline so far away that it stands for "no deadline".
-fn far_future(from: Instant) -> Instant {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    from.checked_add(CENTURY).unwrap_or(from)
 }

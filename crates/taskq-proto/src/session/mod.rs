@@ -59,6 +59,16 @@ pub fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
+/// `from + wait`, or a century on when that overflows: a caller may
+/// configure a huge wait (`Duration::MAX`) to mean "wait forever", and an
+/// `Instant` cannot hold it.
+pub(crate) fn deadline_after(from: Instant, wait: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    from.checked_add(wait)
+        .or_else(|| from.checked_add(CENTURY))
+        .unwrap_or(from)
+}
+
 /// Bytes of the inline send buffer: a put whose line and body fit is encoded
 /// whole there; a larger one is sent as its line and its body.
 pub const INLINE_REQUEST: usize = 1024;
@@ -602,6 +612,13 @@ impl Session {
             self.owed.pop_front();
         }
         self.waiting_since = None;
+        if self.owed.is_empty() && self.skip == 0 && !self.rx.is_empty() {
+            // Bytes past the last reply owed: a server answers only what it
+            // is asked, so the stream is out of step (a duplicating proxy,
+            // a broken server), and the next request's reply would be read
+            // from them. This reply stands; the next request reconnects.
+            self.mark_broken();
+        }
         // Consumed bytes stay in place until the next read.
         attach(f.reply, f.span, self.rx.from(base))
     }
@@ -916,5 +933,35 @@ mod tests {
         assert_eq!(s.poll_reply().unwrap(), None);
         feed(&mut s, b"ED 43\r\n");
         assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 43 }));
+    }
+
+    #[test]
+    fn bytes_past_the_last_reply_owed_break_the_session_never_answer_the_next_request() {
+        // A duplicating proxy or a broken server: two replies to one put.
+        let mut s = Session::new(Limits::default());
+        s.encode(&Command::Put {
+            pri: 0,
+            delay: 0,
+            ttr: 1,
+            body: b"a",
+        })
+        .unwrap();
+        let room = s.put_read_room();
+        let twice = b"INSERTED 1\r\nINSERTED 2\r\n";
+        room[..twice.len()].copy_from_slice(twice);
+        assert_eq!(s.take_inserted(twice.len()), None, "not one exact reply");
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 1 }));
+        assert!(s.is_broken(), "the second reply is nobody's");
+        // In a pipeline, bytes left while replies are still owed are theirs.
+        let mut s = Session::new(Limits::default());
+        s.queue(&Command::Watch { tube: "a" }).unwrap();
+        s.queue(&Command::ReserveWithTimeout { timeout: 0 })
+            .unwrap();
+        s.queue_sent();
+        feed(&mut s, b"WATCHING 2\r\nTIMED_OUT\r\n");
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Watching { count: 2 }));
+        assert!(!s.is_broken());
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::TimedOut));
+        assert!(!s.is_broken());
     }
 }

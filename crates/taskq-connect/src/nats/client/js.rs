@@ -411,16 +411,19 @@ impl<L: ApiLink> JetStream<'_, L> {
         let mut out = BTreeMap::new();
         // The server answers at most a page of subjects a request (100,000
         // on nats-server): the rest are asked for by offset, until the
-        // total is reached or a page brings nothing new.
-        loop {
+        // total is reached or a page brings nothing new, and never more
+        // than MAX_PAGES pages, whatever total a server claims.
+        const MAX_PAGES: usize = 1000;
+        for _ in 0..MAX_PAGES {
             let body = json!({ "subjects_filter": filter, "offset": out.len() });
             let raw: Raw = patiently!(self, async { self.api(&subject, &body).await })?;
             let before = out.len();
             out.extend(raw.state.subjects.unwrap_or_default());
             if out.len() == before || out.len() as u64 >= raw.total {
-                return Ok(out);
+                break;
             }
         }
+        Ok(out)
     }
 
     /// Makes sure the work-queue stream of `spec` exists: looks it up first,

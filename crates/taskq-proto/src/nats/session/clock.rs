@@ -49,7 +49,8 @@ impl PullOwed {
     /// When the server ends this pull by its expiry (for `no_wait`, at
     /// once), once it was sent.
     fn expiry(&self) -> Option<Instant> {
-        self.since.map(|s| s + self.expires)
+        self.since
+            .map(|s| crate::session::deadline_after(s, self.expires))
     }
 }
 

@@ -214,7 +214,7 @@ impl Handshake {
             tls_on: false,
             tls_pending: false,
             nonce: String::new(),
-            deadline: now + wait,
+            deadline: crate::session::deadline_after(now, wait),
             wait,
             peer: peer.to_owned(),
         }
@@ -274,6 +274,22 @@ impl Handshake {
                             detail: format!("{} offers no TLS", self.peer),
                         }));
                     }
+                    // What came in the clear is anyone's on the path: a
+                    // server sends nothing after INFO until the TLS
+                    // handshake, so bytes there (a forged PONG, a job) are
+                    // refused, and the addresses that INFO named are not
+                    // trusted as the cluster's.
+                    if s.buffered() != 0 {
+                        return Err(NatsError::Tls(TlsError {
+                            failure: TlsFailure::Other,
+                            detail: format!(
+                                "{} sent {} bytes in the clear after INFO, before the TLS handshake",
+                                self.peer,
+                                s.buffered()
+                            ),
+                        }));
+                    }
+                    s.forget_learned_servers();
                     self.tls_pending = true;
                     return Ok(HandshakeStep::StartTls);
                 }

@@ -254,6 +254,14 @@ impl NatsSession {
         &self.servers
     }
 
+    /// Forgets the cluster's addresses an `INFO` read in the clear named
+    /// (anyone on the path could have written them): only the peer's own
+    /// stays, until an `INFO` comes over TLS.
+    pub(super) fn forget_learned_servers(&mut self) {
+        self.servers.clear();
+        self.servers.push(self.peer.clone());
+    }
+
     /// True once the stream is out of step; the connection must be replaced.
     #[inline]
     pub fn is_broken(&self) -> bool {
