@@ -15,8 +15,20 @@ use crate::job::Job;
 pub const EX_TEMPFAIL: i32 = 75;
 
 /// Bodies up to this size are written to the command's standard input
-/// directly: they fit in a pipe's buffer, so the write cannot block.
-const DIRECT_WRITE: usize = 16 * 1024;
+/// directly: they fit in a pipe's buffer (a page at the least, on a system
+/// short of pipe pages), so the write cannot block.
+const DIRECT_WRITE: usize = 4096;
+
+/// The worker's own credentials, from the `nats` CLI's environment: never
+/// passed on to a job's command, which may run what a body tells it to.
+const SECRET_ENV: [&str; 6] = [
+    "NATS_USER",
+    "NATS_PASSWORD",
+    "NATS_TOKEN",
+    "NATS_NKEY",
+    "NATS_CREDS",
+    "NATS_KEY",
+];
 
 /// When the TTR of a running job is first looked up; most commands end sooner.
 const FIRST_LOOK: Duration = Duration::from_millis(200);
@@ -24,7 +36,9 @@ const FIRST_LOOK: Duration = Duration::from_millis(200);
 /// A handler that runs `program args...` for each job, with the body on its
 /// standard input and `TASKQ_JOB_ID`, `TASKQ_ADDR`, `TASKQ_TUBE` and
 /// `TASKQ_ATTEMPT` (1 on the first run, counted as `--max-attempts` counts) in
-/// its environment.
+/// its environment, and without the worker's own NATS credentials
+/// (`NATS_USER`, `NATS_PASSWORD`, `NATS_TOKEN`, `NATS_NKEY`, `NATS_CREDS`,
+/// `NATS_KEY`).
 ///
 /// Exit status 0 deletes the job; 75 releases it without counting an attempt;
 /// anything else (or death by a signal, or the job timeout) is a failed
@@ -51,6 +65,9 @@ impl CommandHandler {
 
     fn spawn(&self, job: &mut Job<'_>) -> std::io::Result<Child> {
         let mut cmd = std::process::Command::new(&self.program);
+        for k in SECRET_ENV {
+            cmd.env_remove(k);
+        }
         cmd.args(&self.args)
             .env("TASKQ_JOB_ID", job.id().to_string())
             .env("TASKQ_ADDR", job.server());
@@ -80,25 +97,34 @@ impl Handler for CommandHandler {
         let mut child = match self.spawn(job) {
             Ok(c) => c,
             Err(e) => {
+                // Not the job's failure (the program replaced mid-deploy,
+                // out of processes or descriptors): it goes back with the
+                // backoff and no attempt counted, never buried unrun.
                 tracing::error!(job = job.id().get(), error = %e, "cannot run the command");
-                return failed(Failure::Lost);
+                return Outcome::TempFail;
             }
         };
-        let stdin = child.stdin.take();
-        let body = job.body();
-        let status = std::thread::scope(|s| {
-            if let Some(mut stdin) = stdin {
-                if body.len() <= DIRECT_WRITE {
-                    // A command that exits without reading gives EPIPE: not our failure.
-                    let _ = stdin.write_all(body);
-                } else {
-                    s.spawn(move || {
-                        let _ = stdin.write_all(body);
+        if let Some(mut stdin) = child.stdin.take() {
+            let body = job.body();
+            if body.len() <= DIRECT_WRITE {
+                // A command that exits without reading gives EPIPE: not our failure.
+                let _ = stdin.write_all(body);
+            } else {
+                // On a thread of its own, not waited for: a command that
+                // left a child holding its standard input unread must not
+                // hold this job's end (the thread ends when that pipe does).
+                let body = body.to_vec();
+                let spawned = std::thread::Builder::new()
+                    .name("taskq-job-stdin".into())
+                    .spawn(move || {
+                        let _ = stdin.write_all(&body);
                     });
+                if let Err(e) = spawned {
+                    tracing::error!(job = job.id().get(), error = %e, "cannot feed the command");
                 }
             }
-            self.supervise(&mut child, job)
-        });
+        }
+        let status = self.supervise(&mut child, job);
         match status {
             Ended::Exit(0) => Outcome::Done,
             Ended::Exit(EX_TEMPFAIL) => Outcome::TempFail,
@@ -203,15 +229,15 @@ impl CommandHandler {
     }
 }
 
-/// Kills the command's whole process group, then reaps the command.
+/// Kills the command's whole process group (its own: the command leads it,
+/// and is not reaped yet), then reaps the command.
 fn kill_group(child: &mut Child) {
-    let pgid = child.id();
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let group = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    let killed = group.is_some_and(|g| {
+        rustix::process::kill_process_group(g, rustix::process::Signal::KILL).is_ok()
+    });
     if !killed {
         let _ = child.kill();
     }

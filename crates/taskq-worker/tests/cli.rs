@@ -142,8 +142,14 @@ fn long_job_is_touched_and_never_held_twice() {
 
 #[test]
 fn job_timeout_kills_the_whole_group_and_counts_a_failure() {
+    job_timeout_kills_the_group(&TempDir::new("jobtimeout"), &[]);
+}
+
+/// Runs a job whose command leaves a grandchild and outlasts the job
+/// timeout, with `env` for the worker: the job is a failure (buried, with
+/// one attempt) and the whole group is killed, the grandchild too.
+fn job_timeout_kills_the_group(dir: &TempDir, env: &[(&str, &str)]) {
     let server = Beanstalkd::start().unwrap();
-    let dir = TempDir::new("jobtimeout");
     let ids = put_all(server.addr(), "default", 60, &[b"hang".to_vec()]);
     // The grandchild would outlive a kill of the shell alone.
     let script = format!(
@@ -151,19 +157,17 @@ fn job_timeout_kills_the_whole_group_and_counts_a_failure() {
         d = dir.0.display()
     );
     let addr = server.addr().to_string();
-    let mut w = WorkerProc::start(
-        &[
-            "--addr",
-            &addr,
-            "--job-timeout",
-            "0.5",
-            "--max-attempts",
-            "1",
-            "--exit-when-idle",
-            "1",
-        ],
-        &script,
-    );
+    let args = [
+        "--addr",
+        &addr,
+        "--job-timeout",
+        "0.5",
+        "--max-attempts",
+        "1",
+        "--exit-when-idle",
+        "1",
+    ];
+    let mut w = WorkerProc::start_program(&args, &["sh", "-c", &script], env);
     let t = Instant::now();
     assert!(w.wait(Duration::from_secs(10)).success());
     assert!(t.elapsed() < Duration::from_secs(5));
@@ -360,4 +364,109 @@ fn proc_cpu_ticks(pid: u32) -> u64 {
     let rest = &stat[stat.rfind(')').unwrap() + 2..];
     let f: Vec<&str> = rest.split(' ').collect();
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// The worker's own NATS credentials, given in its environment as the
+/// `nats` CLI reads them, are not passed on to a job's command (which may
+/// run what a body tells it to); the job's own variables are.
+#[test]
+fn a_jobs_command_is_not_given_the_workers_nats_credentials() {
+    let server = Beanstalkd::start().unwrap();
+    let dir = TempDir::new("env");
+    put_all(server.addr(), "default", 60, &[b"x".to_vec()]);
+    let addr = server.addr().to_string();
+    let script = format!("env > {}/env", dir.0.display());
+    let secrets = [
+        ("NATS_USER", "user-SECRET-1"),
+        ("NATS_PASSWORD", "pw-SECRET-2"),
+        ("NATS_TOKEN", "tok-SECRET-3"),
+        ("NATS_NKEY", "/keys/SECRET-4.nk"),
+        ("NATS_CREDS", "/keys/SECRET-5.creds"),
+        ("NATS_KEY", "/keys/SECRET-6.pem"),
+    ];
+    let mut w = WorkerProc::start_program(
+        &["--addr", &addr, "--max-jobs", "1"],
+        &["sh", "-c", &script],
+        &secrets,
+    );
+    assert!(w.wait(Duration::from_secs(20)).success());
+    let env = std::fs::read_to_string(dir.0.join("env")).unwrap();
+    assert!(!env.contains("SECRET"), "{env}");
+    assert!(env.contains("TASKQ_JOB_ID="), "{env}");
+}
+
+/// A command that exits at once, leaving a child that holds its standard
+/// input and never reads it, with a body larger than a pipe holds: the job
+/// ends with the command (deleted, touched by no one after), and the worker
+/// goes on to exit, whatever the child does.
+#[test]
+fn a_child_left_holding_the_commands_stdin_does_not_hold_the_worker() {
+    let server = Beanstalkd::start_with(&["-z", "300000"]).unwrap();
+    let dir = TempDir::new("stdin");
+    let ids = put_all(server.addr(), "default", 60, &[vec![b'x'; 200_000]]);
+    let gc = dir.0.join("gc");
+    let script = format!(
+        "exec 3<&0; sleep 30 0<&3 3<&- & echo $! > {}; exit 0",
+        gc.display()
+    );
+    let addr = server.addr().to_string();
+    let mut w = WorkerProc::start(&["--addr", &addr, "--max-jobs", "1"], &script);
+    let ended = w.wait(Duration::from_secs(10));
+    if let Some(pid) = lines(&gc).first() {
+        let _ = Command::new("kill").args(["-KILL", pid]).status();
+    }
+    assert!(ended.success());
+    assert!(job_state(server.addr(), ids[0]).is_none(), "deleted");
+    assert_eq!(get(&w.counters(), "deleted"), 1);
+}
+
+/// A command that cannot be started (here it lost its execute bit after the
+/// worker started) is no failed attempt of the job's: the job goes back with
+/// the backoff, never buried unrun, even with `--max-attempts 1`.
+#[test]
+fn a_command_that_cannot_start_gives_the_job_back_never_buries_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = Beanstalkd::start().unwrap();
+    let dir = TempDir::new("nostart");
+    let prog = dir.0.join("job.sh");
+    std::fs::write(&prog, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let addr = server.addr().to_string();
+    let prog_s = prog.display().to_string();
+    let mut w =
+        WorkerProc::start_program(&["--addr", &addr, "--max-attempts", "1"], &[&prog_s], &[]);
+    // Started (the program was checked then); now it cannot run.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let ids = put_all(server.addr(), "default", 60, &[b"x".to_vec()]);
+    // Released (not buried) by the server's own count.
+    assert!(wait_until(Duration::from_secs(10), || job_state(
+        server.addr(),
+        ids[0]
+    )
+    .is_some_and(|(_, _, _, releases)| releases >= 1)));
+    w.signal("TERM");
+    assert!(w.wait(Duration::from_secs(10)).success());
+    let (state, ..) = job_state(server.addr(), ids[0]).expect("still there");
+    assert!(state == "ready" || state == "delayed", "{state}");
+    assert_eq!(get(&w.counters(), "buried"), 0);
+}
+
+/// The job timeout kills the command's whole group with no `kill` program
+/// to run: `PATH` here holds only `sh` and `sleep`.
+#[test]
+fn job_timeout_kills_the_whole_group_without_a_kill_program() {
+    let dir = TempDir::new("nokill");
+    let bin = dir.0.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for p in ["sh", "sleep"] {
+        let found = ["/bin", "/usr/bin"]
+            .iter()
+            .map(|d| std::path::Path::new(d).join(p))
+            .find(|f| f.exists())
+            .unwrap();
+        std::os::unix::fs::symlink(found, bin.join(p)).unwrap();
+    }
+    let path = bin.display().to_string();
+    job_timeout_kills_the_group(&dir, &[("PATH", &path)]);
 }

@@ -140,6 +140,30 @@ impl WorkerProc {
         }
     }
 
+    /// Starts `taskq-worker ARGS -- PROGRAM...` with `env` set (`PATH`
+    /// among them, if given).
+    pub fn start_program(args: &[&str], program: &[&str], env: &[(&str, &str)]) -> WorkerProc {
+        let dir = TempDir::new("proc");
+        let stats = dir.0.join("stats.json");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskq-worker"));
+        cmd.args(args)
+            .arg("--stats-json")
+            .arg(&stats)
+            .arg("--")
+            .args(program)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        WorkerProc {
+            child: cmd.spawn().expect("start taskq-worker"),
+            stats,
+            _dir: dir,
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
