@@ -797,10 +797,16 @@ impl JsMachine {
             self.out.push_back(Out::Back { ack, delay });
             return JsStep::Nothing;
         }
-        let again = self.slots.iter_mut().find_map(|s| match s {
-            Slot::Running(h) if h.seq == seq => Some(h),
-            _ => None,
-        });
+        // Only a delivery after the first can be of a job a slot holds: a
+        // first delivery costs no walk of the window.
+        let again = (delivered > 1)
+            .then(|| {
+                self.slots.iter_mut().find_map(|s| match s {
+                    Slot::Running(h) if h.seq == seq => Some(h),
+                    _ => None,
+                })
+            })
+            .flatten();
         if let Some(h) = again {
             // Its lease ran out while its handler ran, and the server gave
             // it to this worker again: one job, run once, its settle on
