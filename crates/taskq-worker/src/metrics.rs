@@ -95,16 +95,18 @@ impl MetricsServer {
                                 clients.fetch_sub(1, Ordering::SeqCst);
                                 continue;
                             }
-                            let (render, clients) = (render.clone(), clients.clone());
+                            let (render, done) = (render.clone(), clients.clone());
                             let spawned = std::thread::Builder::new()
                                 .name("taskq-metrics-client".into())
                                 .spawn(move || {
                                     if let Err(e) = answer(s, &*render) {
                                         tracing::debug!(error = %e, "metrics request failed");
                                     }
-                                    clients.fetch_sub(1, Ordering::SeqCst);
+                                    done.fetch_sub(1, Ordering::SeqCst);
                                 });
                             if let Err(e) = spawned {
+                                // Its place is free again: no thread holds it.
+                                clients.fetch_sub(1, Ordering::SeqCst);
                                 tracing::debug!(error = %e, "metrics: no thread for a client");
                             }
                         }
