@@ -172,7 +172,10 @@ impl Builder {
 
     /// JetStream: how long a put whose PubAck did not come is re-sent, with
     /// the same message id, on fresh connections (default 30 s). The stream
-    /// stores it once; past this time the put fails as unknown.
+    /// stores it once; past this time the put fails as unknown. A stream
+    /// whose duplicate window is shorter (the server's default is 2
+    /// minutes) cuts this to nine tenths of the window, with a warning,
+    /// since a copy sent after the window would be stored again.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -279,6 +282,7 @@ impl Builder {
             seeds,
             self.keep_stream_config,
             self.api_patience.unwrap_or(defaults::API_PATIENCE),
+            self.resolve_for.unwrap_or(DEFAULT_RESOLVE_FOR),
         ))
     }
 

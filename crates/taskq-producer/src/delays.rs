@@ -36,7 +36,8 @@ pub(crate) enum Delays {
     Server,
 }
 
-/// Makes sure the stream of `spec` exists, and decides who holds delays.
+/// Makes sure the stream of `spec` exists, decides who holds delays, and
+/// says the stream's duplicate window.
 /// A server that holds message schedules (2.12+) creates a missing stream
 /// with them; an existing stream without them is updated to allow them
 /// unless `keep_config`, or unless the server refuses the update (an API
@@ -49,10 +50,11 @@ pub(crate) async fn stream_and_delays<L: ApiLink>(
     js: &mut JetStream<'_, L>,
     spec: &StreamSpec,
     keep_config: bool,
-) -> Result<Delays, NatsError> {
+) -> Result<(Delays, Duration), NatsError> {
     let mut info: StreamInfo = js.ensure_stream_with_schedules(spec).await?;
+    let window = info.duplicate_window;
     if !holds_schedules(js.0.server_version()) {
-        return Ok(Delays::Client);
+        return Ok((Delays::Client, window));
     }
     if !info.allow_msg_schedules && !keep_config {
         match js.allow_msg_schedules(&spec.name).await {
@@ -63,11 +65,12 @@ pub(crate) async fn stream_and_delays<L: ApiLink>(
             Err(e) => return Err(e),
         }
     }
-    Ok(if info.allow_msg_schedules {
+    let delays = if info.allow_msg_schedules {
         Delays::Server
     } else {
         Delays::Client
-    })
+    };
+    Ok((delays, window))
 }
 
 /// Where one tube's puts go on one connection.

@@ -57,6 +57,25 @@ pub(crate) struct NatsSetup {
     /// How long the stream's lookup and creation retry while the cluster
     /// has no leader: [`Builder::api_patience`](crate::Builder::api_patience).
     pub(crate) api_patience: Duration,
+    /// [`Builder::resolve_for`](crate::Builder::resolve_for) as asked.
+    resolve_for: Duration,
+    /// The stream's duplicate window, as the last connection found it.
+    duplicate_window: Option<Duration>,
+}
+
+/// How long an unknown put may be re-sent with its message id: the time
+/// asked, cut to nine tenths of the stream's duplicate window when that is
+/// shorter. The stream stores a copy sent again once only while it still
+/// remembers the id, for the window from the first copy's store, which
+/// comes after the put's first send; a re-send is begun no later than nine
+/// tenths of the window after that send, so that its way to the server and
+/// the server's sweep of old ids, at whatever moment it runs, still find
+/// the id. A window of zero (not said) cuts nothing.
+pub(crate) fn resolve_within(asked: Duration, window: Option<Duration>) -> Duration {
+    match window {
+        Some(w) if !w.is_zero() => asked.min(w / 10 * 9),
+        _ => asked,
+    }
 }
 
 /// Queues `chunk`'s puts on JetStream, job `i` with the message id of
@@ -88,6 +107,7 @@ impl NatsSetup {
         seeds: Vec<String>,
         keep_stream_config: bool,
         api_patience: Duration,
+        resolve_for: Duration,
     ) -> NatsSetup {
         NatsSetup {
             layout,
@@ -98,7 +118,33 @@ impl NatsSetup {
             seeds,
             keep_stream_config,
             api_patience,
+            resolve_for,
+            duplicate_window: None,
         }
+    }
+
+    /// How long an unknown put is re-sent with its id ([`resolve_within`]
+    /// the stream's duplicate window as last found).
+    pub(crate) fn resolve_for(&self) -> Duration {
+        resolve_within(self.resolve_for, self.duplicate_window)
+    }
+
+    /// The stream found on a connection remembers ids for `window`: says
+    /// once when that cuts short the time asked to resolve unknown puts.
+    fn found_window(&mut self, window: Duration) {
+        let cut = resolve_within(self.resolve_for, Some(window));
+        if cut < self.resolve_for && self.duplicate_window != Some(window) {
+            tracing::warn!(
+                stream = self.layout.stream(),
+                duplicate_window_ms = window.as_millis() as u64,
+                resolve_for_ms = self.resolve_for.as_millis() as u64,
+                resolving_for_ms = cut.as_millis() as u64,
+                "the stream's duplicate window is shorter than resolve_for: a put whose \
+                 outcome is unknown is re-sent only within the window, so that it is \
+                 never stored twice"
+            );
+        }
+        self.duplicate_window = Some(window);
     }
 }
 
@@ -317,8 +363,9 @@ pub(crate) fn connect_stream(
         NatsConnection::connect(&nodes, cfg).map_err(|e| setup_failed("connecting", e))?;
     let spec = setup.opened(conn.servers());
     let keep = setup.keep_stream_config;
-    let delays = run_blocking(stream_and_delays(&mut JetStream(&mut conn), &spec, keep))
+    let (delays, window) = run_blocking(stream_and_delays(&mut JetStream(&mut conn), &spec, keep))
         .map_err(|e| setup_failed("looking up the stream", e))?;
+    setup.found_window(window);
     Ok((conn, delays))
 }
 
@@ -337,9 +384,10 @@ pub(crate) async fn connect_stream_async(
         .map_err(|e| setup_failed("connecting", e))?;
     let spec = setup.opened(conn.servers());
     let keep = setup.keep_stream_config;
-    let delays = stream_and_delays(&mut conn.js(), &spec, keep)
+    let (delays, window) = stream_and_delays(&mut conn.js(), &spec, keep)
         .await
         .map_err(|e| setup_failed("looking up the stream", e))?;
+    setup.found_window(window);
     Ok((conn, delays))
 }
 
@@ -484,6 +532,37 @@ mod tests {
         // A clone (a reconnect's link) continues the same counter.
         let c = a.clone();
         assert_eq!(c.take(1), k + 3);
+    }
+
+    #[test]
+    fn unknown_puts_are_re_sent_only_within_nine_tenths_of_the_duplicate_window() {
+        let s = Duration::from_secs;
+        // The default 30 s inside the default 2-minute window: untouched.
+        assert_eq!(resolve_within(s(30), Some(s(120))), s(30));
+        // A short window cuts it, with a tenth kept for the way there.
+        assert_eq!(resolve_within(s(30), Some(s(10))), s(9));
+        assert_eq!(
+            resolve_within(s(30), Some(Duration::from_millis(1000))),
+            Duration::from_millis(900)
+        );
+        // Not known yet, or not said: as asked.
+        assert_eq!(resolve_within(s(30), None), s(30));
+        assert_eq!(resolve_within(s(30), Some(Duration::ZERO)), s(30));
+        // The setup keeps the time asked and the window it last found.
+        let mut setup = NatsSetup::new(
+            Layout::default(),
+            None,
+            NatsAccess::default(),
+            Vec::new(),
+            false,
+            s(10),
+            s(30),
+        );
+        assert_eq!(setup.resolve_for(), s(30));
+        setup.found_window(s(2));
+        assert_eq!(setup.resolve_for(), Duration::from_millis(1800));
+        setup.found_window(s(120));
+        assert_eq!(setup.resolve_for(), s(30));
     }
 
     #[test]

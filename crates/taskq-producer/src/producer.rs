@@ -2,7 +2,7 @@
 //! reconnection after a broken connection.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use taskq_proto::{ConnectionConfig, IoCounts};
 
@@ -74,7 +74,6 @@ impl Builder {
             tube,
             conn: None,
             nats,
-            resolve_for: self.resolve_for.unwrap_or(DEFAULT_RESOLVE_FOR),
             #[cfg(feature = "serde")]
             json: Vec::new(),
         })
@@ -98,7 +97,6 @@ pub struct Producer {
     conn: Option<Link>,
     /// JetStream's layout and message ids; `None` on beanstalkd.
     nats: Option<NatsSetup>,
-    resolve_for: Duration,
     /// `put_json`'s buffer, kept.
     #[cfg(feature = "serde")]
     json: Vec<u8>,
@@ -264,8 +262,8 @@ impl Producer {
     /// The rule a put of this producer goes again by: at-least-once
     /// retries on beanstalkd, resolution within `resolve_for` on JetStream.
     fn rule(&self) -> Rule {
-        match self.nats {
-            Some(_) => Rule::Resolve(self.resolve_for),
+        match &self.nats {
+            Some(n) => Rule::Resolve(n.resolve_for()),
             None => Rule::Retries(self.retries),
         }
     }
@@ -377,10 +375,7 @@ impl Producer {
     ) -> Result<BatchReport, BatchError> {
         // JetStream: the re-sends are the engine's own (within
         // `resolve_for`), not only at-least-once mode's.
-        let until = self
-            .nats
-            .is_some()
-            .then(|| Instant::now() + self.resolve_for);
+        let until = self.nats.as_ref().map(|n| Instant::now() + n.resolve_for());
         let retry = BatchRetry::new(self.retries, until);
         let (mut batch, out) = Batch::start(bodies, out, self.cfg.limits.max_job_size, retry)?;
         // JetStream: the batch's message ids, fixed before the first send so
@@ -505,7 +500,11 @@ impl Producer {
     /// The backoff is cut short at the end of `resolve_for`, where the last
     /// attempt is made, so the attempts span the whole of it.
     fn open_first(&mut self) -> Result<(), Error> {
-        let until = Instant::now() + self.resolve_for;
+        let until = Instant::now()
+            + self
+                .nats
+                .as_ref()
+                .map_or(DEFAULT_RESOLVE_FOR, NatsSetup::resolve_for);
         loop {
             let wait = self.reconnects.wait_left().unwrap_or_default();
             std::thread::sleep(wait.min(until.saturating_duration_since(Instant::now())));

@@ -244,11 +244,77 @@ fn a_put_sent_once_stays_unknown_when_no_re_send_reaches_the_stream() {
     );
 }
 
+#[test]
+fn a_stream_with_a_short_duplicate_window_cuts_resolution_short_so_a_put_is_stored_once() {
+    let c = NatsCluster::start(1).unwrap();
+    // The stream is made by a producer, and then someone gives it a 1 s
+    // duplicate window, shorter than the 20 s asked below.
+    Producer::connect(c.url()).unwrap();
+    let mut a = admin(&c);
+    let reply = update_stream(&mut a, "duplicate_window", 1_000_000_000u64.into());
+    assert!(reply.get("error").is_none(), "{reply}");
+    assert_eq!(stream(&c).duplicate_window, Duration::from_secs(1));
+    let proxy = ChaosProxy::start(c.addr(0)).unwrap();
+    let mut p = Producer::builder()
+        .tube("short")
+        .io_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(200))
+        .resolve_for(Duration::from_secs(20))
+        .connect(format!("nats://{}", proxy.addr()))
+        .unwrap();
+    p.put(b"one", PutOptions::default()).unwrap();
+    // The next put reaches the stream, but no reply comes back, on this
+    // connection or on any new one, for 2.5 s: past the window, a copy
+    // sent again would be stored a second time.
+    proxy.add(Toxic::Silence, Direction::Downstream, 1.0);
+    let started = Instant::now();
+    let (e, took) = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(2500));
+            proxy.clear();
+        });
+        let e = p.put(b"two", PutOptions::default()).unwrap_err();
+        (e, started.elapsed())
+    });
+    assert!(e.outcome_unknown() && e.maybe_queued(), "{e}");
+    assert!(
+        took < Duration::from_millis(2500),
+        "gave up within the window, not after 20 s: {took:?}"
+    );
+    // The stream has each body once: the put was not re-sent past the
+    // window, once replies came again.
+    p.put(b"three", PutOptions::default()).unwrap();
+    let got = bodies(&c);
+    for b in [&b"one"[..], b"two", b"three"] {
+        assert_eq!(
+            got.get(b),
+            Some(&1),
+            "{:?}: {got:?}",
+            String::from_utf8_lossy(b)
+        );
+    }
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
+}
+
+/// Asks the server to set one `key` of the stream's configuration to
+/// `value`, the rest as it is; the server's reply.
+fn update_stream(a: &mut NatsConnection, key: &str, value: serde_json::Value) -> serde_json::Value {
+    let mut cfg = stream_config(a);
+    cfg[key] = value;
+    let reply = a
+        .request(
+            "$JS.API.STREAM.UPDATE.TASKQ",
+            cfg.to_string().as_bytes(),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    serde_json::from_slice(&reply).unwrap()
 }
 
 /// The stream's configuration as the server gives it.
@@ -573,16 +639,7 @@ fn server_facts_the_schedule_layout_relies_on() {
         r => panic!("{r:?}"),
     }
     // Schedules cannot be turned off again.
-    let mut cfg = stream_config(&mut a);
-    cfg["allow_msg_schedules"] = false.into();
-    let reply = a
-        .request(
-            "$JS.API.STREAM.UPDATE.TASKQ",
-            cfg.to_string().as_bytes(),
-            Duration::from_secs(2),
-        )
-        .unwrap();
-    let reply: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+    let reply = update_stream(&mut a, "allow_msg_schedules", false.into());
     assert_eq!(reply["error"]["err_code"], 10052, "{reply}");
     assert!(a.stream_info("TASKQ").unwrap().allow_msg_schedules);
 }

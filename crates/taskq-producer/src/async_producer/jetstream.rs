@@ -32,7 +32,6 @@ pub(crate) struct AsyncJetStream {
     setup: NatsSetup,
     reconnects: Reconnects,
     retries: u32,
-    resolve_for: Duration,
     /// The tube in use; `None` is `default`.
     tube: Option<String>,
     /// Who holds delayed jobs on the last connection opened.
@@ -66,7 +65,6 @@ impl AsyncJetStream {
             setup,
             reconnects: Reconnects::new(b.backoff),
             retries: b.retries,
-            resolve_for: b.resolve_for.unwrap_or(crate::DEFAULT_RESOLVE_FOR),
             tube,
             delays: Delays::Client,
             route,
@@ -153,7 +151,7 @@ impl AsyncJetStream {
         opts: PutOptions,
         failed: Error,
     ) -> Result<JobId, Error> {
-        let mut attempts = Attempts::new(Rule::Resolve(self.resolve_for));
+        let mut attempts = Attempts::new(Rule::Resolve(self.setup.resolve_for()));
         let mut r = Err(failed);
         while let Some(again) = attempts.again(&r, Instant::now()) {
             if let Some(pause) = again.pause() {
@@ -178,7 +176,16 @@ impl AsyncJetStream {
     /// message ids make a chunk sent again stored once), and in
     /// at-least-once mode up to its retries.
     pub(crate) fn batch_retry(&self) -> BatchRetry {
-        BatchRetry::new(self.retries, Some(Instant::now() + self.resolve_for))
+        BatchRetry::new(
+            self.retries,
+            Some(Instant::now() + self.setup.resolve_for()),
+        )
+    }
+
+    /// How long an unknown put is re-sent with its id: `resolve_for`,
+    /// within the stream's duplicate window.
+    pub(crate) fn resolve_for(&self) -> Duration {
+        self.setup.resolve_for()
     }
 
     /// The message-id counters of a batch of `n` jobs, taken before its

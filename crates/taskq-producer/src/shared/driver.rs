@@ -91,6 +91,15 @@ impl Link {
         }
     }
 
+    /// JetStream: how long an unknown put is re-sent with its id
+    /// (`resolve_for`, within the stream's duplicate window).
+    pub(crate) fn resolve_for(&self) -> Option<std::time::Duration> {
+        match self {
+            Link::Beanstalkd { .. } => None,
+            Link::JetStream { engine, .. } => Some(engine.resolve_for()),
+        }
+    }
+
     pub(crate) fn is_jetstream(&self) -> bool {
         matches!(self, Link::JetStream { .. })
     }

@@ -178,14 +178,12 @@ impl Builder {
             .unwrap_or(DEFAULT_MAX_QUEUED_BYTES)
             .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         let max_job_size = self.cfg.limits.max_job_size;
-        let resolve_for = self.resolve_for.unwrap_or(crate::DEFAULT_RESOLVE_FOR);
         let retries = self.retries;
         let link = driver::Link::connect(self, addr).await?;
         let jetstream = link.is_jetstream();
-        let rule = if jetstream {
-            Rule::Resolve(resolve_for)
-        } else {
-            Rule::Retries(retries)
+        let rule = match link.resolve_for() {
+            Some(within) => Rule::Resolve(within),
+            None => Rule::Retries(retries),
         };
         let inner = Arc::new(Inner {
             pipe: Mutex::new(Pipeline::new(max_puts, rule)),

@@ -65,6 +65,10 @@ pub struct StreamInfo {
     pub leader: Option<String>,
     /// It allows message schedules (`allow_msg_schedules`, nats-server 2.12+).
     pub allow_msg_schedules: bool,
+    /// How long it remembers a message id (`Nats-Msg-Id`) to store a copy
+    /// sent again with it once (`duplicate_window`; the server's default is
+    /// 2 minutes). Zero when the server did not say.
+    pub duplicate_window: Duration,
 }
 
 /// A consumer as the server describes it.
@@ -150,6 +154,9 @@ struct RawStreamConfig {
     num_replicas: usize,
     #[serde(default)]
     allow_msg_schedules: bool,
+    /// Nanoseconds.
+    #[serde(default)]
+    duplicate_window: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -241,6 +248,7 @@ impl From<RawStream> for StreamInfo {
             consumer_count: r.state.consumer_count,
             leader: r.cluster.and_then(|c| c.leader),
             allow_msg_schedules: r.config.allow_msg_schedules,
+            duplicate_window: Duration::from_nanos(r.config.duplicate_window),
         }
     }
 }
