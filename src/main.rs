@@ -70,7 +70,11 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let argv = access::lift(std::env::args_os().collect());
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(warning) = taskq_worker::nats_cli::secrets_on_argv(&argv) {
+        eprintln!("taskq: warning: {warning}");
+    }
+    let argv = access::lift(argv);
     let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {

@@ -111,6 +111,16 @@ fn put_and_work(addr: &str, tube: &str, env: &[(&str, &str)], extra: &[&str]) ->
     assert_eq!(w.status.code(), Some(0), "worker: {}", text(&w));
     let stderr = String::from_utf8_lossy(&w.stderr);
     assert!(stderr.contains("\"deleted\":3"), "worker: {stderr}");
+    // A secret in an address on the command line, where `ps` shows it, is
+    // warned of by both commands (unnamed: see the callers' `no_secret`);
+    // one from the environment is not.
+    let on_argv = addr.contains('@');
+    for (name, out) in [("taskq", &put), ("taskq-worker", &w)] {
+        let warned = text(out).contains(&format!(
+            "{name}: warning: a password or token given on the command line"
+        ));
+        assert_eq!(warned, on_argv, "{name} {addr}: {}", text(out));
+    }
     text(&put) + &text(&w)
 }
 

@@ -136,6 +136,34 @@ pub fn context_address(url: &str) -> String {
     }
 }
 
+/// What to warn of when `argv` itself carries a secret: an address with a
+/// password or token in it (`--addr nats://USER:PASS@HOST`, `--addr=...`),
+/// or a flag whose value is one (`--token`, `taskq web`'s). Every user of
+/// the machine reads a running command's arguments (`ps`,
+/// `/proc/PID/cmdline`), and a program cannot take them back. The secret is
+/// never named, only where it was and where to put it instead.
+pub fn secrets_on_argv<S: AsRef<std::ffi::OsStr>>(argv: &[S]) -> Option<&'static str> {
+    let args: Vec<&str> = argv.iter().filter_map(|a| a.as_ref().to_str()).collect();
+    let in_address = |v: &str| {
+        taskq_connect::Address::parse(v).is_ok_and(|a| a.user_info().is_some())
+            || (v.contains('@') && v.contains("://"))
+    };
+    let found = args.iter().enumerate().any(|(i, a)| {
+        let next = || args.get(i + 1).copied().unwrap_or("");
+        match *a {
+            "--addr" => in_address(next()),
+            "--token" => true,
+            _ => a.strip_prefix("--addr=").is_some_and(in_address) || a.starts_with("--token="),
+        }
+    });
+    found.then_some(
+        "a password or token given on the command line can be read by every user of \
+         this machine (ps, /proc/PID/cmdline) while the command runs: give it in the \
+         environment instead ($TASKQ_ADDR, $NATS_USER and $NATS_PASSWORD, $NATS_TOKEN, \
+         $TASKQ_WEB_TOKEN) or in a credentials file (--creds)",
+    )
+}
+
 /// `~/x` as the `nats` CLI writes it, with the home folder put in.
 fn expand_home(p: &str) -> PathBuf {
     match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
@@ -195,6 +223,39 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn a_secret_on_the_command_line_is_warned_of_without_being_named() {
+        let w = |argv: &[&str]| secrets_on_argv(argv);
+        assert!(w(&[
+            "taskq",
+            "put",
+            "--addr",
+            "nats://alice:s3cret@127.0.0.1:4222"
+        ])
+        .is_some());
+        assert!(w(&["taskq", "stats", "--addr=nats://tok3n@127.0.0.1:4222"]).is_some());
+        assert!(w(&["taskq", "web", "--token", "s3cret"]).is_some());
+        assert!(w(&["taskq", "web", "--token=s3cret"]).is_some());
+        // An address that does not parse but carries user info still counts.
+        assert!(w(&["taskq-worker", "--addr", "nats://a:b@[bad"]).is_some());
+        let text = w(&["x", "--addr", "nats://alice:s3cret@h:1"]).unwrap();
+        assert!(
+            !text.contains("s3cret") && !text.contains("alice"),
+            "{text}"
+        );
+        // Nothing secret: no warning.
+        assert!(w(&[
+            "taskq",
+            "put",
+            "--addr",
+            "nats://127.0.0.1:4222",
+            "--tube",
+            "a"
+        ])
+        .is_none());
+        assert!(w(&["taskq", "put", "--addr", "127.0.0.1:11300"]).is_none());
     }
 
     #[test]

@@ -93,7 +93,11 @@ fn seconds(flag: &str, v: Option<f64>) -> Result<Option<Duration>, String> {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(warning) = taskq_worker::nats_cli::secrets_on_argv(&argv) {
+        eprintln!("taskq-worker: warning: {warning}");
+    }
+    let args = match Args::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
