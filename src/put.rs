@@ -37,7 +37,9 @@ Exit status:
   3  some outcomes are unknown (those jobs may be queued)
   4  none is unknown, but some jobs were rejected or not sent
   2  usage error
-  1  error before any job was sent (server unreachable, bad tube name)";
+  1  error before any job was sent (server unreachable, bad tube name)
+An error after some jobs were sent (the ids cannot be written, the input cannot be read) ends the
+command with 3 or 4 as above: the rest of the input is not sent.";
 
 /// Arguments of `taskq put`.
 #[derive(clap::Args, Debug)]
@@ -189,7 +191,7 @@ pub fn run(args: PutArgs) -> ExitCode {
     eprintln!("taskq put: {tally}");
     if let Err(e) = result.and(flushed) {
         eprintln!("taskq: {e}");
-        return ExitCode::FAILURE;
+        return ExitCode::from(tally.status_after_error());
     }
     ExitCode::from(tally.status())
 }
@@ -262,6 +264,19 @@ struct Tally {
 impl Tally {
     fn jobs(&self) -> u64 {
         self.acknowledged + self.rejected.count() + self.unknown.count() + self.not_sent.count()
+    }
+
+    /// The exit status when an error stopped the command (the ids could
+    /// not be written, the input could not be read, the first connection
+    /// failed): 1 only while no job was sent, which a caller may take for
+    /// "try it all again"; once some were, 3 when some outcomes are
+    /// unknown, else 4 (the rest of the input was not sent).
+    fn status_after_error(&self) -> u8 {
+        match self.status() {
+            _ if self.jobs() == 0 => 1,
+            3 => 3,
+            _ => 4,
+        }
     }
 
     /// The exit status: 0 all acknowledged, 3 some unknown, 4 some rejected or not sent.
@@ -426,17 +441,21 @@ impl Sender {
                 eprintln!("taskq put: {}{what}; reconnecting", err.0);
             }
         }
+        // Every job of the batch is counted, whether or not its id can be
+        // written: the tally (and the exit status) says what the server has.
+        let mut written = Ok(());
         for (i, f) in fate.iter().enumerate() {
             let pos = first + i as u64;
             match *f {
                 Fate::Acked(id, ahead) => {
                     self.tally.acknowledged += 1;
-                    match ahead {
-                        None => writeln!(out, "{id}"),
-                        Some(Some(a)) => writeln!(out, "{id} {a}"),
-                        Some(None) => writeln!(out, "{id} ?"),
+                    if written.is_ok() {
+                        written = match ahead {
+                            None => writeln!(out, "{id}"),
+                            Some(Some(a)) => writeln!(out, "{id} {a}"),
+                            Some(None) => writeln!(out, "{id} ?"),
+                        };
                     }
-                    .map_err(|e| format!("writing ids: {e}"))?;
                 }
                 Fate::Rejected => self.tally.rejected.push(pos),
                 Fate::Unsure => self.tally.unknown.push(pos),
@@ -445,9 +464,10 @@ impl Sender {
         }
         // The ids of this batch reach a pipe or file now, not at the end:
         // a reader takes each job as soon as it is acknowledged.
-        if fate.iter().any(|f| matches!(f, Fate::Acked(..))) {
-            out.flush().map_err(|e| format!("writing ids: {e}"))?;
+        if written.is_ok() && fate.iter().any(|f| matches!(f, Fate::Acked(..))) {
+            written = out.flush();
         }
+        written.map_err(|e| format!("writing ids: {e}"))?;
         self.tick();
         Ok(())
     }
@@ -598,5 +618,15 @@ mod tests {
              (unknown: jobs 3, 921-923, 930; not sent: job 7)"
         );
         assert_eq!(t.jobs(), 11);
+    }
+
+    #[test]
+    fn an_error_after_jobs_were_sent_never_exits_as_nothing_sent() {
+        let mut t = Tally::default();
+        assert_eq!(t.status_after_error(), 1, "nothing sent yet");
+        t.acknowledged = 2;
+        assert_eq!(t.status_after_error(), 4, "the rest of the input not sent");
+        t.unknown.push(3);
+        assert_eq!(t.status_after_error(), 3, "some may be queued");
     }
 }

@@ -312,14 +312,27 @@ fn scheme(s: &str) -> Result<Option<(Engine, bool, &str)>, AddressError> {
     let Some((scheme, rest)) = s.split_once("://") else {
         return Ok(None);
     };
+    // What comes before `://` is a scheme only when it is spelled as one (a
+    // letter, then letters, digits, `+`, `-`, `.`): `alice:se://cret@h` is
+    // user info with an unescaped password, not a scheme to name.
+    let spelled = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !spelled {
+        return Ok(None);
+    }
     let (engine, tls) = match scheme.to_ascii_lowercase().as_str() {
         "nats" => (Engine::Nats, false),
         "tls" => (Engine::Nats, true),
         "beanstalk" | "beanstalkd" => (Engine::Beanstalkd, false),
         _ => {
+            // With an `@` after it, the text may be a token or a user's
+            // password (`nats://tok://x@h`): never shown in the error.
+            let shown = if rest.contains('@') { "***" } else { scheme };
             return Err(AddressError::UnknownScheme {
-                scheme: scheme.to_owned(),
-            })
+                scheme: shown.to_owned(),
+            });
         }
     };
     Ok(Some((engine, tls, rest)))
@@ -414,6 +427,27 @@ mod tests {
         ];
         for (s, engine, hosts) in table {
             assert_eq!(ok(s), (*engine, hosts.to_vec()), "{s}");
+        }
+    }
+
+    #[test]
+    fn an_address_error_never_shows_a_part_of_its_user_info() {
+        for (given, secret) in [
+            ("nats://tok3n://x@127.0.0.1:4222", "tok3n"),
+            ("nats://alice:s3://cret@127.0.0.1:4222,b:0", "s3"),
+            ("xyzsecret://a@h:1", "xyzsecret"),
+        ] {
+            let e = Address::parse(given).unwrap_err();
+            let shown = format!("{e} {e:?}");
+            assert!(!shown.contains(secret), "{given}: {shown}");
+        }
+        // A password with an unescaped `://` is user info, not a scheme.
+        let a = Address::parse("nats://alice:se://cret@127.0.0.1:4222").unwrap();
+        match a.user_info() {
+            Some(UserInfo::UserPass { user, pass }) => {
+                assert_eq!((user.as_str(), pass.expose()), ("alice", "se://cret"));
+            }
+            other => panic!("{other:?}"),
         }
     }
 

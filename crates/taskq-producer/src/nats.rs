@@ -72,6 +72,8 @@ pub(crate) struct NatsSetup {
 /// the server's sweep of old ids, at whatever moment it runs, still find
 /// the id. A window of zero (not said) cuts nothing.
 pub(crate) fn resolve_within(asked: Duration, window: Option<Duration>) -> Duration {
+    // Past a century is for ever, and still a time the clock can add.
+    let asked = asked.min(Duration::from_secs(100 * 365 * 24 * 3600));
     match window {
         Some(w) if !w.is_zero() => asked.min(w / 10 * 9),
         _ => asked,
@@ -548,6 +550,9 @@ mod tests {
         // Not known yet, or not said: as asked.
         assert_eq!(resolve_within(s(30), None), s(30));
         assert_eq!(resolve_within(s(30), Some(Duration::ZERO)), s(30));
+        // For ever is a century: a deadline the clock can hold.
+        let ever = resolve_within(Duration::MAX, None);
+        assert!(ever >= s(3_000_000_000) && std::time::Instant::now().checked_add(ever).is_some());
         // The setup keeps the time asked and the window it last found.
         let mut setup = NatsSetup::new(
             Layout::default(),

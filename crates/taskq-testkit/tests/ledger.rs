@@ -234,3 +234,29 @@ fn a_put_whose_reply_was_cut_is_not_acknowledged() {
     assert!(r.lost.is_empty());
     assert_eq!(server.job_count(), 1);
 }
+
+/// A lease that ran out while nothing ran on the server is counted expired,
+/// as beanstalkd's timer counts it, both when the record is read and when
+/// its holder closes afterwards: never as given back by the close.
+#[test]
+fn a_lease_run_out_in_a_quiet_spell_is_counted_expired_not_returned_on_close() {
+    let server = TestServer::start().unwrap();
+    let mut c = connect(&server);
+    let id = put(&mut c, b"a", 1);
+    assert_eq!(reserve(&mut c), id);
+    // No request of anyone's for longer than the 1 s TTR.
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = server.ledger().check();
+    assert_eq!(r.expired, 1, "{r:?}");
+    let holder = server.ledger().job(id).unwrap().holder;
+    assert!(holder.is_none(), "the lease ran out: {holder:?}");
+    drop(c);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.open_connections() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(server.open_connections(), 0);
+    let r = server.ledger().check();
+    let totals = r.totals().unwrap();
+    assert_eq!((totals.expired, totals.returned_on_close), (1, 0), "{r:?}");
+}

@@ -182,9 +182,9 @@ where
 /// closure or in its future, is a failed attempt (counted `panicked`); a
 /// job larger than `limits.max_job_size` is set aside unread (buried on
 /// beanstalkd, `+TERM` on JetStream); every reply has a deadline, and a
-/// silent or broken connection is replaced with the reconnect backoff; a
-/// first stop takes nothing more and lets the running jobs finish, a second
-/// gives them back at once.
+/// silent or broken connection is replaced with the reconnect backoff;
+/// [`Control::shutdown`] takes nothing more and lets the running jobs
+/// finish, and [`Control::abort`] gives them back at once.
 ///
 /// ```no_run
 /// use taskq_worker::{AsyncJob, AsyncWorker, Config, Outcome};

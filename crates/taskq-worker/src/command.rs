@@ -21,13 +21,15 @@ const DIRECT_WRITE: usize = 4096;
 
 /// The worker's own credentials, from the `nats` CLI's environment: never
 /// passed on to a job's command, which may run what a body tells it to.
-const SECRET_ENV: [&str; 6] = [
+/// `NATS_CONTEXT` names a context file that may hold a password or token.
+const SECRET_ENV: [&str; 7] = [
     "NATS_USER",
     "NATS_PASSWORD",
     "NATS_TOKEN",
     "NATS_NKEY",
     "NATS_CREDS",
     "NATS_KEY",
+    "NATS_CONTEXT",
 ];
 
 /// When the TTR of a running job is first looked up; most commands end sooner.
@@ -38,7 +40,7 @@ const FIRST_LOOK: Duration = Duration::from_millis(200);
 /// `TASKQ_ATTEMPT` (1 on the first run, counted as `--max-attempts` counts) in
 /// its environment, and without the worker's own NATS credentials
 /// (`NATS_USER`, `NATS_PASSWORD`, `NATS_TOKEN`, `NATS_NKEY`, `NATS_CREDS`,
-/// `NATS_KEY`).
+/// `NATS_KEY`, `NATS_CONTEXT`).
 ///
 /// Exit status 0 deletes the job; 75 releases it without counting an attempt;
 /// anything else (or death by a signal, or the job timeout) is a failed

@@ -6,12 +6,13 @@
 //! done only when the server confirms it (`DELETED`, or JetStream's ack
 //! confirmation), survives cut, silent and dead
 //! connections by reconnecting with capped, jittered backoff, and stops cleanly:
-//! first it stops taking jobs and lets the running ones finish, and on a second
-//! request it gives them back at once.
+//! [`Control::shutdown`] stops taking jobs and lets the running ones finish,
+//! and [`Control::abort`] (`taskq-worker`'s second signal) gives them back
+//! at once.
 //!
 //! With feature `tokio`, `AsyncWorker` runs async handlers on the
 //! program's tokio runtime instead, with all its jobs in flight on one
-//! connection per server (beanstalkd; see docs/async-worker.md).
+//! connection per server, on both engines (see docs/async-worker.md).
 //!
 //! Each thread holds its own connection to each server. After a job it sends
 //! the job's `delete` and the next `reserve-with-timeout` in one write, so one

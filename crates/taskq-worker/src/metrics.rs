@@ -1,8 +1,9 @@
 //! The counters in the Prometheus (OpenMetrics) text format, over HTTP.
 //!
 //! The format comes from the `prometheus-client` crate; the HTTP side is a tiny
-//! responder, enough for a scraper: every `GET` is answered with the current
-//! counters and the connection closed, each connection on a thread of its
+//! responder, enough for a scraper: a `GET` of `/metrics` (or `/`) is
+//! answered with the current counters, any other path with 404, and the
+//! connection closed, each connection on a thread of its
 //! own with a deadline for its request.
 
 use std::io::{self, Read, Write};

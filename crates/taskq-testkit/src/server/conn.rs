@@ -68,6 +68,10 @@ pub(crate) fn serve(shared: Arc<Shared>, id: u64, stream: TcpStream) {
     }
     {
         let mut st = c.shared.lock();
+        // Leases that ran out while nothing else ran on the server expired
+        // first, as beanstalkd's own timer has them: a job whose TTR passed
+        // counts as a timeout, not as given back by the close.
+        st.tick(Instant::now());
         st.close(id);
     }
     c.shared.cond.notify_all();

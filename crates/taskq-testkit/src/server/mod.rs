@@ -229,7 +229,12 @@ impl Ledger {
     /// Reads the record and reports on it.
     pub fn check(&self) -> LedgerReport {
         let seed = self.shared.fault_seed();
-        let state = self.shared.lock();
+        let mut state = self.shared.lock();
+        // The leases run out by now are counted as expired, as beanstalkd
+        // would have them, before the record is read.
+        if state.tick(Instant::now()) {
+            self.shared.cond.notify_all();
+        }
         state.book.report(seed)
     }
 

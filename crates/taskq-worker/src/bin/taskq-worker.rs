@@ -1,4 +1,5 @@
-//! `taskq-worker`: runs a command for each job of a beanstalkd-protocol queue.
+//! `taskq-worker`: runs a command for each job of a beanstalkd-protocol
+//! queue or a NATS JetStream cluster (a `nats://` or `tls://` address).
 
 use std::ffi::OsString;
 use std::path::Path;

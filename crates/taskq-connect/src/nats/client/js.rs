@@ -315,11 +315,12 @@ fn rfc3339(t: SystemTime) -> Value {
 /// peer offline ([`is_transient`]), until the API patience runs out.
 macro_rules! patiently {
     ($js:expr, $call:expr) => {{
-        let until = Instant::now() + $js.0.api_patience();
+        // No end for a patience past what the clock can hold.
+        let until = Instant::now().checked_add($js.0.api_patience());
         loop {
             let r: Result<_, NatsError> = $call.await;
             match r {
-                Err(e) if is_transient(&e) && Instant::now() < until => {
+                Err(e) if is_transient(&e) && until.is_none_or(|u| Instant::now() < u) => {
                     $js.0.pause(taskq_proto::defaults::API_RETRY_PAUSE).await
                 }
                 r => break r,
