@@ -63,7 +63,9 @@ use crate::fair::{Schedule, Want};
 use crate::handler::Outcome;
 use crate::job::JobError;
 use crate::shared::Shared;
-use crate::worker::account::{count_resolved, failed, tally, UNAVAILABLE_PAUSE};
+use crate::worker::account::{
+    count_resolved, delivered_again_while_running, failed, tally, UNAVAILABLE_PAUSE,
+};
 use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
 
 /// Room kept in each pooled ack subject: `$JS.ACK.`, an optional domain
@@ -815,13 +817,7 @@ impl JsMachine {
             self.acks.copy_into(&mut h.ack, reply);
             h.delivered = delivered;
             h.leased = pulled;
-            sh.give_ticket();
-            Counters::add(&sh.counters.lost_lease_on_release);
-            tracing::warn!(
-                job = seq,
-                server = sh.cfg.servers[self.server].as_str(),
-                "job delivered again while its handler runs: its lease ran out"
-            );
+            delivered_again_while_running(sh, self.name(sh), seq);
             return JsStep::Nothing;
         }
         Counters::add(&sh.counters.reserved);

@@ -131,6 +131,21 @@ pub(crate) fn tally(sh: &Shared, server: &str, id: u64, settle: Settle, settled:
     }
 }
 
+/// A job handed to this worker again while its handler still runs (its
+/// lease ran out, and the server gave it back to the same connection): it
+/// is not run again, and its settle goes on the newer delivery. The
+/// reserve's ticket goes back, and the lease lost is counted and said. One
+/// rule for both workers.
+pub(crate) fn delivered_again_while_running(sh: &Shared, server: &str, job: u64) {
+    sh.give_ticket();
+    Counters::add(&sh.counters.lost_lease_on_release);
+    tracing::warn!(
+        job,
+        server,
+        "job delivered again while its handler runs: its lease ran out"
+    );
+}
+
 /// A request failed: count a timeout or an undecodable reply, log, and give up the link.
 pub(crate) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) -> After {
     if e.is_timeout() {

@@ -36,7 +36,9 @@ use std::time::{Duration, Instant};
 
 use taskq_proto::{earliest, ConnectionError};
 
-use super::account::{count_settled, failed, unexpected, After, UNAVAILABLE_PAUSE};
+use super::account::{
+    count_settled, delivered_again_while_running, failed, unexpected, After, UNAVAILABLE_PAUSE,
+};
 use super::settle::Settled;
 use crate::counters::Counters;
 use crate::engine::{Fault, Link, Pool, Req, Settle, Taken, Took, BODY_ROOM};
@@ -306,13 +308,7 @@ impl<L: Link> Pipe<L> {
                                 // Its lease ran out while its handler runs,
                                 // and it came back to this link: one job, run
                                 // once, settled on the newer lease.
-                                Counters::add(&sh.counters.lost_lease_on_release);
-                                sh.give_ticket();
-                                tracing::warn!(
-                                    job = id,
-                                    server,
-                                    "job delivered again while it runs"
-                                );
+                                delivered_again_while_running(sh, server, id);
                                 continue;
                             }
                             if let Some(h) = self.held.iter_mut().find(|h| h.id == id) {
