@@ -47,6 +47,10 @@ pub struct TlsSettings {
     pub cert_file: Option<PathBuf>,
     /// PEM file of the client certificate's private key.
     pub key_file: Option<PathBuf>,
+    /// The nodes this client found speaking TLS, held to it from then on
+    /// (a later `INFO` that asks for no TLS is refused, not believed): see
+    /// [`TlsPins`](crate::nats::TlsPins). Shared by the settings' clones.
+    pub seen: crate::nats::TlsPins,
 }
 
 impl TlsSettings {

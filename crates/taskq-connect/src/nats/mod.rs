@@ -8,6 +8,7 @@ pub mod access;
 #[cfg(feature = "jetstream")]
 pub mod api;
 pub(crate) mod client;
+pub mod pin;
 
 pub use access::{NatsAccess, TlsSettings};
 #[cfg(feature = "jetstream")]
@@ -17,3 +18,4 @@ pub use client::tls::TlsStep;
 #[cfg(feature = "jetstream")]
 pub use client::{ConsumerInfo, ConsumerSpec, MsgSelect, StoredMsg, StreamInfo, StreamSpec};
 pub use client::{NatsConfig, NatsConnection, Parts, TlsSession};
+pub use pin::TlsPins;

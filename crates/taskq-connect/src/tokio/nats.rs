@@ -110,7 +110,7 @@ impl AsyncNatsConn {
             started.into_std(),
             cfg.io_timeout,
             tls.first,
-            tls.wanted(),
+            tls.wanted() || tls.seen.wants_tls(&peer),
             &peer,
         );
         if let Err(e) = c.handshake(&mut hs, started, host, cfg).await {
@@ -123,6 +123,9 @@ impl AsyncNatsConn {
             } else {
                 e
             });
+        }
+        if c.is_tls() {
+            cfg.access.tls.seen.spoke_tls(&peer, c.servers());
         }
         Ok(c)
     }

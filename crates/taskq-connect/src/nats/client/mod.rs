@@ -248,6 +248,13 @@ impl NatsConnection {
                 e => e,
             }
         })?;
+        if c.is_tls() {
+            c.cfg
+                .access
+                .tls
+                .seen
+                .spoke_tls(&addr.to_string(), c.servers());
+        }
         Ok(c)
     }
 
@@ -255,12 +262,13 @@ impl NatsConnection {
         let started = Instant::now();
         let wait = self.cfg.io_timeout;
         let tls = &self.cfg.access.tls;
+        let peer = self.peer.to_string();
         let mut hs = Handshake::new(
             started,
             wait,
             tls.first,
-            tls.wanted(),
-            &self.peer.to_string(),
+            tls.wanted() || tls.seen.wants_tls(&peer),
+            &peer,
         );
         let mut first = true;
         loop {
