@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::put_all;
@@ -50,15 +52,32 @@ fn allocations_for(jetstream: bool, n: usize) -> u64 {
         io_timeout: Duration::from_secs(2),
         ..Config::default()
     };
-    let worker = AsyncWorker::new(cfg, |job: AsyncJob| async move {
-        assert_eq!(job.body()[0], b'j');
-        tokio::task::yield_now().await;
-        Outcome::Done
+    // A panic in the handler would be a failed attempt, not a failed test:
+    // the bodies that are not `j`s are counted, and checked after the run.
+    let wrong_bodies = Arc::new(AtomicU64::new(0));
+    let wrong2 = wrong_bodies.clone();
+    let worker = AsyncWorker::new(cfg, move |job: AsyncJob| {
+        let wrong = wrong2.clone();
+        async move {
+            if job.body().first() != Some(&b'j') {
+                wrong.fetch_add(1, Ordering::Relaxed);
+            }
+            tokio::task::yield_now().await;
+            Outcome::Done
+        }
     })
     .unwrap();
+    let limit = Duration::from_secs(120);
     let before = alloc::total();
-    let counts = rt.block_on(worker.run());
+    let counts = rt
+        .block_on(async { tokio::time::timeout(limit, worker.run()).await })
+        .unwrap_or_else(|_| panic!("the worker did not finish within {limit:?}"));
     let used = alloc::total() - before;
+    assert_eq!(
+        wrong_bodies.load(Ordering::Relaxed),
+        0,
+        "bodies not of `j`s"
+    );
     assert_eq!(counts.deleted, n as u64, "{counts}");
     used
 }

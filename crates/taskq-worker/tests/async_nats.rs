@@ -165,19 +165,6 @@ fn run_until_drained(
     counts
 }
 
-/// Runs `f` on `rt` to its end, which must come within `limit`.
-fn run_within<T>(
-    rt: &tokio::runtime::Runtime,
-    f: impl std::future::Future<Output = T>,
-    limit: Duration,
-) -> T {
-    rt.block_on(async {
-        tokio::time::timeout(limit, f)
-            .await
-            .expect("the worker ends in time")
-    })
-}
-
 /// Each job's runs, by id (its stream sequence).
 type Runs = Arc<Mutex<HashMap<u64, u32>>>;
 
@@ -502,22 +489,6 @@ fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resum
 const CHILD: &str = "TASKQ_ASYNC_NATS_CHILD";
 /// The ack wait the child's worker makes the consumer with.
 const KILL_ACK_WAIT: Duration = Duration::from_secs(2);
-
-/// A child process, killed (SIGKILL) and reaped on drop.
-struct KillOnDrop(std::process::Child);
-
-impl KillOnDrop {
-    fn kill_9(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        self.kill_9();
-    }
-}
 
 #[test]
 fn kill_9_mid_run_the_jobs_come_back_after_the_ack_wait_and_a_second_worker_does_them() {
@@ -1021,14 +992,8 @@ fn a_panic_in_the_closure_or_its_future_is_a_failed_attempt_and_poison_jobs_are_
         async move {
             let Some(i) = i else {
                 // Waits (20 s at most) until every slot holds one of the last jobs.
-                ar.fetch_add(1, Ordering::SeqCst);
-                let until = Instant::now() + Duration::from_secs(20);
-                while ar.load(Ordering::SeqCst) < concurrency && Instant::now() < until {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                m.lock()
-                    .unwrap()
-                    .push(ar.load(Ordering::SeqCst) >= concurrency);
+                let all = rendezvous(&ar, concurrency, Duration::from_secs(20)).await;
+                m.lock().unwrap().push(all);
                 return Outcome::Done;
             };
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -1061,25 +1026,15 @@ fn a_panic_in_the_closure_or_its_future_is_a_failed_attempt_and_poison_jobs_are_
     if settled {
         put_all(&c, tube, &last);
     }
-    let finished = settled
-        && wait_until(Duration::from_secs(30), || {
-            control.counters().deleted == 1980 + concurrency as u64
-        });
-    control.shutdown();
-    let counts = run_within(&rt, async { h.await.unwrap() }, Duration::from_secs(30));
-    eprintln!("{counts}");
-    assert!(settled, "not settled within 60 s: {counts}");
-    assert!(finished, "the last jobs not done: {counts}");
-    assert_eq!(panics_before_last, 60, "each poison job three times");
-    assert_eq!(
-        *met.lock().unwrap(),
-        vec![true; concurrency],
-        "full concurrency after the last panic"
+    let counts = end_panic_run(
+        (&rt, h),
+        &control,
+        settled,
+        [panics_before_last, panics.load(Ordering::SeqCst)],
+        &met,
+        &done_good,
+        concurrency,
     );
-    assert_eq!(counts.deleted, 1980 + concurrency as u64);
-    assert_eq!(done_good.load(Ordering::SeqCst), 1980);
-    assert_eq!(counts.panicked, 60, "each poison job three times: {counts}");
-    assert_eq!(panics.load(Ordering::SeqCst), 60);
     assert_eq!((counts.released, counts.buried), (40, 20), "{counts}");
     // The stream's record: the poison jobs' copies on the buried subject,
     // byte-exact, nothing else; each poison job delivered three times.

@@ -20,7 +20,7 @@ fn bad_flag_and_missing_command_give_one_line_and_fail() {
         vec!["--", "/no/such/program"],
         vec!["--", "no-such-program-taskq"],
     ] {
-        let out = Command::new(BIN).args(&args).output().unwrap();
+        let out = output_bounded(Command::new(BIN).args(&args), Duration::from_secs(10));
         assert!(!out.status.success(), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
@@ -29,10 +29,10 @@ fn bad_flag_and_missing_command_give_one_line_and_fail() {
             "{args:?}: {err}"
         );
     }
-    let out = Command::new(BIN)
-        .args(["--", "/no/such/program"])
-        .output()
-        .unwrap();
+    let out = output_bounded(
+        Command::new(BIN).args(["--", "/no/such/program"]),
+        Duration::from_secs(10),
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).lines().count(),
         1,
@@ -153,7 +153,7 @@ fn job_timeout_kills_the_group(dir: &TempDir, env: &[(&str, &str)]) {
     let ids = put_all(server.addr(), "default", 60, &[b"hang".to_vec()]);
     // The grandchild would outlive a kill of the shell alone.
     let script = format!(
-        "sleep 30 & echo $! > {d}/grandchild; wait",
+        "echo $$ > {d}/pgid; sleep 30 & echo $! > {d}/grandchild; wait",
         d = dir.0.display()
     );
     let addr = server.addr().to_string();
@@ -168,6 +168,7 @@ fn job_timeout_kills_the_group(dir: &TempDir, env: &[(&str, &str)]) {
         "1",
     ];
     let mut w = WorkerProc::start_program(&args, &["sh", "-c", &script], env);
+    w.kill_groups_on_drop(dir.0.join("pgid"));
     let t = Instant::now();
     assert!(w.wait(Duration::from_secs(10)).success());
     assert!(t.elapsed() < Duration::from_secs(5));
@@ -256,7 +257,13 @@ fn second_signal_releases_the_running_job_at_once() {
     let server = Beanstalkd::start().unwrap();
     let ids = put_all(server.addr(), "default", 60, &[b"long".to_vec()]);
     let addr = server.addr().to_string();
-    let mut w = WorkerProc::start(&["--addr", &addr], "sleep 30");
+    let dir = TempDir::new("second");
+    let pgid = dir.0.join("pgid");
+    let mut w = WorkerProc::start(
+        &["--addr", &addr],
+        &format!("echo $$ > {}; sleep 30", pgid.display()),
+    );
+    w.kill_groups_on_drop(&pgid);
     assert!(wait_until(Duration::from_secs(5), || {
         job_state(server.addr(), ids[0]).is_some_and(|s| s.0 == "reserved")
     }));
@@ -285,6 +292,7 @@ cat > {d}/done"#,
         d = dir.0.display()
     );
     let mut a = WorkerProc::start(&["--addr", &addr], &script);
+    a.kill_groups_on_drop(dir.0.join("first"));
     assert!(wait_until(Duration::from_secs(5), || dir
         .0
         .join("first")
@@ -341,21 +349,23 @@ fn idle_ten_seconds_few_requests_near_zero_cpu() {
 fn addr_defaults_to_taskq_addr() {
     let server = Beanstalkd::start().unwrap();
     let dir = TempDir::new("env");
-    put_all(server.addr(), "default", 60, &[b"e".to_vec()]);
-    let out = Command::new(BIN)
-        .env("TASKQ_ADDR", server.addr().to_string())
-        .args(["--max-jobs", "1", "--", "sh", "-c"])
-        .arg(format!("echo $TASKQ_ADDR > {}/addr", dir.0.display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let ids = put_all(server.addr(), "default", 60, &[b"e".to_vec()]);
+    let addr = server.addr().to_string();
+    let script = format!("echo $TASKQ_ADDR > {}/addr", dir.0.display());
+    // No --addr: the worker must find the server in $TASKQ_ADDR.
+    let mut w = WorkerProc::start_program(
+        &["--max-jobs", "1"],
+        &["sh", "-c", &script],
+        &[("TASKQ_ADDR", &addr)],
     );
-    assert_eq!(lines(&dir.0.join("addr")), [server.addr().to_string()]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let st = w.wait(Duration::from_secs(20));
+    let err = w.stderr();
+    assert!(st.success(), "{st}: {err}");
+    assert_eq!(lines(&dir.0.join("addr")), [addr]);
     assert!(err.contains("done 1"), "{err}");
+    // Done on that server: the job is gone from it.
+    assert!(job_state(server.addr(), ids[0]).is_none(), "not deleted");
+    assert_eq!(get(&w.counters(), "deleted"), 1);
 }
 
 /// utime + stime of a process, in clock ticks.
@@ -376,6 +386,10 @@ fn a_jobs_command_is_not_given_the_workers_nats_credentials() {
     put_all(server.addr(), "default", 60, &[b"x".to_vec()]);
     let addr = server.addr().to_string();
     let script = format!("env > {}/env", dir.0.display());
+    let contexts = dir.0.join("config/nats/context");
+    std::fs::create_dir_all(&contexts).unwrap();
+    std::fs::write(contexts.join("ctx-SECRET-7.json"), "{}").unwrap();
+    let config = dir.0.join("config").display().to_string();
     let secrets = [
         ("NATS_USER", "user-SECRET-1"),
         ("NATS_PASSWORD", "pw-SECRET-2"),
@@ -383,6 +397,9 @@ fn a_jobs_command_is_not_given_the_workers_nats_credentials() {
         ("NATS_NKEY", "/keys/SECRET-4.nk"),
         ("NATS_CREDS", "/keys/SECRET-5.creds"),
         ("NATS_KEY", "/keys/SECRET-6.pem"),
+        // A context (here one with nothing in it) may hold a password.
+        ("NATS_CONTEXT", "ctx-SECRET-7"),
+        ("XDG_CONFIG_HOME", &config),
     ];
     let mut w = WorkerProc::start_program(
         &["--addr", &addr, "--max-jobs", "1"],
@@ -405,12 +422,15 @@ fn a_child_left_holding_the_commands_stdin_does_not_hold_the_worker() {
     let dir = TempDir::new("stdin");
     let ids = put_all(server.addr(), "default", 60, &[vec![b'x'; 200_000]]);
     let gc = dir.0.join("gc");
+    let pgid = dir.0.join("pgid");
     let script = format!(
-        "exec 3<&0; sleep 30 0<&3 3<&- & echo $! > {}; exit 0",
+        "echo $$ > {}; exec 3<&0; sleep 30 0<&3 3<&- & echo $! > {}; exit 0",
+        pgid.display(),
         gc.display()
     );
     let addr = server.addr().to_string();
     let mut w = WorkerProc::start(&["--addr", &addr, "--max-jobs", "1"], &script);
+    w.kill_groups_on_drop(&pgid);
     let ended = w.wait(Duration::from_secs(10));
     if let Some(pid) = lines(&gc).first() {
         let _ = Command::new("kill").args(["-KILL", pid]).status();
@@ -433,10 +453,17 @@ fn a_command_that_cannot_start_gives_the_job_back_never_buries_it() {
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
     let addr = server.addr().to_string();
     let prog_s = prog.display().to_string();
+    let before = record(server.addr()).cmd_reserve_with_timeout;
     let mut w =
         WorkerProc::start_program(&["--addr", &addr, "--max-attempts", "1"], &[&prog_s], &[]);
-    // Started (the program was checked then); now it cannot run.
-    std::thread::sleep(Duration::from_millis(300));
+    // Started (the program was checked then, before the first reserve);
+    // now it cannot run.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            record(server.addr()).cmd_reserve_with_timeout > before
+        }),
+        "the worker never reserved"
+    );
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o644)).unwrap();
     let ids = put_all(server.addr(), "default", 60, &[b"x".to_vec()]);
     // Released (not buried) by the server's own count.

@@ -95,7 +95,7 @@ fn drain_window(
     })
     .unwrap();
     let before = commands(server.addr());
-    let counts = worker.run();
+    let counts = run_bounded(worker, Duration::from_secs(60));
     let after = commands(server.addr());
     let order = order.lock().unwrap().clone();
     assert_eq!(order.len(), jobs);
@@ -297,12 +297,12 @@ fn the_binary_takes_weighted_tubes_and_refuses_bad_weights() {
     );
 
     for bad in ["vip:0", "vip:x", "bad name:2"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_taskq-worker"))
-            .args([
+        let out = output_bounded(
+            std::process::Command::new(env!("CARGO_BIN_EXE_taskq-worker")).args([
                 "--addr", &addr, "--tube", bad, "--tube", "b:1", "--", "true",
-            ])
-            .output()
-            .unwrap();
+            ]),
+            Duration::from_secs(10),
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{bad}: {err}");

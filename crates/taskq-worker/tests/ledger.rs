@@ -68,13 +68,17 @@ fn a_job_longer_than_its_ttr_with_touching_is_never_held_twice() {
 fn sigterm_while_a_delete_is_in_flight_finishes_it_and_exits_0() {
     // The binary's first connection: `watch default`, the reserve, the
     // `stats-job` that gives the command TASKQ_TUBE and TASKQ_ATTEMPT, then the
-    // delete, which the server holds back for 800 ms before reading it.
+    // delete, which the server carries out (the ledger records it, and when)
+    // and answers a byte at a time, 100 ms apart: its 9 bytes (`DELETED\r\n`)
+    // take 800 ms, so the worker's delete is in flight for 800 ms at least
+    // from the moment the ledger shows the job deleted.
+    let hold = Duration::from_millis(800);
     let server = TestServer::start_with(taskq_testkit::ServerConfig::default().faults(
         FaultPlan::none().with(
             Target::Nth(2),
-            Fault::Silence {
+            Fault::Trickle {
                 after: 3,
-                duration: Duration::from_millis(800),
+                interval: hold / 8,
             },
         ),
     ))
@@ -89,17 +93,40 @@ fn sigterm_while_a_delete_is_in_flight_finishes_it_and_exits_0() {
         &format!("cat > /dev/null; touch {}", marker.display()),
     );
     assert!(wait_until(Duration::from_secs(10), || marker.exists()));
-    // The command has exited; the delete is sent within a few ms and sits unread.
-    std::thread::sleep(Duration::from_millis(150));
-    let report = server.ledger().check();
-    assert_eq!(report.done, 0, "the delete must still be in flight");
+    // The server has the delete: its reply is being held back.
+    let mut deleted_at = None;
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            deleted_at = server.ledger().job(ids[0]).and_then(|j| j.deleted);
+            deleted_at.is_some()
+        }),
+        "the delete never came"
+    );
+    let (conn, deleted_at) = deleted_at.unwrap();
+    let on_conn = server.ledger().connection(conn).unwrap();
+    assert_eq!(
+        (on_conn.cmd_delete, on_conn.requests),
+        (1, 4),
+        "the worker's fourth request, the delete, is the one held: {on_conn:?}"
+    );
+    // The TERM lands well before the reply's last byte can.
     let t = Instant::now();
+    assert!(
+        t - deleted_at < hold / 2,
+        "too late to signal while the delete is in flight: {:?}",
+        t - deleted_at
+    );
     w.signal("TERM");
     let st = w.wait(Duration::from_secs(5));
     let took = t.elapsed();
+    let exited = deleted_at.elapsed();
     let err = w.stderr();
     assert!(st.success(), "{st}: {err}");
-    // The job took no time; the rest of the held-back delete is ~650 ms.
+    // It waited for the whole reply, and no longer than that takes.
+    assert!(
+        exited >= hold,
+        "exit {exited:?} after the delete reached the server"
+    );
     assert!(took <= Duration::from_millis(1000), "exit after {took:?}");
     let c = w.counters();
     assert_eq!(get(&c, "deleted"), 1, "{c:?}");
@@ -108,5 +135,5 @@ fn sigterm_while_a_delete_is_in_flight_finishes_it_and_exits_0() {
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.done, 1);
     assert!(server.ledger().job(ids[0]).unwrap().deleted.is_some());
-    eprintln!("SIGTERM during delete: exit 0 after {took:?}");
+    eprintln!("SIGTERM during delete: exit 0 after {took:?}, {exited:?} after the delete arrived");
 }

@@ -18,9 +18,12 @@ fn counters_are_scraped_mid_run_and_a_table_printed_at_exit() {
     let maddr = format!("127.0.0.1:{port}");
     let dir = TempDir::new("metrics");
     let (runs, go) = (dir.0.join("runs"), dir.0.join("go"));
-    // Jobs 0-4 end at once; job 5 waits for the test's go.
+    let pgids = dir.0.join("pgids");
+    // Jobs 0-4 end at once; job 5 waits for the test's go (its group is
+    // killed with the worker if the test fails first).
     let script = format!(
-        "b=$(cat); echo $b >> {runs}; if [ \"$b\" = 5 ]; then while [ ! -e {go} ]; do sleep 0.02; done; fi",
+        "echo $$ >> {pgids}; b=$(cat); echo $b >> {runs}; if [ \"$b\" = 5 ]; then while [ ! -e {go} ]; do sleep 0.02; done; fi",
+        pgids = pgids.display(),
         runs = runs.display(),
         go = go.display()
     );
@@ -29,6 +32,7 @@ fn counters_are_scraped_mid_run_and_a_table_printed_at_exit() {
         &["--addr", &addr, "--max-jobs", "6", "--metrics-addr", &maddr],
         &script,
     );
+    w.kill_groups_on_drop(&pgids);
     assert!(wait_until(Duration::from_secs(10), || lines(&runs).len() == 6));
     let (head, body) = scrape(&maddr, "/metrics");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
@@ -72,17 +76,17 @@ fn counters_are_scraped_mid_run_and_a_table_printed_at_exit() {
 fn an_unusable_metrics_address_is_one_clear_line() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_taskq-worker"))
-        .args([
+    let out = output_bounded(
+        std::process::Command::new(env!("CARGO_BIN_EXE_taskq-worker")).args([
             "--addr",
             "127.0.0.1:1",
             "--metrics-addr",
             &addr,
             "--",
             "true",
-        ])
-        .output()
-        .unwrap();
+        ]),
+        Duration::from_secs(10),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");

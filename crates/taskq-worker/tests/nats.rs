@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{js_admin, js_consumer, log_from_env};
+use common::{join_bounded, js_admin, js_consumer, log_from_env};
 use taskq_connect::nats::{ConsumerSpec, MsgSelect};
 use taskq_producer::{Producer, PutOptions, PutOutcome};
 use taskq_testkit::NatsCluster;
@@ -586,7 +586,7 @@ fn a_worker_given_one_node_fails_over_to_the_nodes_it_learned() {
     wait_for(2);
     let control = running.control();
     control.shutdown();
-    let counts = running.join();
+    let counts = join_bounded(running, Duration::from_secs(30));
     assert_eq!(counts.deleted, 2, "{counts}");
     assert!(counts.reconnects >= 1, "{counts}");
 }

@@ -75,7 +75,7 @@ fn lost_confirmation(tube: &str, ack_wait: Duration, silent: Duration) -> (NatsC
     });
     let deleted_at = done.then(Instant::now);
     control.shutdown();
-    let counts = running.join();
+    let counts = join_bounded(running, Duration::from_secs(30));
     let runs = taken.lock().unwrap().len();
     let lost = Lost {
         counts,
@@ -295,7 +295,7 @@ fn announced_after_connect() -> bool {
     });
     let Some(put) = put else {
         control.shutdown();
-        running.join();
+        join_bounded(running, Duration::from_secs(30));
         return false;
     };
     assert!(put > 0);
@@ -344,7 +344,7 @@ fn announced_after_connect() -> bool {
         control.counters().deleted == put + 1
     });
     control.shutdown();
-    let counts = running.join();
+    let counts = join_bounded(running, Duration::from_secs(30));
     let peers = peers.lock().unwrap();
     eprintln!(
         "worker on n{}; n{} joined later and leads; n{} killed and n{} frozen: reconnected after {reconnected:?}; \

@@ -317,7 +317,7 @@ fn follower_lost(tube: &str, killed: bool) {
         c.cont(victim).unwrap();
     }
     control.shutdown();
-    let counts = running.join();
+    let counts = join_bounded(running, Duration::from_secs(30));
     let peers = peers.lock().unwrap();
     eprintln!(
         "{} n{} (leaders: stream n{}, consumer n{}, meta n{}): detected after {detected:?}, \
@@ -369,6 +369,7 @@ cat > {d}/done"#,
         d = dir.0.display()
     );
     let mut a = worker_proc(&c, tube, &[], &script);
+    a.kill_groups_on_drop(dir.0.join("first"));
     assert!(wait_until(Duration::from_secs(10), || dir
         .0
         .join("first")

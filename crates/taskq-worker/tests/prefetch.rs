@@ -72,7 +72,7 @@ fn jobs_waiting_in_the_window_keep_their_leases_ttr_2_handler_1s() {
     )
     .unwrap();
     let t = Instant::now();
-    let counts = worker.run();
+    let counts = run_bounded(worker, Duration::from_secs(60));
     let after = record(server.addr());
     eprintln!("{:?}: {counts}; server {after:?}", t.elapsed());
     let runs = runs.lock().unwrap();
@@ -114,7 +114,7 @@ fn jobs_waiting_behind_a_job_longer_than_their_ttr_keep_their_leases() {
         },
     )
     .unwrap();
-    let counts = worker.run();
+    let counts = run_bounded(worker, Duration::from_secs(60));
     let after = record(server.addr());
     eprintln!("{counts}; server {after:?}");
     assert_eq!(counts.deleted, 2, "{counts}");
@@ -186,7 +186,7 @@ fn max_jobs_bounds_what_the_window_reserves() {
         counting(&runs, Duration::ZERO),
     )
     .unwrap();
-    let counts = worker.run();
+    let counts = run_bounded(worker, Duration::from_secs(30));
     let after = record(server.addr());
     assert_eq!((counts.reserved, counts.deleted), (10, 10), "{counts}");
     assert_eq!((after.ready, after.reserved), (90, 0));
@@ -265,6 +265,7 @@ fn kill_9_with_a_full_window_loses_nothing() {
     // The command records its process group (its own) and hangs.
     let script = format!("echo $$ > {}/pgid; sleep 30", dir.0.display());
     let mut crashed = WorkerProc::start(&["--addr", &addr, "--prefetch", "16"], &script);
+    crashed.kill_groups_on_drop(dir.0.join("pgid"));
     let full = wait_until(Duration::from_secs(5), || {
         record(server.addr()).reserved == 16 && !lines(&dir.0.join("pgid")).is_empty()
     });
@@ -292,7 +293,7 @@ fn kill_9_with_a_full_window_loses_nothing() {
         r.ready + r.reserved == 0
     });
     control.shutdown();
-    let counts = running.join();
+    let counts = join_bounded(running, Duration::from_secs(30));
     assert!(done, "not drained: {:?}", record(server.addr()));
     let runs = runs.lock().unwrap();
     let lost = ids.iter().filter(|id| !runs.contains_key(id)).count();
@@ -303,10 +304,15 @@ fn kill_9_with_a_full_window_loses_nothing() {
 
 #[test]
 fn the_binary_refuses_a_window_of_zero() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_taskq-worker"))
-        .args(["--prefetch", "0", "--", "true"])
-        .output()
-        .unwrap();
+    let out = output_bounded(
+        std::process::Command::new(env!("CARGO_BIN_EXE_taskq-worker")).args([
+            "--prefetch",
+            "0",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(10),
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--prefetch"),

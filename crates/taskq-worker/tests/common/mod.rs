@@ -109,10 +109,13 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// A `taskq-worker` child process, killed (SIGKILL) and reaped on drop.
+/// A `taskq-worker` child process, killed (SIGKILL) and reaped on drop,
+/// with the process groups of its job commands named by
+/// [`kill_groups_on_drop`](WorkerProc::kill_groups_on_drop).
 pub struct WorkerProc {
     pub child: Child,
     pub stats: PathBuf,
+    groups: Vec<PathBuf>,
     _dir: TempDir,
 }
 
@@ -136,6 +139,7 @@ impl WorkerProc {
         WorkerProc {
             child,
             stats,
+            groups: Vec::new(),
             _dir: dir,
         }
     }
@@ -160,12 +164,21 @@ impl WorkerProc {
         WorkerProc {
             child: cmd.spawn().expect("start taskq-worker"),
             stats,
+            groups: Vec::new(),
             _dir: dir,
         }
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// On drop, after the worker, kills (SIGKILL) the process groups whose
+    /// ids are in `file`, one a line: job commands run in groups of their
+    /// own (a command writes its `$$` there), which a kill of the worker
+    /// leaves running.
+    pub fn kill_groups_on_drop(&mut self, file: impl Into<PathBuf>) {
+        self.groups.push(file.into());
     }
 
     pub fn signal(&self, name: &str) {
@@ -223,6 +236,78 @@ impl Drop for WorkerProc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for file in &self.groups {
+            for pgid in lines(file) {
+                kill_group(&pgid);
+            }
+        }
+    }
+}
+
+/// Kills (SIGKILL) process group `pgid`, given as text; anything but a
+/// group id above 1 is left alone.
+pub fn kill_group(pgid: &str) {
+    if pgid.trim().parse::<u32>().is_ok_and(|g| g > 1) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", pgid.trim())])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A child process, killed (SIGKILL) and reaped on drop.
+pub struct KillOnDrop(pub Child);
+
+impl KillOnDrop {
+    pub fn kill_9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
+}
+
+/// Runs `cmd` (standard input closed) to its end, which must come within
+/// `limit`: else it is killed and the test fails. Returns its output.
+pub fn output_bounded(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    use std::io::Read;
+    let mut child = KillOnDrop(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the program"),
+    );
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(child.0.stdout.take().map(|r| Box::new(r) as _));
+    let err = drain(child.0.stderr.take().map(|r| Box::new(r) as _));
+    let until = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < until,
+            "{cmd:?} did not end within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::process::Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
     }
 }
 
@@ -279,7 +364,7 @@ pub fn ten_thousand_jobs_four_threads(prefetch: usize) -> taskq_worker::Snapshot
         },
     )
     .unwrap();
-    let counts = worker.run();
+    let counts = run_bounded(worker, Duration::from_secs(120));
     let after = record(server.addr());
     let report = server.ledger().check();
     eprintln!("prefetch {prefetch}: {report}; worker {counts}");
@@ -322,8 +407,12 @@ pub fn ten_thousand_jobs_four_threads(prefetch: usize) -> taskq_worker::Snapshot
 
 /// Runs a worker to its end, or aborts it and fails after `limit`.
 pub fn run_bounded(worker: taskq_worker::Worker, limit: Duration) -> taskq_worker::Snapshot {
-    let control = worker.control();
-    let running = worker.start();
+    join_bounded(worker.start(), limit)
+}
+
+/// Waits for a started worker's end, or aborts it and fails after `limit`.
+pub fn join_bounded(running: taskq_worker::Running, limit: Duration) -> taskq_worker::Snapshot {
+    let control = running.control();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(running.join());
@@ -565,4 +654,71 @@ pub fn value(body: &str, name: &str) -> u64 {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// One of `n` async handlers meeting: counts itself in `arrived`, then
+/// waits (at most `within`) until all `n` have; true when they all did.
+pub async fn rendezvous(
+    arrived: &std::sync::atomic::AtomicUsize,
+    n: usize,
+    within: Duration,
+) -> bool {
+    use std::sync::atomic::Ordering;
+    arrived.fetch_add(1, Ordering::SeqCst);
+    let until = Instant::now() + within;
+    while arrived.load(Ordering::SeqCst) < n && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    arrived.load(Ordering::SeqCst) >= n
+}
+
+/// Runs `f` on `rt` to its end, which must come within `limit`.
+pub fn run_within<T>(
+    rt: &tokio::runtime::Runtime,
+    f: impl std::future::Future<Output = T>,
+    limit: Duration,
+) -> T {
+    rt.block_on(async {
+        tokio::time::timeout(limit, f)
+            .await
+            .expect("the worker ends in time")
+    })
+}
+
+/// The end of an async worker's panic run (both engines' twins): 2,000
+/// jobs, 20 poisoned (each panicking on its three attempts), then, once
+/// `settled`, one last job per slot (`concurrency`), which must all run at
+/// once (`met`, one entry each). Waits for the last jobs, stops the worker (`h` on
+/// `rt`), and checks the counts; `panics`: before the last jobs and in all.
+pub fn end_panic_run(
+    (rt, h): (
+        &tokio::runtime::Runtime,
+        tokio::task::JoinHandle<taskq_worker::Snapshot>,
+    ),
+    control: &taskq_worker::Control,
+    settled: bool,
+    panics: [u64; 2],
+    met: &std::sync::Mutex<Vec<bool>>,
+    done_good: &std::sync::atomic::AtomicU64,
+    concurrency: usize,
+) -> taskq_worker::Snapshot {
+    let finished = settled
+        && wait_until(Duration::from_secs(30), || {
+            control.counters().deleted == 1980 + concurrency as u64
+        });
+    control.shutdown();
+    let counts = run_within(rt, async { h.await.unwrap() }, Duration::from_secs(30));
+    eprintln!("{counts}");
+    assert!(settled, "not settled within 60 s: {counts}");
+    assert!(finished, "the last jobs not done: {counts}");
+    assert_eq!(panics, [60, 60], "each poison job three times");
+    assert_eq!(
+        *met.lock().unwrap(),
+        vec![true; concurrency],
+        "full concurrency after the last panic"
+    );
+    assert_eq!(counts.deleted, 1980 + concurrency as u64, "{counts}");
+    assert_eq!(done_good.load(std::sync::atomic::Ordering::SeqCst), 1980);
+    assert_eq!(counts.panicked, 60, "each poison job three times: {counts}");
+    counts
 }
