@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cli_common::{bin_dir, ids, ok, taskq};
+use cli_common::{bin_dir, bounded, ids, ok, taskq};
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply};
 use taskq_testkit::Beanstalkd;
 
@@ -35,15 +35,14 @@ fn tube(addr: &str, name: &str) -> serde_json::Value {
     find_tube(addr, name).unwrap_or_else(|| panic!("no tube {name} listed"))
 }
 
-/// Runs `taskq-worker ARGS` to its end (bounded); returns its stderr.
+/// Runs `taskq-worker ARGS` to its end (killed past 60 s); returns its stderr.
 fn worker(addr: &str, args: &[&str]) -> String {
-    let out = Command::new(bin_dir().join("taskq-worker"))
-        .args(["--addr", addr])
+    let mut cmd = Command::new(bin_dir().join("taskq-worker"));
+    cmd.args(["--addr", addr])
         .args(args)
         .env("NO_COLOR", "1")
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
+        .env_remove("RUST_LOG");
+    let (out, _) = bounded(cmd, b"", Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
     err

@@ -726,7 +726,10 @@ fn the_readme_jetstream_commands_run_against_a_cluster() {
     );
     let mut outputs = Vec::new();
     for line in &lines {
+        use std::os::unix::process::CommandExt;
+        // In a group of its own: past the limit, all it started is killed too.
         let mut child = std::process::Command::new("bash")
+            .process_group(0)
             .args(["-euo", "pipefail", "-c", line])
             .env("PATH", &path)
             .env("TASKQ_ADDR", c.url())
@@ -738,7 +741,8 @@ fn the_readme_jetstream_commands_run_against_a_cluster() {
         let until = std::time::Instant::now() + Duration::from_secs(60);
         while child.try_wait().unwrap().is_none() {
             if std::time::Instant::now() > until {
-                let _ = child.kill();
+                cli_common::kill_group(child.id());
+                let _ = child.wait();
                 panic!("README line ran past 60 s: {line}");
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -792,7 +796,7 @@ fn put_gives_up_after_retry_for_on_a_frozen_cluster_and_stores_each_job_once() {
     let c = NatsCluster::start(1).unwrap();
     let url = c.url();
     let retry_for = 5;
-    let mut child = cli_common::spawn(&[
+    let mut child = cli_common::Reaped(cli_common::spawn(&[
         "put",
         "--addr",
         &url,
@@ -800,8 +804,8 @@ fn put_gives_up_after_retry_for_on_a_frozen_cluster_and_stores_each_job_once() {
         "r",
         "--retry-for",
         &retry_for.to_string(),
-    ]);
-    let mut input = child.stdin.take().unwrap();
+    ]));
+    let mut input = child.0.stdin.take().unwrap();
     for i in 1..=50 {
         writeln!(input, "job {i}").unwrap();
     }
@@ -819,12 +823,12 @@ fn put_gives_up_after_retry_for_on_a_frozen_cluster_and_stores_each_job_once() {
     drop(input);
     let mut status = None;
     eventually("put gives up", Duration::from_secs(40), || {
-        status = child.try_wait().unwrap();
+        status = child.0.try_wait().unwrap();
         status.is_some()
     });
     let took = frozen.elapsed();
     c.cont(0).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = child.output_within(Duration::from_secs(10));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         took >= Duration::from_secs(retry_for - 1),

@@ -9,10 +9,10 @@ mod cli_common;
 
 use std::time::Duration;
 
-use cli_common::{ok, taskq};
+use cli_common::{current_node, ok, taskq};
 use serde_json::Value;
 use taskq_connect::nats::{NatsConfig, NatsConnection, StreamSpec};
-use taskq_testkit::{current_node, NatsCluster};
+use taskq_testkit::NatsCluster;
 
 /// `taskq ARGS --addr URL`, expected to succeed; its stdout.
 fn run(c: &NatsCluster, args: &[&str]) -> String {

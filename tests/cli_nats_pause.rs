@@ -74,6 +74,18 @@ fn tube_without_consumer(c: &NatsCluster) -> NatsConnection {
 
 /// A library worker on `tube` for `secs` seconds (then stopped), each job done.
 fn worker_for(c: &NatsCluster, tube: &str, secs: u64) -> Snapshot {
+    worker_until(c, tube, || true, Duration::from_secs(secs))
+}
+
+/// A library worker on `tube`, each job done, stopped `hold` after `ready`
+/// first holds (checked every 50 ms; the test fails if it does not within
+/// 20 s).
+fn worker_until(
+    c: &NatsCluster,
+    tube: &str,
+    mut ready: impl FnMut() -> bool,
+    hold: Duration,
+) -> Snapshot {
     let running = Worker::new(
         Config {
             servers: vec![c.url()],
@@ -86,9 +98,22 @@ fn worker_for(c: &NatsCluster, tube: &str, secs: u64) -> Snapshot {
     )
     .unwrap()
     .start();
-    std::thread::sleep(Duration::from_secs(secs));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut in_time = true;
+    while !ready() {
+        if Instant::now() > deadline {
+            in_time = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if in_time {
+        std::thread::sleep(hold);
+    }
     running.control().shutdown();
-    running.join()
+    let snapshot = running.join();
+    assert!(in_time, "not ready within 20 s: {snapshot:?}");
+    snapshot
 }
 
 /// `taskq pause --tube p 30` on nats-server 2.9.10: refused, naming the
@@ -234,7 +259,12 @@ fn pause_before_any_worker_creates_the_consumer_paused_and_a_later_worker_keeps_
     );
     assert_eq!(info["config"]["ack_policy"], "explicit", "{info}");
     // ... and as a worker really made its own tube's: the same config.
-    let w = worker_for(&c, "w", 1);
+    let w = worker_until(
+        &c,
+        "w",
+        || a.consumer_info("TASKQ", "taskq-w").is_ok(),
+        Duration::ZERO,
+    );
     assert_eq!(w.deleted, 0);
     let worker_made = info_of(&mut a, "taskq-w");
     assert_eq!(worker_made["config"]["filter_subject"], "taskq.w");
@@ -244,8 +274,14 @@ fn pause_before_any_worker_creates_the_consumer_paused_and_a_later_worker_keeps_
         "{info}\n{worker_made}"
     );
 
-    // A worker started during the pause gets nothing, and the pause stays.
-    let done = worker_for(&c, "p", 3);
+    // A worker started during the pause gets nothing, though its pull waits
+    // on the consumer (which holds three jobs), and the pause stays.
+    let done = worker_until(
+        &c,
+        "p",
+        || a.consumer_info("TASKQ", "taskq-p").unwrap().num_waiting > 0,
+        Duration::from_secs(2),
+    );
     assert_eq!((done.reserved, done.deleted), (0, 0), "{done:?}");
     let after = consumer_json(&mut a);
     assert_eq!(after["paused"], true, "{after}");

@@ -10,11 +10,13 @@
 
 mod cli_common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use cli_common::{count_on, ok, Reaped};
+use cli_common::{count_on, ok, Reaped, ReapedGroup};
 use serde_json::{json, Value};
 use taskq_connect::nats::{NatsConfig, NatsConnection};
 use taskq_proto::{Command as Cmd, Connection, ConnectionConfig, Reply};
@@ -23,6 +25,24 @@ use taskq_worker::{Config, Job, Outcome, Worker};
 
 /// A job body that would run script if it were ever taken for markup.
 const SCRIPT_BODY: &str = "<script>window.__pwned=1;document.title='pwned'</script><img src=x onerror=\"window.__pwned=2\"><b>bold?</b>";
+
+/// Bound on the browser's answer to one command, and on a startup line.
+const ANSWER_LIMIT: Duration = Duration::from_secs(60);
+
+/// The lines `r` gives, read on a thread of their own, so that each wait
+/// for one can be bounded.
+fn lines_of(r: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
 
 /// `taskq web` on a free port; its address and token.
 struct Web {
@@ -36,19 +56,20 @@ impl Web {
     fn start(args: &[&str]) -> Web {
         let port = free_port().unwrap();
         let listen = format!("127.0.0.1:{port}");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_taskq"))
-            .args(["web", "--listen", &listen, "--io-timeout", "5000"])
-            .args(args)
-            .env_remove("TASKQ_ADDR")
-            .env_remove("TASKQ_WEB_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut child = Reaped(
+            Command::new(env!("CARGO_BIN_EXE_taskq"))
+                .args(["web", "--listen", &listen, "--io-timeout", "5000"])
+                .args(args)
+                .env_remove("TASKQ_ADDR")
+                .env_remove("TASKQ_WEB_TOKEN")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let line = lines_of(child.0.stdout.take().unwrap())
+            .recv_timeout(ANSWER_LIMIT)
+            .expect("taskq web prints its startup line in time");
         let base = format!("http://{listen}");
         let token = match line.split_once("?token=") {
             Some((_, t)) => t.split_whitespace().next().unwrap().to_owned(),
@@ -63,7 +84,7 @@ impl Web {
             "startup line {line:?}"
         );
         Web {
-            _child: Reaped(child),
+            _child: child,
             base,
             port,
             token,
@@ -71,24 +92,29 @@ impl Web {
     }
 }
 
-/// A headless Chromium with a fresh profile, one command at a time.
+/// A headless Chromium with a fresh profile, one command at a time. The
+/// driver runs in a process group of its own, with chromedriver and
+/// Chromium: however the test ends, the whole group is killed.
 struct Browser {
-    child: Child,
+    child: ReapedGroup,
     input: ChildStdin,
-    output: BufReader<ChildStdout>,
+    output: Receiver<String>,
 }
 
 impl Browser {
     fn start() -> Browser {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/web/driver.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let input = child.stdin.take().unwrap();
-        let output = BufReader::new(child.stdout.take().unwrap());
+        let mut child = ReapedGroup(
+            Command::new("python3")
+                .process_group(0)
+                .arg(script)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let input = child.0.stdin.take().unwrap();
+        let output = lines_of(child.0.stdout.take().unwrap());
         let mut b = Browser {
             child,
             input,
@@ -99,8 +125,10 @@ impl Browser {
     }
 
     fn read(&mut self) -> Result<Value, String> {
-        let mut line = String::new();
-        self.output.read_line(&mut line).unwrap();
+        let line = self
+            .output
+            .recv_timeout(ANSWER_LIMIT)
+            .unwrap_or_else(|e| panic!("no answer from the browser within {ANSWER_LIMIT:?}: {e}"));
         let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
         match v.get("ok") {
             Some(ok) => Ok(ok.clone()),
@@ -170,13 +198,13 @@ impl Drop for Browser {
         let _ = self.input.flush();
         let until = Instant::now() + Duration::from_secs(10);
         while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+            if let Ok(Some(_)) = self.child.0.try_wait() {
+                break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Then `child`'s drop kills what is left of its group (chromedriver
+        // and Chromium too, should the driver have gone without them).
     }
 }
 

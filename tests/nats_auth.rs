@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_common::{bin_dir, ids};
+use cli_common::{bin_dir, ids, Reaped};
 use taskq_testkit::NatsCluster;
 
 const PASSWORD: &str = "s3cret-pw%/@x";
@@ -274,26 +274,21 @@ fn a_worker_refused_logs_an_error_and_backs_off() {
     ));
     let worker = bin_dir().join("taskq-worker");
     let addr = format!("nats://alice:wrong-pw@{}", c.addr(0));
-    let mut child = Command::new(&worker)
-        .args(["--addr", &addr, "--tube", "t", "--", "true"])
-        .env_remove("TASKQ_ADDR")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped(
+        Command::new(&worker)
+            .args(["--addr", &addr, "--tube", "t", "--", "true"])
+            .env_remove("TASKQ_ADDR")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     std::thread::sleep(Duration::from_secs(4));
     let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &child.0.id().to_string()])
         .status();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the worker did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    // The worker stops on SIGTERM within 10 s.
+    let out = child.output_within(Duration::from_secs(10));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     assert!(all.contains("Authorization Violation"), "{all}");
@@ -356,13 +351,15 @@ fn library_errors_settings_and_the_workers_metrics_show_no_secret() {
     // The worker's metrics, scraped mid-run.
     let port = taskq_testkit::beanstalkd::free_port().unwrap();
     let maddr = format!("127.0.0.1:{port}");
-    let mut w = Command::new(bin_dir().join("taskq-worker"))
-        .args(["--addr", &good, "--tube", "m", "--metrics-addr", &maddr])
-        .args(["--", "sh", "-c", "cat >/dev/null"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut w = Reaped(
+        Command::new(bin_dir().join("taskq-worker"))
+            .args(["--addr", &good, "--tube", "m", "--metrics-addr", &maddr])
+            .args(["--", "sh", "-c", "cat >/dev/null"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let until = Instant::now() + Duration::from_secs(10);
     let metrics = loop {
         if let Ok(mut s) = std::net::TcpStream::connect(&maddr) {
@@ -381,8 +378,8 @@ fn library_errors_settings_and_the_workers_metrics_show_no_secret() {
         assert!(Instant::now() < until, "no metrics at {maddr}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = w.kill();
-    let out = w.wait_with_output().unwrap();
+    let _ = w.0.kill();
+    let out = w.output_within(Duration::from_secs(10));
     seen += &metrics;
     seen += &text(&out);
     assert!(seen.contains("Authorization Violation"), "{seen}");

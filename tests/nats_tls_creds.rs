@@ -440,7 +440,11 @@ fn mutual_tls_works_with_the_client_certificate_and_is_refused_without() {
 fn tls_first_on_servers_with_handshake_first() {
     let mut s = Session::new("tlsfirst");
     let certs = TestCerts::generate(&s.dir.path().join("pki")).unwrap();
-    let ca = path_str(&certs.ca).to_owned();
+    let (ca, cert, key) = (
+        path_str(&certs.ca).to_owned(),
+        path_str(&certs.client_cert).to_owned(),
+        path_str(&certs.client_key).to_owned(),
+    );
     let config = tls_block(
         &certs.server_cert,
         &certs.server_key,
@@ -466,8 +470,20 @@ fn tls_first_on_servers_with_handshake_first() {
         let srv = start(&bin, &config);
         println!("{which}: nats-server {}", srv.version().unwrap());
         let tls = format!("tls://127.0.0.1:{}", port(&srv));
+        // With a client certificate and key (which this server does not ask
+        // for): the key is read, and must show nowhere.
         s.put_and_work(
-            &Via::flags(&["--addr", &tls, "--tls-ca", &ca, "--tls-first"]),
+            &Via::flags(&[
+                "--addr",
+                &tls,
+                "--tls-ca",
+                &ca,
+                "--tls-first",
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &key,
+            ]),
             "f",
             12,
         );
@@ -610,6 +626,11 @@ impl Operator {
         ];
         secrets.extend(jwt_parts("the user's JWT", &user_jwt));
         secrets.extend(jwt_parts("the stranger's JWT", &stranger_jwt));
+        // What the server's configuration holds (given as a --creds file
+        // that is not one): the operator's and the accounts' JWTs.
+        secrets.extend(jwt_parts("the operator's JWT", &op_jwt));
+        secrets.extend(jwt_parts("the system account's JWT", &sys_jwt));
+        secrets.extend(jwt_parts("the account's JWT", &acc_jwt));
         Operator {
             config,
             creds: write("user.creds", &user_jwt, &seed),

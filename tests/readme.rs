@@ -38,8 +38,12 @@ fn blocks(readme: &str, lang: &str) -> Vec<String> {
 }
 
 /// Runs `script` in bash with a time limit; returns (status ok, stdout, stderr).
+/// Past the limit bash's whole process group (what the script started too)
+/// is killed.
 fn run(script: &str, path: &str, addr: &str, limit: Duration) -> (bool, String, String) {
+    use std::os::unix::process::CommandExt;
     let mut child = Command::new("bash")
+        .process_group(0)
         .args(["-euo", "pipefail", "-c", script])
         .env("PATH", path)
         .env("TASKQ_ADDR", addr)
@@ -55,7 +59,7 @@ fn run(script: &str, path: &str, addr: &str, limit: Duration) -> (bool, String, 
             break;
         }
         if Instant::now() > until {
-            let _ = child.kill();
+            cli_common::kill_group(child.id());
             let out = child.wait_with_output().expect("output");
             panic!(
                 "README command timed out after {limit:?}: {script}\nstdout: {}\nstderr: {}",

@@ -1,5 +1,7 @@
 //! `taskq serve`: the reference server as a process, with its address and `-z`.
 
+mod cli_common;
+
 use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
@@ -78,10 +80,11 @@ fn serves_the_protocol_with_its_max_job_size() {
 #[test]
 fn refuses_an_address_in_use() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let out = Process::new(env!("CARGO_BIN_EXE_taskq"))
-        .args(["serve", "--addr", &taken.local_addr().unwrap().to_string()])
-        .output()
-        .unwrap();
+    let (out, _) = cli_common::taskq(
+        &["serve", "--addr", &taken.local_addr().unwrap().to_string()],
+        b"",
+        Duration::from_secs(30),
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot listen"), "{err}");

@@ -4,12 +4,16 @@
 //! runtime (no thread of its own), and SIGTERM stops it cleanly with
 //! nothing left in the tube.
 
+mod cli_common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use cli_common::Reaped;
 use taskq_proto::{Command as Bq, Connection, ConnectionConfig, Reply, ServerStats};
 use taskq_testkit::Beanstalkd;
 
@@ -96,15 +100,29 @@ fn server_stats(server: &Beanstalkd) -> (u64, u64, u64, u64) {
 #[test]
 fn the_service_enqueues_from_its_handlers_works_every_job_and_stops_on_sigterm() {
     let server = Beanstalkd::start().unwrap();
-    let mut child = Command::new(example())
-        .env("TASKQ_ADDR", server.addr().to_string())
-        .env("LISTEN", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    // Killed and reaped however the test ends.
+    let mut child = Reaped(
+        Command::new(example())
+            .env("TASKQ_ADDR", server.addr().to_string())
+            .env("LISTEN", "127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Its lines, read on a thread of their own so that every wait is bounded.
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let line = lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the service says where it listens within 30 s");
     let addr = line
         .trim()
         .strip_prefix("listening on ")
@@ -146,7 +164,7 @@ fn the_service_enqueues_from_its_handlers_works_every_job_and_stops_on_sigterm()
 
     // The worker works on the service's runtime: the process runs the main
     // thread and the runtime's two workers, and no thread per job.
-    let threads = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+    let threads = std::fs::read_to_string(format!("/proc/{}/status", child.0.id()))
         .unwrap()
         .lines()
         .find_map(|l| {
@@ -157,10 +175,10 @@ fn the_service_enqueues_from_its_handlers_works_every_job_and_stops_on_sigterm()
     assert!(threads <= 3, "{threads} threads: main and the runtime's 2");
 
     // SIGTERM: it stops cleanly, and says what its worker did.
-    assert_eq!(sigterm(child.id()), 0);
+    assert_eq!(sigterm(child.0.id()), 0);
     let t = Instant::now();
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
         assert!(
@@ -170,8 +188,16 @@ fn the_service_enqueues_from_its_handlers_works_every_job_and_stops_on_sigterm()
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
+    // The rest of what it printed, up to the end of its output.
     let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) => rest.push_str(&(l + "\n")),
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => panic!("its output still open 10 s after it exited"),
+        }
+    }
     assert!(
         rest.contains("stopped: welcomed 200, deleted 200, buried 0"),
         "{rest}"

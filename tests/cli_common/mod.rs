@@ -127,12 +127,85 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// The pinned current nats-server's node ([`taskq_testkit::current_node`]):
+/// `None`, and the test skips, where that binary is not available, unless
+/// `TASKQ_NATS_CURRENT` is set (scripts/test sets it, and CI runs that):
+/// then a missing server fails the test.
+pub fn current_node() -> Option<taskq_testkit::NatsCluster> {
+    let node = taskq_testkit::current_node();
+    let env = taskq_testkit::nats::CURRENT_SERVER_ENV;
+    if let (None, Some(v)) = (&node, std::env::var_os(env).filter(|v| !v.is_empty())) {
+        panic!(
+            "the current nats-server is not available, yet {env}={v:?}: this run must not skip it"
+        );
+    }
+    node
+}
+
 /// A child process killed and reaped on drop.
 pub struct Reaped(pub std::process::Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
         let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Reaped {
+    /// Waits up to `limit` for the child to exit (past it the test fails,
+    /// and the drop kills it): its status and what it printed on whichever
+    /// of its stdout and stderr are piped, read meanwhile on threads within
+    /// the same deadline.
+    pub fn output_within(&mut self, limit: Duration) -> Output {
+        let deadline = Instant::now() + limit;
+        let read = |pipe: Option<Box<dyn Read + Send>>| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut all = Vec::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_end(&mut all);
+                }
+                let _ = tx.send(all);
+            });
+            rx
+        };
+        let out = read(self.0.stdout.take().map(|p| Box::new(p) as _));
+        let err = read(self.0.stderr.take().map(|p| Box::new(p) as _));
+        let status = loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "the child ran past {limit:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let left = || deadline.saturating_duration_since(Instant::now());
+        Output {
+            status,
+            stdout: out.recv_timeout(left()).expect("its stdout ends in time"),
+            stderr: err.recv_timeout(left()).expect("its stderr ends in time"),
+        }
+    }
+}
+
+/// Sends SIGKILL to every process of process group `pgid` (a child started
+/// with `process_group(0)` leads a group of its own, named by its pid).
+pub fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A child started with `process_group(0)`: on drop its whole group (the
+/// child and whatever it started) is killed, then the child is reaped.
+pub struct ReapedGroup(pub std::process::Child);
+
+impl Drop for ReapedGroup {
+    fn drop(&mut self) {
+        kill_group(self.0.id());
         let _ = self.0.wait();
     }
 }

@@ -457,7 +457,12 @@ fn a_deleted_consumer_ends_the_pull_with_409_and_an_interrupter_cuts_a_pull() {
     let mut admin = connect(&c);
     conn.pull(STREAM, CONSUMER, 1, Duration::from_secs(5), None)
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // The consumer is deleted only once the pull waits on it.
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while admin.consumer_info(STREAM, CONSUMER).unwrap().num_waiting != 1 {
+        assert!(Instant::now() < deadline, "the pull never waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let reply = admin
         .request(
             &format!("$JS.API.CONSUMER.DELETE.{STREAM}.{CONSUMER}"),

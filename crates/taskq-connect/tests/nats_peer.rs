@@ -260,9 +260,13 @@ fn stale_replies_trickling_in_do_not_stretch_the_deadline() {
         let inbox = p.inbox();
         p.send("PONG\r\n");
         p.until("HPUB");
-        for _ in 0..12 {
+        for i in 0..12 {
+            // Three PINGs back to back first, all there long before the
+            // deadline; then one with each stale reply.
+            let pings = if i == 0 { 3 } else { 1 };
+            let ping = "PING\r\n".repeat(pings);
             if p.s
-                .write_all(format!("MSG {inbox}0 1 2\r\n{{}}\r\nPING\r\n").as_bytes())
+                .write_all(format!("MSG {inbox}0 1 2\r\n{{}}\r\n{ping}").as_bytes())
                 .is_err()
             {
                 break;
@@ -285,16 +289,31 @@ fn stale_replies_trickling_in_do_not_stretch_the_deadline() {
     h.join().unwrap();
 }
 
-/// Waits for the `n`th (from 1) whole `PUB` line to `subject`; its reply subject.
-fn nth_request(p: &mut Peer, subject: &str, n: usize) -> String {
+/// Waits for the `n`th (from 1) whole `PUB` to `subject`, payload included:
+/// its reply subject and its payload.
+fn nth_request(p: &mut Peer, subject: &str, n: usize) -> (String, Vec<u8>) {
     let head = format!("PUB {subject} ");
     let mut buf = [0u8; 4096];
     loop {
-        let seen = String::from_utf8_lossy(&p.seen).into_owned();
-        let mut lines: Vec<&str> = seen.split("\r\n").collect();
-        lines.pop(); // not yet whole
-        if let Some(l) = lines.iter().filter(|l| l.starts_with(&head)).nth(n - 1) {
-            return l.split(' ').nth(2).unwrap().to_owned();
+        let mut at = 0;
+        let mut found = 0;
+        // Each whole line from `at`: a PUB to `subject` is followed by its payload.
+        while let Some(end) = p.seen[at..].windows(2).position(|w| w == b"\r\n") {
+            let line = String::from_utf8_lossy(&p.seen[at..at + end]).into_owned();
+            at += end + 2;
+            if !line.starts_with(&head) {
+                continue;
+            }
+            let fields: Vec<&str> = line.split(' ').collect();
+            let len: usize = fields[3].parse().unwrap();
+            if p.seen.len() < at + len + 2 {
+                break; // payload not yet whole
+            }
+            found += 1;
+            if found == n {
+                return (fields[2].to_owned(), p.seen[at..at + len].to_vec());
+            }
+            at += len + 2;
         }
         let got = p.s.read(&mut buf).expect("peer read");
         assert!(got > 0, "client closed before request {n}");
@@ -309,7 +328,8 @@ fn nth_request(p: &mut Peer, subject: &str, n: usize) -> String {
 #[test]
 fn a_streams_subjects_are_read_page_by_page_to_the_total() {
     const API: &str = "$JS.API.STREAM.INFO.TASKQ";
-    let (addr, h) = peer(INFO, |p| {
+    let (asked, offsets) = std::sync::mpsc::channel();
+    let (addr, h) = peer(INFO, move |p| {
         p.inbox();
         p.send("PONG\r\n");
         let first =
@@ -320,7 +340,9 @@ fn a_streams_subjects_are_read_page_by_page_to_the_total() {
         let stuck =
             r#"{"state":{"subjects":{"taskq.a":1,"taskq.b":2}},"total":9,"offset":0,"limit":2}"#;
         for (n, page) in [first, second, stuck, stuck].into_iter().enumerate() {
-            let to = nth_request(p, API, n + 1);
+            let (to, body) = nth_request(p, API, n + 1);
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            asked.send(body["offset"].as_u64()).unwrap();
             p.send(&format!("MSG {to} 1 {}\r\n{page}\r\n", page.len()));
         }
         let _ = p.s.read(&mut [0u8; 64]);
@@ -339,4 +361,9 @@ fn a_streams_subjects_are_read_page_by_page_to_the_total() {
     assert_eq!(again.len(), 2, "the repeated page ends it: {again:?}");
     drop(c);
     h.join().unwrap();
+    // Each listing starts at offset 0, then asks from the offset it reached.
+    assert_eq!(
+        offsets.try_iter().collect::<Vec<_>>(),
+        [Some(0), Some(2), Some(0), Some(2)]
+    );
 }

@@ -7,6 +7,8 @@
 //! driven by tokio).
 #![cfg(feature = "tokio")]
 
+mod common;
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -394,7 +396,7 @@ fn over_tls_puts_and_batches_run_through_the_session_the_handshake_made() {
 
 #[test]
 fn a_delayed_put_on_a_current_server_is_a_schedule_and_an_unknown_one_is_stored_once() {
-    let Some(c) = taskq_testkit::current_node() else {
+    let Some(c) = common::current_node() else {
         return;
     };
     let proxy = ChaosProxy::start(c.addr(0)).unwrap();

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use taskq_producer::{Builder, Error, MultiProducer, Producer, PutOptions};
@@ -142,5 +144,23 @@ fn a_job_a_server_may_have_stored_stays_unknown_however_the_next_fails() {
         peer.log.lock().unwrap()[0].len(),
         1,
         "one put reached server 0"
+    );
+    // No re-send to server 0 on a new connection either. The peer accepts
+    // in order, one connection at a time: once a probe made after the
+    // producer closed everything is answered, every connection before it
+    // is counted.
+    drop(m);
+    let mut probe = TcpStream::connect(peer.addr).unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    probe.write_all(b"probe\r\n").unwrap();
+    let mut reply = String::new();
+    BufReader::new(probe).read_line(&mut reply).unwrap();
+    assert_eq!(reply, "UNKNOWN_COMMAND\r\n");
+    assert_eq!(
+        peer.connections(),
+        2,
+        "server 0 saw one connection, then the probe"
     );
 }

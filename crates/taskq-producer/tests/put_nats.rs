@@ -3,16 +3,19 @@
 //! stream stores once, and delayed jobs (held by a current server, by the
 //! client on 2.9.10 or on a stream kept as it is).
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use common::{current_node, oldest_node};
 use taskq_connect::nats::{
     ConsumerSpec, MsgSelect, NatsConfig, NatsConnection, StreamInfo, StreamSpec,
 };
 use taskq_connect::{Layout, SubjectKind};
 use taskq_producer::{Error, NotSent, Producer, PutOptions, PutOutcome};
 use taskq_proto::nats::{schedule, AckKind, Delivery, HeaderBlock, NatsError};
-use taskq_testkit::{current_node, oldest_node, ChaosProxy, Direction, NatsCluster, Toxic};
+use taskq_testkit::{ChaosProxy, Direction, NatsCluster, Toxic};
 
 fn admin(c: &NatsCluster) -> NatsConnection {
     let seeds: Vec<String> = (0..c.len()).map(|i| c.addr(i).to_string()).collect();

@@ -315,5 +315,15 @@ fn bad_input_is_refused_before_anything_is_sent() {
         assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
         assert_eq!(p.waiting(), 0);
     });
-    assert!(server_record(addr, 1).is_empty());
+    // The server's own count of what reached it: no put, and no use of
+    // either tube, whichever tube the refused puts named.
+    let mut c = taskq_proto::Connection::connect(addr, Default::default()).unwrap();
+    let (puts, uses) = match c.request(&taskq_proto::Command::Stats).unwrap() {
+        taskq_proto::Reply::Ok { yaml } => {
+            let s = taskq_proto::ServerStats::parse(yaml).unwrap();
+            (s.cmd_put, s.cmd_use)
+        }
+        r => panic!("stats: {r:?}"),
+    };
+    assert_eq!((puts, uses), (0, 0), "cmd-put and cmd-use");
 }

@@ -10,17 +10,19 @@
 
 mod common;
 
+use common::current_node;
 use common::shared::{
     check_against_record, cut_run, drop_one_before_its_write_then_put, put_from_tasks, run,
     stalled_run, Record,
 };
 use taskq_connect::nats::{MsgSelect, NatsConfig, NatsConnection};
 use taskq_producer::{Error, Producer, PutOptions, PutOutcome, SharedProducer};
-use taskq_testkit::{current_node, ChaosProxy, Direction, NatsCluster, Toxic};
+use taskq_testkit::{ChaosProxy, Direction, NatsCluster, Toxic};
 
 /// A test of `body` (given the node, then any further arguments) on
 /// nats-server 2.9.10 (`name`) and the same on the pinned current release
-/// (`current`, which says it skipped where that binary is not here).
+/// (`current`, which says it skipped where that binary is not here, and
+/// fails instead where `TASKQ_NATS_CURRENT` is set).
 macro_rules! on_both_servers {
     ($name:ident, $current:ident, $body:ident $(, $arg:expr)*) => {
         #[test]

@@ -38,6 +38,36 @@ pub fn drain(addr: SocketAddr, tube: &str) -> Vec<(u64, Vec<u8>)> {
     }
 }
 
+/// The pinned current nats-server's node ([`taskq_testkit::current_node`]):
+/// `None`, and the test skips, where that binary is not available, unless
+/// `TASKQ_NATS_CURRENT` is set (scripts/test sets it, and CI runs that):
+/// then a missing server fails the test.
+pub fn current_node() -> Option<taskq_testkit::NatsCluster> {
+    let node = taskq_testkit::current_node();
+    if node.is_none() {
+        servers_required("the current nats-server");
+    }
+    node
+}
+
+/// Debian's nats-server's node ([`taskq_testkit::oldest_node`]), skipped or
+/// failed as [`current_node`] is.
+pub fn oldest_node() -> Option<taskq_testkit::NatsCluster> {
+    let node = taskq_testkit::oldest_node();
+    if node.is_none() {
+        servers_required("Debian's nats-server");
+    }
+    node
+}
+
+/// Fails where `TASKQ_NATS_CURRENT` says this run has every server.
+fn servers_required(what: &str) {
+    let env = taskq_testkit::nats::CURRENT_SERVER_ENV;
+    if let Some(v) = std::env::var_os(env).filter(|v| !v.is_empty()) {
+        panic!("{what} is not available, yet {env}={v:?}: this run must not skip it");
+    }
+}
+
 /// What one connection to the fake peer does after reading requests.
 #[derive(Clone, Copy, Debug)]
 pub enum Act {
