@@ -42,6 +42,10 @@ trait Hands {
     fn ask(&mut self, slot: usize, id: u64, what: Asked);
     /// The next answer to what a handler asked.
     fn answered(&mut self) -> Option<(usize, u64, Answered)>;
+    /// The next held job handed to a handler that came free.
+    fn begun(&mut self) -> Option<crate::machine::Begin> {
+        None
+    }
 }
 
 impl Hands for crate::machine::Machine {
@@ -53,6 +57,9 @@ impl Hands for crate::machine::Machine {
     }
     fn answered(&mut self) -> Option<(usize, u64, Answered)> {
         crate::machine::Machine::answered(self)
+    }
+    fn begun(&mut self) -> Option<crate::machine::Begin> {
+        crate::machine::Machine::begun(self)
     }
 }
 
@@ -96,6 +103,10 @@ fn hand_over(
     }
     while let Some((slot, id, a)) = m.answered() {
         cells[slot].answer(id, a);
+    }
+    while let Some(b) = m.begun() {
+        let tube = b.tube.map(|k| sh.cfg.tubes[k].as_str());
+        cells[b.slot].begin(b.id, b.attempt, tube);
     }
 }
 
@@ -259,6 +270,14 @@ impl AsyncWorker {
             .map(|_| AtomicBool::new(false))
             .collect();
         for server in 0..sh.cfg.servers.len() {
+            let jetstream =
+                Address::parse(&sh.cfg.servers[server]).is_ok_and(|a| a.engine() == Engine::Nats);
+            // beanstalkd's window may hold more jobs than run (`prefetch`).
+            let n = if jetstream {
+                n
+            } else {
+                crate::machine::window(&sh.cfg)
+            };
             let inbox = Arc::new(Inbox::with_room(n));
             let cells: Vec<Arc<SlotCell>> = (0..n)
                 .map(|i| Arc::new(SlotCell::new(i, inbox.clone())))
@@ -267,8 +286,6 @@ impl AsyncWorker {
                 slots.push(self.spawner.spawn(c.clone(), sh.clone()));
                 cells_all.push(c.clone());
             }
-            let jetstream =
-                Address::parse(&sh.cfg.servers[server]).is_ok_and(|a| a.engine() == Engine::Nats);
             drivers.push(if jetstream {
                 tokio::spawn(js_driver::drive(
                     sh.clone(),

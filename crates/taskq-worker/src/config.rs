@@ -72,7 +72,10 @@ pub struct Config {
     /// window), so that short jobs drain near the server's pipelined rate.
     /// Engine-neutral: the number of jobs asked for in one go (beanstalkd:
     /// reserves in one write; a pulling engine: its batch size). Prefetched
-    /// jobs wait on their lease: see docs/reliability.md.
+    /// jobs wait on their lease: see docs/reliability.md. The
+    /// [`AsyncWorker`](crate::AsyncWorker) on beanstalkd holds
+    /// `max(concurrency, prefetch)` jobs on its connection, `concurrency` of
+    /// them running (on JetStream its window is `concurrency` for now).
     pub prefetch: usize,
     /// The JetStream layout and the settings of what the worker creates there.
     pub jetstream: JetStreamConfig,

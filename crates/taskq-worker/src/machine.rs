@@ -66,6 +66,7 @@ use crate::handler::Outcome;
 use crate::job::JobError;
 use crate::job_info::JobInfo;
 use crate::shared::Shared;
+use crate::worker::prefetch::{Lease, LeaseRule};
 use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
 
 /// The first wait before probing again a server that had nothing ready
@@ -80,6 +81,13 @@ pub(crate) const TICKET_RETRY: Duration = Duration::from_millis(10);
 /// empty leaves its ticket free before taking it again, so that another
 /// server's machine, which may have jobs to reserve, can take it.
 pub(crate) const TICKET_YIELD: Duration = Duration::from_millis(50);
+
+/// The jobs one beanstalkd connection of the async worker holds at once:
+/// `concurrency` running, and with a larger `prefetch`, that many in all,
+/// the rest waiting for a handler (see `Held`).
+pub(crate) fn window(cfg: &crate::Config) -> usize {
+    cfg.concurrency.max(cfg.prefetch)
+}
 
 /// What both machines keep alike of a connection's life: whether it is
 /// up, the reconnect rule (`taskq_proto::Reconnect`: at once after
@@ -251,6 +259,12 @@ pub(crate) enum Step {
     /// reserve watched one tube, `start.tube`): keep its body and run it,
     /// its attempt not known (0).
     Take(Start),
+    /// The job in `slot` was looked up and waits for a handler: keep the
+    /// tube's name the lookup's reply carried; it starts by a [`Begin`].
+    Wait {
+        /// The slot.
+        slot: usize,
+    },
     /// The job in `slot` was looked up: run it. Its tube's name is the one
     /// the lookup's reply carried; `attempt` counts as `max_attempts` does.
     Run {
@@ -300,6 +314,7 @@ enum Owed {
     Ask {
         wait: u32,
         tube: Option<usize>,
+        sent: Instant,
     },
     Settle {
         id: u64,
@@ -326,6 +341,13 @@ enum Owed {
         slot: usize,
         id: u64,
     },
+    /// A touch of the job held in `slot`, waiting for a handler, sent at
+    /// `sent`.
+    Keep {
+        slot: usize,
+        id: u64,
+        sent: Instant,
+    },
 }
 
 /// A request decided and not yet given to the sink.
@@ -335,6 +357,44 @@ enum Out {
     Info(u64, Outcome, bool),
     Ask(usize, u64, Asked),
     Lookup(usize, u64),
+    /// A touch of the job held in the slot.
+    Keep(usize, u64),
+}
+
+/// A job taken and ready, waiting for a handler: the window
+/// (`max(concurrency, prefetch)` jobs) holds more jobs than handlers run.
+/// It keeps its slot (and its body there) and its lease, by the thread
+/// worker's lease rule (`worker::prefetch::LeaseRule`): touched while it
+/// waits, given back unstarted after `HOLD_MAX`, at a stop, or when the
+/// server says a lease is about to run out and it cannot be touched.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    slot: usize,
+    id: u64,
+    /// When the reserve that brought it was sent.
+    asked: Instant,
+    /// When its lease last started, at the latest (the reserve's or the
+    /// last confirmed touch's send).
+    leased: Instant,
+    /// How it starts: its attempt once looked up, or its tube when taken
+    /// without a lookup.
+    attempt: u32,
+    tube: Option<usize>,
+    /// A touch of it is owed.
+    touching: bool,
+}
+
+/// A held job handed to a handler that came free: the driver starts it in
+/// its slot, where its body is already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Begin {
+    pub(crate) slot: usize,
+    pub(crate) id: u64,
+    /// Its attempt (0 when not known: taken without a lookup).
+    pub(crate) attempt: u32,
+    /// Its tube, when it was taken without a lookup; `None`: the one its
+    /// lookup named, which the driver kept ([`Step::Wait`]).
+    pub(crate) tube: Option<usize>,
 }
 
 /// A slot of the window.
@@ -349,6 +409,8 @@ enum Slot {
         epoch: u64,
         info: Option<JobInfo>,
         started: bool,
+        /// When the reserve that brought it was sent.
+        asked: Instant,
     },
 }
 
@@ -381,12 +443,23 @@ pub(crate) struct Machine {
     sched: Option<Schedule>,
     /// Answers to what handlers asked: (slot, job, answer).
     answers: VecDeque<(usize, u64, Answered)>,
+    /// Handlers that may run at once (`concurrency`); the window, the
+    /// slots, may be larger (`prefetch`).
+    handlers: usize,
+    /// Slots whose handler runs (started, not yet finished).
+    busy: usize,
+    /// Jobs ready and waiting for a handler, oldest first.
+    held: VecDeque<Held>,
+    /// Held jobs handed to handlers, for the driver to start.
+    begins: VecDeque<Begin>,
+    /// The server answered a reserve `DEADLINE_SOON`: touch the held jobs.
+    soon: bool,
 }
 
 impl Machine {
     /// A machine for server `server` of `sh`'s configuration, at `now`.
     pub(crate) fn new(sh: &Shared, server: usize, now: Instant) -> Machine {
-        let n = sh.cfg.concurrency;
+        let n = window(&sh.cfg);
         Machine {
             server,
             slots: vec![Slot::Free; n],
@@ -407,6 +480,11 @@ impl Machine {
                 .is_weighted()
                 .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
             answers: VecDeque::new(),
+            handlers: sh.cfg.concurrency,
+            busy: 0,
+            held: VecDeque::with_capacity(n),
+            begins: VecDeque::with_capacity(n),
+            soon: false,
         }
     }
 
@@ -477,6 +555,8 @@ impl Machine {
                 }
                 Owed::Touch { slot, id } => self.cannot_answer(slot, id, Asked::Touch),
                 Owed::Stats { slot, id } => self.cannot_answer(slot, id, Asked::Stats),
+                // The held job's slot counts it below.
+                Owed::Keep { .. } => {}
             }
         }
         while let Some(o) = self.out.pop_front() {
@@ -486,8 +566,17 @@ impl Machine {
                     Counters::add(&sh.counters.lease_dropped);
                     sh.give_ticket();
                 }
-                Out::Lookup(..) => {}
+                Out::Lookup(..) | Out::Keep(..) => {}
                 Out::Ask(slot, id, what) => self.cannot_answer(slot, id, what),
+            }
+        }
+        // Held jobs, and those handed to a handler the driver has not
+        // started yet, never ran: their slots are freed below.
+        self.held.clear();
+        while let Some(b) = self.begins.pop_front() {
+            if let Some(Slot::Running { started, .. }) = self.slots.get_mut(b.slot) {
+                *started = false;
+                self.busy -= 1;
             }
         }
         for k in 0..self.slots.len() {
@@ -532,13 +621,21 @@ impl Machine {
     /// broke meanwhile (the server has the job back).
     pub(crate) fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
         let Some(Slot::Running {
-            id, epoch, info, ..
+            id,
+            epoch,
+            info,
+            started,
+            ..
         }) = self.slots.get(slot).copied()
         else {
             return;
         };
         self.slots[slot] = Slot::Free;
         self.free.push(slot);
+        if started {
+            self.busy -= 1;
+            self.begin_held(sh);
+        }
         if !self.life.up || epoch != self.epoch {
             return;
         }
@@ -551,6 +648,108 @@ impl Machine {
             }
             (None, None) => self.out.push_back(Out::Info(id, outcome, panicked)),
         }
+    }
+
+    /// Hands the oldest held jobs to the handlers free (none after a stop).
+    fn begin_held(&mut self, sh: &Shared) {
+        if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        while self.busy < self.handlers {
+            let Some(h) = self.held.pop_front() else {
+                return;
+            };
+            if let Some(Slot::Running { started, .. }) = self.slots.get_mut(h.slot) {
+                *started = true;
+            }
+            self.busy += 1;
+            self.begins.push_back(Begin {
+                slot: h.slot,
+                id: h.id,
+                attempt: h.attempt,
+                tube: h.tube,
+            });
+        }
+    }
+
+    /// A job ready in `slot` starts now when a handler is free (true), or
+    /// waits, held, for one.
+    fn ready(&mut self, slot: usize, id: u64, attempt: u32, tube: Option<usize>) -> bool {
+        let Some(Slot::Running { started, asked, .. }) = self.slots.get_mut(slot) else {
+            return false;
+        };
+        if self.busy < self.handlers {
+            *started = true;
+            self.busy += 1;
+            return true;
+        }
+        *started = false;
+        let asked = *asked;
+        self.held.push_back(Held {
+            slot,
+            id,
+            asked,
+            leased: asked,
+            attempt,
+            tube,
+            touching: false,
+        });
+        false
+    }
+
+    /// The lease rule at `now` for every held job: given back after
+    /// `HOLD_MAX` (and all of them after a stop), touched once its lease is
+    /// `TOUCH_AFTER` old (or the server said one is about to run out).
+    fn keep_held(&mut self, sh: &Shared, now: Instant) {
+        let soon = std::mem::take(&mut self.soon);
+        if self.held.is_empty() {
+            return;
+        }
+        let stopping = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
+        let rule = LeaseRule::at(now, soon);
+        let mut k = 0;
+        while k < self.held.len() {
+            let h = self.held[k];
+            let lease = if stopping {
+                Lease::Release
+            } else {
+                rule.of(h.asked, h.leased)
+            };
+            match lease {
+                Lease::Release => {
+                    self.held.remove(k);
+                    // Given back unstarted: not an attempt of the job's.
+                    let back = Outcome::Retry {
+                        delay: Duration::ZERO,
+                    };
+                    self.finished(sh, h.slot, back, false);
+                    continue;
+                }
+                Lease::Touch if !h.touching => {
+                    self.held[k].touching = true;
+                    self.out.push_back(Out::Keep(h.slot, h.id));
+                }
+                _ => {}
+            }
+            k += 1;
+        }
+    }
+
+    /// The held jobs' next lease deadline.
+    fn held_due(&self, now: Instant) -> Option<Instant> {
+        if self.soon && !self.held.is_empty() {
+            return Some(now);
+        }
+        self.held
+            .iter()
+            .filter(|h| !h.touching)
+            .filter_map(|h| LeaseRule::first_due(h.asked, h.leased))
+            .min()
+    }
+
+    /// The next held job handed to a handler, for the driver to start.
+    pub(crate) fn begun(&mut self) -> Option<Begin> {
+        self.begins.pop_front()
     }
 
     /// Queues the settle of job `id` by the settle rule: a delete at once,

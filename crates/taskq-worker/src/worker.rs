@@ -17,7 +17,7 @@ use crate::shared::Shared;
 
 pub(crate) mod account;
 mod lane;
-mod prefetch;
+pub(crate) mod prefetch;
 pub(crate) mod settle;
 mod turn;
 

@@ -585,6 +585,67 @@ fn a_job_three_times_its_ttr_is_kept_by_touches() {
     assert!(after.cmd_touch - before.cmd_touch >= 11);
 }
 
+/// `prefetch` beyond `concurrency`: one handler, a window of 8. While the
+/// first job runs (4 s, twice the 2 s TTR of every job, touched by its
+/// handler), the other seven are reserved and held, their leases kept by
+/// the worker's touches; then each runs in turn, one at a time.
+#[test]
+fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() {
+    let _one = heavy();
+    let server = Beanstalkd::start().unwrap();
+    let bodies: Vec<Vec<u8>> = (0..8).map(|i| format!("{i}").into_bytes()).collect();
+    put_all(server.addr(), "default", 2, &bodies);
+    let before = record(server.addr());
+    let running = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let (r2, m2) = (running.clone(), most.clone());
+    let config = Config {
+        prefetch: 8,
+        exit_when_idle: Some(Duration::from_millis(500)),
+        ..cfg(server.addr(), 1)
+    };
+    let worker = AsyncWorker::new(config, move |job: AsyncJob| {
+        let (r2, m2) = (r2.clone(), m2.clone());
+        async move {
+            let now = r2.fetch_add(1, Ordering::SeqCst) + 1;
+            m2.fetch_max(now, Ordering::SeqCst);
+            if job.body() == b"0" {
+                // Twice its TTR, kept by its own touches.
+                for _ in 0..8 {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    job.touch().await.expect("touch");
+                }
+            }
+            r2.fetch_sub(1, Ordering::SeqCst);
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let rt = runtime();
+    let h = rt.spawn(worker.run());
+    // The whole window is reserved while the first job runs.
+    let held = wait_until(Duration::from_secs(2), || {
+        record(server.addr()).reserved == 8
+    });
+    let counts = run_within(&rt, async { h.await.unwrap() }, Duration::from_secs(30));
+    let after = record(server.addr());
+    eprintln!("{counts}");
+    assert!(held, "the window of 8 was not reserved: {counts}");
+    assert_eq!(most.load(Ordering::SeqCst), 1, "one handler at a time");
+    assert_eq!((counts.reserved, counts.deleted), (8, 8), "{counts}");
+    assert_eq!(
+        after.job_timeouts - before.job_timeouts,
+        0,
+        "a held lease ran out"
+    );
+    assert!(
+        after.cmd_touch - before.cmd_touch >= 7,
+        "the held jobs were touched"
+    );
+    assert_eq!((after.ready, after.reserved), (0, 0));
+    assert_eq!(counts.reconnects, 0, "{counts}");
+}
+
 #[test]
 fn a_job_over_the_limit_is_buried_once_and_the_small_ones_are_done() {
     let _one = heavy();

@@ -163,6 +163,7 @@ fn take_replies(
                 cells[start.slot].run(start.id, 0, watched);
             }
             Ok(Step::Run { slot, id, attempt }) => cells[slot].run(id, attempt, tube),
+            Ok(Step::Wait { slot }) => cells[slot].keep_tube(tube),
             Ok(Step::Nothing) => {}
             Err(()) => return false,
         }

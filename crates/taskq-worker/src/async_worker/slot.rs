@@ -145,9 +145,25 @@ impl SlotCell {
 
     /// The driver starts the job held, of tube `tube`, on its `attempt`.
     pub(super) fn run(&self, id: u64, attempt: u32, tube: &str) {
+        self.begin(id, attempt, Some(tube));
+    }
+
+    /// The job held in this slot, looked up, waits for a handler: its
+    /// tube's name (the lookup's) is kept until it [`begin`](Self::begin)s.
+    pub(super) fn keep_tube(&self, tube: &str) {
         let mut st = lock(&self.state);
         st.tube.clear();
         st.tube.push_str(tube);
+    }
+
+    /// The driver starts the job held here, on its `attempt`, of `tube`
+    /// (`None`: the one kept by [`keep_tube`](Self::keep_tube)).
+    pub(super) fn begin(&self, id: u64, attempt: u32, tube: Option<&str>) {
+        let mut st = lock(&self.state);
+        if let Some(t) = tube {
+            st.tube.clear();
+            st.tube.push_str(t);
+        }
         st.given = Some(Given { id, attempt });
         drop(st);
         self.wake.notify_one();

@@ -23,7 +23,7 @@ impl Machine {
         self.owed.front().map(|o| match o {
             Owed::Ask { .. } => Expect::Took,
             Owed::Settle { .. } => Expect::Settled,
-            Owed::Touch { .. } => Expect::Touched,
+            Owed::Touch { .. } | Owed::Keep { .. } => Expect::Touched,
             Owed::Info { .. } | Owed::Lookup { .. } | Owed::Stats { .. } => Expect::Info,
         })
     }
@@ -49,13 +49,13 @@ impl Machine {
             );
         };
         let r = match (owed, answer) {
-            (Owed::Ask { wait, tube }, Answer::Took(took)) => {
+            (Owed::Ask { wait, tube, sent }, Answer::Took(took)) => {
                 if wait == 0 {
                     self.asks -= 1;
                 } else {
                     self.blocking = false;
                 }
-                self.took(sh, now, took, tube).map(|s| match s {
+                self.took(sh, now, took, tube, sent).map(|s| match s {
                     None => Step::Nothing,
                     Some(s) if s.tube.is_some() => Step::Take(s),
                     Some(s) => Step::Hold(s),
@@ -116,16 +116,37 @@ impl Machine {
                     Err((Some(id), f))
                 }
             },
+            (Owed::Keep { slot, id, sent }, Answer::Touched(t)) => match t {
+                Ok(ok) => {
+                    self.life.reconnect.progress();
+                    // Still held (not handed to a handler meanwhile)?
+                    let k = self.held.iter().position(|h| h.slot == slot && h.id == id);
+                    if ok {
+                        Counters::add(&sh.counters.touched);
+                        if let Some(k) = k {
+                            self.held[k].leased = sent;
+                            self.held[k].touching = false;
+                        }
+                    } else if let Some(k) = k {
+                        // Its lease ran out while it waited: never run.
+                        self.held.remove(k);
+                        self.slots[slot] = Slot::Free;
+                        self.free.push(slot);
+                        self.lease_lost(sh, id);
+                    }
+                    Ok(Step::Nothing)
+                }
+                Err(f) => {
+                    self.owed.push_front(Owed::Keep { slot, id, sent });
+                    Err((Some(id), f))
+                }
+            },
             (Owed::Lookup { slot, id }, Answer::Info(info)) => match info {
                 Ok(Some(info)) => {
                     self.life.reconnect.progress();
                     let stopped = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
-                    if let Some(Slot::Running {
-                        info: i, started, ..
-                    }) = self.slots.get_mut(slot)
-                    {
+                    if let Some(Slot::Running { info: i, .. }) = self.slots.get_mut(slot) {
                         *i = Some(info);
-                        *started = !stopped;
                     }
                     if stopped {
                         // Not started before the stop: given back untouched.
@@ -137,7 +158,11 @@ impl Machine {
                     }
                     let n = crate::worker::settle::attempt(sh, self.server, id, info.releases);
                     let attempt = u32::try_from(n).unwrap_or(u32::MAX);
-                    Ok(Step::Run { slot, id, attempt })
+                    if self.ready(slot, id, attempt, None) {
+                        Ok(Step::Run { slot, id, attempt })
+                    } else {
+                        Ok(Step::Wait { slot })
+                    }
                 }
                 Ok(None) => {
                     // Its lease ran out before it started: never run.
@@ -209,6 +234,7 @@ impl Machine {
         now: Instant,
         took: Result<Took<'_>, Fault>,
         tube: Option<usize>,
+        asked: Instant,
     ) -> Result<Option<Start>, (Option<u64>, Fault)> {
         let took = took.map_err(|f| {
             sh.give_ticket();
@@ -230,7 +256,12 @@ impl Machine {
                         s.empty();
                     }
                 }
-                Took::DeadlineSoon => Counters::add(&sh.counters.deadline_soon),
+                Took::DeadlineSoon => {
+                    Counters::add(&sh.counters.deadline_soon);
+                    // Some lease of this connection's is about to run out:
+                    // the held jobs' are touched now.
+                    self.soon = !self.held.is_empty();
+                }
                 Took::Outstanding | Took::Unavailable => self.life.last_busy = now,
                 Took::Job { .. } | Took::TooBig { .. } => {}
             }
@@ -281,10 +312,21 @@ impl Machine {
             id,
             epoch: self.epoch,
             info: None,
-            started: tube.is_some(),
+            started: false,
+            asked,
         };
-        if tube.is_none() {
-            self.out.push_back(Out::Lookup(slot, id));
+        match tube {
+            None => self.out.push_back(Out::Lookup(slot, id)),
+            // Not looked up: it starts now, or waits held (its body kept,
+            // as for a lookup).
+            Some(k) if !self.ready(slot, id, 0, Some(k)) => {
+                return Ok(Some(Start {
+                    slot,
+                    id,
+                    tube: None,
+                }))
+            }
+            Some(_) => {}
         }
         Ok(Some(Start { slot, id, tube }))
     }

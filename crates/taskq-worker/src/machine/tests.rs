@@ -11,6 +11,7 @@ use taskq_proto::{earliest, Limits, Session};
 use super::*;
 use crate::config::Config;
 use crate::engine::next_answer;
+use crate::worker::prefetch::{HOLD_MAX, TOUCH_AFTER};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -98,6 +99,7 @@ impl Rig {
                     self.runs.push((s.slot, 0));
                 }
                 Ok(Step::Run { slot, attempt, .. }) => self.runs.push((slot, attempt)),
+                Ok(Step::Wait { .. }) => {}
                 Ok(Step::Nothing) => {}
                 Err(()) => return (starts, true),
             }
@@ -129,7 +131,8 @@ impl Rig {
     }
 
     /// The jobs `bytes` brings at `ms` are looked up (each `releases`
-    /// times released before) and run: their slots.
+    /// times released before) and run, as many as there are handlers (no
+    /// handler busy before): their slots.
     fn take(&mut self, ms: u64, bytes: &[u8], releases: u64) -> Vec<Start> {
         let (starts, broke) = self.reply(ms, bytes);
         assert!(!broke);
@@ -143,9 +146,14 @@ impl Rig {
         self.runs.clear();
         let (more, broke) = self.reply(ms, &answers);
         assert!(more.is_empty() && !broke);
+        // As many run as there are handlers (the rest wait, held).
         assert_eq!(
             self.runs.iter().map(|r| r.0).collect::<Vec<_>>(),
-            starts.iter().map(|s| s.slot).collect::<Vec<_>>()
+            starts
+                .iter()
+                .map(|s| s.slot)
+                .take(self.sh.cfg.concurrency)
+                .collect::<Vec<_>>()
         );
         starts
     }
@@ -748,4 +756,96 @@ fn after_a_reconnect_with_a_full_window_the_answered_watch_is_read_and_not_overd
     assert!(!r.overdue(later), "a reply that came is not overdue");
     assert!(r.m.is_up());
     assert_eq!(r.counts().io_timeouts, 0);
+}
+
+/// A window of `prefetch` jobs on `concurrency` handlers.
+fn prefetch(concurrency: usize, prefetch: usize) -> Config {
+    Config {
+        prefetch,
+        ..cfg(concurrency)
+    }
+}
+
+#[test]
+fn with_prefetch_the_window_holds_more_jobs_than_run_and_each_starts_as_a_handler_frees() {
+    let mut r = Rig::new(prefetch(1, 3));
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"; 3]);
+    let s = r.take(1, &[reserved(1), reserved(2), reserved(3)].concat(), 0);
+    // All three looked up; one handler: the first runs, two wait held.
+    assert_eq!(r.runs, [(s[0].slot, 1)]);
+    assert!(r.m.begun().is_none());
+    assert!(r.send(2).is_empty(), "the window is full");
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    // The oldest held job gets the free handler, with its attempt; the
+    // delete and a refill for the room go out in one write.
+    let b = r.m.begun().unwrap();
+    assert_eq!((b.slot, b.id, b.attempt, b.tube), (s[1].slot, 2, 1, None));
+    assert!(r.m.begun().is_none(), "one handler: one job at a time");
+    assert_eq!(r.send(3), ["delete 1", "reserve-with-timeout 0"]);
+    r.reply(4, b"DELETED\r\nTIMED_OUT\r\n");
+    r.m.finished(&r.sh, s[1].slot, Outcome::Done, false);
+    assert_eq!(r.m.begun().map(|b| b.id), Some(3));
+    let c = r.counts();
+    assert_eq!((c.reserved, c.deleted), (3, 1));
+}
+
+#[test]
+fn a_held_job_is_touched_while_it_waits_and_given_back_unstarted_after_hold_max() {
+    let mut r = Rig::new(prefetch(1, 2));
+    r.send(0);
+    let s = r.take(1, &[reserved(1), reserved(2)].concat(), 0);
+    assert_eq!(r.runs.len(), 1);
+    // Its lease is touched TOUCH_AFTER after the reserve was sent, once
+    // until the touch is answered, then TOUCH_AFTER after that touch.
+    assert_eq!(r.due(2), Some(r.at(0) + TOUCH_AFTER));
+    assert!(r.send(499).is_empty());
+    assert_eq!(r.send(500), ["touch 2"]);
+    assert!(r.send(600).is_empty(), "one touch owed at a time");
+    r.reply(601, b"TOUCHED\r\n");
+    assert_eq!(r.counts().touched, 1);
+    assert!(r.send(999).is_empty());
+    assert_eq!(r.send(1000), ["touch 2"]);
+    r.reply(1001, b"TOUCHED\r\n");
+    // Held HOLD_MAX: given back unstarted (its priority from its lookup,
+    // no delay), not an attempt of its own; its room refilled.
+    let hold = HOLD_MAX.as_millis() as u64;
+    let sent = r.send(hold);
+    assert_eq!(sent[0], "release 2 9 0", "{sent:?}");
+    r.reply(hold + 1, b"RELEASED\r\n");
+    assert_eq!(r.counts().released, 1);
+    assert!(r.m.begun().is_none());
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert!(r.m.begun().is_none(), "given back: never started");
+}
+
+#[test]
+fn held_jobs_go_back_untouched_at_a_stop_and_are_the_servers_again_at_a_break() {
+    let mut r = Rig::new(prefetch(1, 3));
+    r.send(0);
+    let s = r.take(1, &[reserved(1), reserved(2), reserved(3)].concat(), 0);
+    r.sh.shutdown();
+    // The stop: both held jobs go back at once, the running one finishes.
+    assert_eq!(r.send(2), ["release 2 9 0", "release 3 9 0"]);
+    r.reply(3, b"RELEASED\r\nRELEASED\r\n");
+    assert!(!r.m.is_done(&r.sh), "the running job is not settled yet");
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert!(r.m.begun().is_none(), "nothing starts after a stop");
+    assert_eq!(r.send(4), ["delete 1"]);
+    r.reply(5, b"DELETED\r\n");
+    assert!(r.m.is_done(&r.sh));
+
+    // A break: the held jobs are the server's again, their slots free at
+    // once; the running job keeps its slot until its handler ends.
+    let mut r = Rig::new(prefetch(1, 3));
+    r.send(0);
+    let s = r.take(1, &[reserved(1), reserved(2), reserved(3)].concat(), 0);
+    r.m.broke(&r.sh, r.at(2), 0);
+    assert_eq!(r.counts().lease_dropped, 3);
+    assert_eq!(r.m.running(), 1);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    assert!(
+        r.m.begun().is_none(),
+        "held jobs of a broken connection never start"
+    );
+    assert_eq!(r.m.running(), 0);
 }

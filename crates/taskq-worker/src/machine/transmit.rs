@@ -23,6 +23,7 @@ impl Machine {
         if !self.life.up {
             return Ok(0);
         }
+        self.keep_held(sh, now);
         let mut queued = 0;
         while let Some(o) = self.out.pop_front() {
             let (r, owed) = match o {
@@ -43,6 +44,14 @@ impl Machine {
                 }
                 Out::Ask(slot, id, Asked::Stats) => (sink.info(id), Owed::Stats { slot, id }),
                 Out::Lookup(slot, id) => (sink.info(id), Owed::Lookup { slot, id }),
+                Out::Keep(slot, id) => (
+                    sink.req(Req::Touch(id)),
+                    Owed::Keep {
+                        slot,
+                        id,
+                        sent: now,
+                    },
+                ),
             };
             if let Err(e) = r {
                 self.out.push_front(o);
@@ -64,7 +73,7 @@ impl Machine {
             } else if self.running() == 0 && self.owed.is_empty() && self.asks == 0 {
                 // Nothing runs, nothing is owed: wait on the server.
                 if sh.take_ticket() {
-                    self.ask(sink, sh.cfg.reserve_secs(), &sh.cfg.tubes)?;
+                    self.ask(sink, sh.cfg.reserve_secs(), &sh.cfg.tubes, now)?;
                     self.blocking = true;
                     queued += 1;
                 } else {
@@ -84,7 +93,7 @@ impl Machine {
                     self.ticket_at = Some(now + TICKET_RETRY);
                     break;
                 }
-                self.ask(sink, 0, &sh.cfg.tubes)?;
+                self.ask(sink, 0, &sh.cfg.tubes, now)?;
                 self.asks += 1;
                 queued += 1;
                 // The window is filled by the schedule: each ask is a turn's job.
@@ -101,6 +110,7 @@ impl Machine {
         sink: &mut dyn Sink,
         slice: u32,
         tubes: &[String],
+        now: Instant,
     ) -> Result<(), ConnectionError> {
         // The one tube this reserve watches, if it watches one: a job it
         // takes is that tube's.
@@ -115,7 +125,11 @@ impl Machine {
             slice,
         };
         sink.req(Req::Ask(ask))?;
-        self.owed.push_back(Owed::Ask { wait: slice, tube });
+        self.owed.push_back(Owed::Ask {
+            wait: slice,
+            tube,
+            sent: now,
+        });
         Ok(())
     }
 
@@ -128,6 +142,9 @@ impl Machine {
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
         if self.life.up {
+            if let Some(h) = self.held_due(now) {
+                at(h);
+            }
             if self.dry && self.asks == 0 && !self.blocking {
                 if let Some(p) = self.probe_at {
                     at(p);
