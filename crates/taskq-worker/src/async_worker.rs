@@ -43,9 +43,7 @@ trait Hands {
     /// The next answer to what a handler asked.
     fn answered(&mut self) -> Option<(usize, u64, Answered)>;
     /// The next held job handed to a handler that came free.
-    fn begun(&mut self) -> Option<crate::machine::Begin> {
-        None
-    }
+    fn begun(&mut self) -> Option<crate::machine::Begin>;
 }
 
 impl Hands for crate::machine::Machine {
@@ -72,6 +70,9 @@ impl Hands for crate::machine::js::JsMachine {
     }
     fn answered(&mut self) -> Option<(usize, u64, Answered)> {
         crate::machine::js::JsMachine::answered(self)
+    }
+    fn begun(&mut self) -> Option<crate::machine::Begin> {
+        crate::machine::js::JsMachine::begun(self)
     }
 }
 
@@ -262,7 +263,8 @@ impl AsyncWorker {
     /// jobs finish and are settled.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Snapshot {
         let sh = self.shared;
-        let n = sh.cfg.concurrency;
+        // The window may hold more jobs than run (`prefetch`).
+        let n = crate::machine::window(&sh.cfg);
         let mut drivers = Vec::with_capacity(sh.cfg.servers.len());
         let mut slots = Vec::with_capacity(n * sh.cfg.servers.len());
         let mut cells_all = Vec::with_capacity(n * sh.cfg.servers.len());
@@ -272,12 +274,6 @@ impl AsyncWorker {
         for server in 0..sh.cfg.servers.len() {
             let jetstream =
                 Address::parse(&sh.cfg.servers[server]).is_ok_and(|a| a.engine() == Engine::Nats);
-            // beanstalkd's window may hold more jobs than run (`prefetch`).
-            let n = if jetstream {
-                n
-            } else {
-                crate::machine::window(&sh.cfg)
-            };
             let inbox = Arc::new(Inbox::with_room(n));
             let cells: Vec<Arc<SlotCell>> = (0..n)
                 .map(|i| Arc::new(SlotCell::new(i, inbox.clone())))

@@ -73,9 +73,9 @@ pub struct Config {
     /// Engine-neutral: the number of jobs asked for in one go (beanstalkd:
     /// reserves in one write; a pulling engine: its batch size). Prefetched
     /// jobs wait on their lease: see docs/reliability.md. The
-    /// [`AsyncWorker`](crate::AsyncWorker) on beanstalkd holds
-    /// `max(concurrency, prefetch)` jobs on its connection, `concurrency` of
-    /// them running (on JetStream its window is `concurrency` for now).
+    /// [`AsyncWorker`](crate::AsyncWorker) holds `max(concurrency,
+    /// prefetch)` jobs on its connection to each server, `concurrency` of
+    /// them running, the rest waiting with their leases kept.
     pub prefetch: usize,
     /// The JetStream layout and the settings of what the worker creates there.
     pub jetstream: JetStreamConfig,

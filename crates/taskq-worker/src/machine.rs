@@ -82,9 +82,9 @@ pub(crate) const TICKET_RETRY: Duration = Duration::from_millis(10);
 /// server's machine, which may have jobs to reserve, can take it.
 pub(crate) const TICKET_YIELD: Duration = Duration::from_millis(50);
 
-/// The jobs one beanstalkd connection of the async worker holds at once:
-/// `concurrency` running, and with a larger `prefetch`, that many in all,
-/// the rest waiting for a handler (see `Held`).
+/// The jobs one connection of the async worker holds at once (both
+/// machines): `concurrency` running, and with a larger `prefetch`, that
+/// many in all, the rest waiting for a handler (see `Held`).
 pub(crate) fn window(cfg: &crate::Config) -> usize {
     cfg.concurrency.max(cfg.prefetch)
 }
@@ -383,6 +383,12 @@ struct Held {
     /// A touch of it is owed.
     touching: bool,
 }
+
+/// How a held job goes back unstarted (after `HOLD_MAX`, at a stop): not an
+/// attempt of the job's.
+pub(crate) const UNSTARTED: Outcome = Outcome::Retry {
+    delay: Duration::ZERO,
+};
 
 /// A held job handed to a handler that came free: the driver starts it in
 /// its slot, where its body is already.
@@ -706,23 +712,14 @@ impl Machine {
             return;
         }
         let stopping = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
-        let rule = LeaseRule::at(now, soon);
+        let rule = LeaseRule::held(now, soon, stopping);
         let mut k = 0;
         while k < self.held.len() {
             let h = self.held[k];
-            let lease = if stopping {
-                Lease::Release
-            } else {
-                rule.of(h.asked, h.leased)
-            };
-            match lease {
+            match rule.of(h.asked, h.leased) {
                 Lease::Release => {
                     self.held.remove(k);
-                    // Given back unstarted: not an attempt of the job's.
-                    let back = Outcome::Retry {
-                        delay: Duration::ZERO,
-                    };
-                    self.finished(sh, h.slot, back, false);
+                    self.finished(sh, h.slot, UNSTARTED, false);
                     continue;
                 }
                 Lease::Touch if !h.touching => {

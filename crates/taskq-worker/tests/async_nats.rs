@@ -766,6 +766,64 @@ fn a_job_three_times_its_ack_wait_is_kept_by_touches() {
     assert_eq!(js_admin(&c).stream_info("TASKQ").unwrap().messages, 0);
 }
 
+/// `prefetch` beyond `concurrency` on JetStream: one handler, a window of
+/// 8. While the first job runs twice the 2 s ack wait (touched by its
+/// handler), the other seven are pulled and held, their leases kept by the
+/// worker's `+WPI`s; then each runs in turn, one at a time, none delivered
+/// again.
+#[test]
+fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() {
+    let _one = heavy();
+    log_from_env();
+    let c = NatsCluster::start(1).unwrap();
+    let tube = "window";
+    let ack_wait = Duration::from_secs(2);
+    js_setup(&c, tube, None);
+    put_all(&c, tube, &numbered(8));
+    let overlap = Arc::new(Overlap::default());
+    let o2 = overlap.clone();
+    let config = Config {
+        prefetch: 8,
+        ..cfg(&c.url(), tube, 1, ack_wait)
+    };
+    let worker = AsyncWorker::new(config, move |job: AsyncJob| {
+        let o2 = o2.clone();
+        async move {
+            o2.enter();
+            if job.body() == b"0" {
+                for _ in 0..6 {
+                    tokio::time::sleep(ack_wait / 3).await;
+                    job.touch().await.expect("touch");
+                }
+            }
+            o2.leave();
+            Outcome::Done
+        }
+    })
+    .unwrap();
+    let rt = runtime();
+    let mut rec = Record::new(&c);
+    let mut window = 0;
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(30), || {
+        if let Some(ci) = rec.consumer(tube) {
+            window = window.max(ci.num_ack_pending);
+        }
+        rec.tube_done(tube)
+    });
+    let ci = js_consumer(&c, tube);
+    eprintln!("{counts}; consumer {ci:?}");
+    assert_eq!(window, 8, "the whole window out at once: {counts}");
+    assert_eq!(overlap.most(), 1, "one handler at a time");
+    assert_eq!((counts.reserved, counts.deleted), (8, 8), "{counts}");
+    assert_eq!(
+        (ci.delivered, ci.num_redelivered, ci.num_ack_pending),
+        (8, 0, 0),
+        "no lease ran out: {ci:?}"
+    );
+    assert!(counts.touched >= 6 + 7, "{counts}");
+    assert_eq!(js_admin(&c).stream_info("TASKQ").unwrap().messages, 0);
+}
+
 #[test]
 fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
     let _one = heavy();

@@ -596,19 +596,17 @@ fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() 
     let bodies: Vec<Vec<u8>> = (0..8).map(|i| format!("{i}").into_bytes()).collect();
     put_all(server.addr(), "default", 2, &bodies);
     let before = record(server.addr());
-    let running = Arc::new(AtomicU64::new(0));
-    let most = Arc::new(AtomicU64::new(0));
-    let (r2, m2) = (running.clone(), most.clone());
+    let overlap = Arc::new(Overlap::default());
+    let o2 = overlap.clone();
     let config = Config {
         prefetch: 8,
         exit_when_idle: Some(Duration::from_millis(500)),
         ..cfg(server.addr(), 1)
     };
     let worker = AsyncWorker::new(config, move |job: AsyncJob| {
-        let (r2, m2) = (r2.clone(), m2.clone());
+        let o2 = o2.clone();
         async move {
-            let now = r2.fetch_add(1, Ordering::SeqCst) + 1;
-            m2.fetch_max(now, Ordering::SeqCst);
+            o2.enter();
             if job.body() == b"0" {
                 // Twice its TTR, kept by its own touches.
                 for _ in 0..8 {
@@ -616,7 +614,7 @@ fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() 
                     job.touch().await.expect("touch");
                 }
             }
-            r2.fetch_sub(1, Ordering::SeqCst);
+            o2.leave();
             Outcome::Done
         }
     })
@@ -631,7 +629,7 @@ fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() 
     let after = record(server.addr());
     eprintln!("{counts}");
     assert!(held, "the window of 8 was not reserved: {counts}");
-    assert_eq!(most.load(Ordering::SeqCst), 1, "one handler at a time");
+    assert_eq!(overlap.most(), 1, "one handler at a time");
     assert_eq!((counts.reserved, counts.deleted), (8, 8), "{counts}");
     assert_eq!(
         after.job_timeouts - before.job_timeouts,

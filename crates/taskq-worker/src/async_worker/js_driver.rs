@@ -250,6 +250,7 @@ fn take_deliveries(
                 cells[slot].hold(body, headers);
                 cells[slot].run(id, attempt, &sh.cfg.tubes[tube]);
             }
+            Ok(JsStep::Hold { slot }) => cells[slot].hold(body, headers),
             Ok(JsStep::Nothing) => {}
             Err(()) => return Err(None),
         }

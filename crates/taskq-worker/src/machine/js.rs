@@ -50,9 +50,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError, NatsSession};
-use taskq_proto::ConnectionError;
+use taskq_proto::{earliest, ConnectionError};
 
-use super::{Answered, Asked, Lifecycle, TICKET_RETRY};
+use super::{Answered, Asked, Begin, Lifecycle, TICKET_RETRY};
 use crate::counters::Counters;
 use crate::engine::nats::parts::{
     ack_kind, conn_error, delivered_info, not_ready, pull_expiry, ready_at, GivenBack, Strays, Tube,
@@ -66,6 +66,7 @@ use crate::shared::Shared;
 use crate::worker::account::{
     count_resolved, delivered_again_while_running, failed, tally, UNAVAILABLE_PAUSE,
 };
+use crate::worker::prefetch::{Lease, LeaseRule};
 use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
 
 /// Room kept in each pooled ack subject: `$JS.ACK.`, an optional domain
@@ -93,6 +94,14 @@ struct Held {
     /// When its lease started, at the earliest (its pull was sent, or the
     /// last confirmed touch was).
     leased: Instant,
+    /// When its pull was sent.
+    asked: Instant,
+    /// Its attempt, as its delivery tells it.
+    attempt: u32,
+    /// Its handler runs; else it waits for one (`prefetch`), held.
+    started: bool,
+    /// Held: a touch of it is owed.
+    touching: bool,
 }
 
 /// An ack decided and not yet queued.
@@ -105,6 +114,8 @@ enum Out {
     Touch { slot: usize, seq: u64 },
     /// A delivery given back unrun and uncounted (a delayed job early).
     Back { ack: Vec<u8>, delay: Duration },
+    /// A touch of the job held in `slot`, waiting for a handler.
+    Keep { slot: usize, seq: u64 },
 }
 
 /// A settle on its way: the job, the command, the ack that carries it out
@@ -126,6 +137,7 @@ struct Pending {
 enum Owed {
     Settle(Pending),
     Touch { slot: usize, seq: u64 },
+    Keep { slot: usize, seq: u64 },
 }
 
 /// Pulls under way at once at most (one tube, unweighted).
@@ -166,6 +178,12 @@ pub(crate) enum JsStep {
         /// This run's attempt number.
         attempt: u32,
     },
+    /// Keep the delivery's body and headers in `slot`: the job waits there
+    /// for a handler (`prefetch`), and starts by a [`Begin`].
+    Hold {
+        /// The slot.
+        slot: usize,
+    },
 }
 
 /// One JetStream connection's worker rules (see the module docs).
@@ -200,6 +218,15 @@ pub(crate) struct JsMachine {
     /// How early a delivery's lease may have started, while a pull its
     /// probe ended may still deliver.
     strays: Strays,
+    /// Handlers that may run at once (`concurrency`); the window may be
+    /// larger (`prefetch`).
+    handlers: usize,
+    /// Slots whose handler runs.
+    busy: usize,
+    /// Slots of jobs waiting for a handler, oldest first.
+    waiting: VecDeque<usize>,
+    /// Held jobs handed to handlers, for the driver to start.
+    begins: VecDeque<Begin>,
     /// The consumers were found with nothing out after an empty wait.
     quiet: bool,
     /// An empty wait asks the driver whether jobs are still out.
@@ -211,7 +238,7 @@ pub(crate) struct JsMachine {
 impl JsMachine {
     /// A machine for server `server` of `sh`'s configuration, at `now`.
     pub(crate) fn new(sh: &Shared, server: usize, now: Instant) -> JsMachine {
-        let n = sh.cfg.concurrency;
+        let n = super::window(&sh.cfg);
         JsMachine {
             server,
             stream: String::new(),
@@ -235,6 +262,10 @@ impl JsMachine {
                 .is_weighted()
                 .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
             answers: VecDeque::new(),
+            handlers: sh.cfg.concurrency,
+            busy: 0,
+            waiting: VecDeque::with_capacity(n),
+            begins: VecDeque::with_capacity(n),
             quiet: false,
             check_idle: false,
             resume: false,
@@ -366,6 +397,24 @@ impl JsMachine {
                     due: p.due,
                 }),
                 Owed::Touch { slot, seq } => self.cannot_answer(slot, seq, Asked::Touch),
+                // Touched again on the next connection, if it still waits.
+                Owed::Keep { slot, seq } => self.untouched(slot, seq),
+            }
+        }
+        self.out.retain(|o| !matches!(o, Out::Keep { .. }));
+        for &slot in &self.waiting {
+            if let Slot::Running(h) = &mut self.slots[slot] {
+                h.touching = false;
+            }
+        }
+    }
+
+    /// The touch of held job `seq` in `slot` came to nothing: it may be
+    /// touched again.
+    fn untouched(&mut self, slot: usize, seq: u64) {
+        if let Some(Slot::Running(h)) = self.slots.get_mut(slot) {
+            if h.seq == seq {
+                h.touching = false;
             }
         }
     }
@@ -396,6 +445,10 @@ impl JsMachine {
             return;
         };
         self.free.push(slot);
+        if h.started {
+            self.busy -= 1;
+            self.begin_held(sh);
+        }
         let ack_wait = self
             .tubes
             .get(h.tube)
@@ -419,6 +472,107 @@ impl JsMachine {
         } else {
             self.out.push_back(Out::Settle(p));
         }
+    }
+
+    /// Hands the oldest held jobs to the handlers free (none after a stop).
+    fn begin_held(&mut self, sh: &Shared) {
+        if sh.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        while self.busy < self.handlers {
+            let Some(slot) = self.waiting.pop_front() else {
+                return;
+            };
+            if let Slot::Running(h) = &mut self.slots[slot] {
+                h.started = true;
+                self.busy += 1;
+                self.begins.push_back(Begin {
+                    slot,
+                    id: h.seq,
+                    attempt: h.attempt,
+                    tube: Some(h.tube),
+                });
+            }
+        }
+    }
+
+    /// The next held job handed to a handler, for the driver to start.
+    pub(crate) fn begun(&mut self) -> Option<Begin> {
+        self.begins.pop_front()
+    }
+
+    /// The lease rule at `now` for every held job (the beanstalkd
+    /// machine's, `machine::Held`): given back unstarted after `HOLD_MAX`
+    /// and at a stop, touched (`+WPI`) once its lease is `TOUCH_AFTER` old;
+    /// one whose ack wait ran out while it waited (no connection to touch
+    /// it on) is lost: the server may have given it to another worker.
+    fn keep_held(&mut self, sh: &Shared, now: Instant) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let rule = LeaseRule::held(now, false, sh.stop.load(Ordering::SeqCst));
+        let mut k = 0;
+        while k < self.waiting.len() {
+            let slot = self.waiting[k];
+            let Slot::Running(h) = &mut self.slots[slot] else {
+                self.waiting.remove(k);
+                continue;
+            };
+            let ack_wait = self
+                .tubes
+                .get(h.tube)
+                .map_or(Duration::ZERO, |t| t.ack_wait);
+            if now >= h.leased + ack_wait {
+                let seq = h.seq;
+                self.waiting.remove(k);
+                if let Slot::Running(h) = std::mem::replace(&mut self.slots[slot], Slot::Free) {
+                    self.acks.give(h.ack);
+                }
+                self.free.push(slot);
+                Counters::add(&sh.counters.lost_lease_on_release);
+                sh.give_ticket();
+                tracing::warn!(
+                    job = seq,
+                    server = self.name(sh),
+                    "lease lost: the job's ack wait ran out while it waited"
+                );
+                continue;
+            }
+            match rule.of(h.asked, h.leased) {
+                Lease::Release => {
+                    self.waiting.remove(k);
+                    self.finished(sh, slot, super::UNSTARTED, false);
+                    continue;
+                }
+                Lease::Touch if !h.touching => {
+                    h.touching = true;
+                    let seq = h.seq;
+                    self.out.push_back(Out::Keep { slot, seq });
+                }
+                _ => {}
+            }
+            k += 1;
+        }
+    }
+
+    /// The held jobs' next lease deadline.
+    fn held_due(&self) -> Option<Instant> {
+        self.waiting
+            .iter()
+            .filter_map(|&slot| match &self.slots[slot] {
+                Slot::Running(h) if !h.touching => {
+                    let ack_wait = self
+                        .tubes
+                        .get(h.tube)
+                        .map_or(Duration::ZERO, |t| t.ack_wait);
+                    earliest(
+                        LeaseRule::first_due(h.asked, h.leased),
+                        h.leased.checked_add(ack_wait),
+                    )
+                }
+                _ => None,
+            })
+            .min()
     }
 
     /// The next bury whose copy the driver makes: the job's stream
@@ -496,6 +650,7 @@ impl JsMachine {
         if std::mem::take(&mut self.resume) {
             self.resume_settles(sh, now);
         }
+        self.keep_held(sh, now);
         while let Some(o) = self.out.pop_front() {
             let r = match &o {
                 Out::Settle(p) => session.queue_ack(&p.ack, p.kind, true),
@@ -516,6 +671,17 @@ impl JsMachine {
                     };
                     session.queue_ack(ack, kind, false)
                 }
+                Out::Keep { slot, seq } => match &self.slots[*slot] {
+                    Slot::Running(h) if h.seq == *seq && !h.started => {
+                        session.queue_ack(&h.ack, AckKind::InProgress, true)
+                    }
+                    // Started or gone meanwhile.
+                    _ => {
+                        let (slot, seq) = (*slot, *seq);
+                        self.untouched(slot, seq);
+                        continue;
+                    }
+                },
             };
             let token = match r {
                 Ok(t) => t,
@@ -528,6 +694,9 @@ impl JsMachine {
                 (Out::Settle(p), Some(t)) => self.confirms.push_back((t, now, Owed::Settle(p))),
                 (Out::Touch { slot, seq }, Some(t)) => {
                     self.confirms.push_back((t, now, Owed::Touch { slot, seq }))
+                }
+                (Out::Keep { slot, seq }, Some(t)) => {
+                    self.confirms.push_back((t, now, Owed::Keep { slot, seq }))
                 }
                 (Out::Back { ack, .. }, _) => self.acks.give(ack),
                 _ => {}
@@ -874,6 +1043,9 @@ impl JsMachine {
         };
         let releases = delivered.saturating_sub(1).saturating_sub(early);
         let n = crate::worker::settle::attempt(sh, self.server, seq, releases);
+        let attempt = u32::try_from(n).unwrap_or(u32::MAX);
+        // A handler free runs it now; else it waits, held, for one.
+        let started = self.busy < self.handlers;
         self.slots[slot] = Slot::Running(Held {
             seq,
             tube,
@@ -881,12 +1053,21 @@ impl JsMachine {
             delivered,
             early,
             leased: pulled,
+            asked: pulled,
+            attempt,
+            started,
+            touching: false,
         });
+        if !started {
+            self.waiting.push_back(slot);
+            return JsStep::Hold { slot };
+        }
+        self.busy += 1;
         JsStep::Run {
             slot,
             id: seq,
             tube,
-            attempt: u32::try_from(n).unwrap_or(u32::MAX),
+            attempt,
         }
     }
 
@@ -915,6 +1096,15 @@ impl JsMachine {
                     }
                 }
                 self.answers.push_back((slot, seq, Answered::Touch(Ok(()))));
+            }
+            Owed::Keep { slot, seq } => {
+                Counters::add(&sh.counters.touched);
+                if let Some(Slot::Running(h)) = self.slots.get_mut(slot) {
+                    if h.seq == seq {
+                        h.leased = sent;
+                        h.touching = false;
+                    }
+                }
             }
         }
     }
@@ -952,6 +1142,11 @@ impl JsMachine {
                 at(p);
             }
         }
+        if self.life.up {
+            if let Some(h) = self.held_due() {
+                at(h);
+            }
+        }
         self.life.due(sh, now, &mut at);
         t
     }
@@ -984,9 +1179,11 @@ impl JsMachine {
             && self.copies.is_empty()
             && self.confirms.is_empty()
             && self.carry.open.is_empty();
+        // Held jobs go back at the next write; while the server cannot be
+        // reached they are given up (the server gives them out again).
         sh.stop.load(Ordering::SeqCst)
-            && self.running() == 0
-            && (settled || (!self.life.up && self.life.unreachable))
+            && self.busy == 0
+            && ((settled && self.waiting.is_empty()) || (!self.life.up && self.life.unreachable))
     }
 
     /// The end: what is still owed is given up and counted (the server
@@ -1024,6 +1221,14 @@ impl JsMachine {
         }
         self.carry.give_up();
         self.count_carried(sh);
+        while let Some(slot) = self.waiting.pop_front() {
+            if let Slot::Running(h) = std::mem::replace(&mut self.slots[slot], Slot::Free) {
+                self.acks.give(h.ack);
+                self.free.push(slot);
+                Counters::add(&sh.counters.lease_dropped);
+                sh.give_ticket();
+            }
+        }
         self.life.up = false;
     }
 }

@@ -150,10 +150,7 @@ impl Machine {
                     }
                     if stopped {
                         // Not started before the stop: given back untouched.
-                        let back = Outcome::Retry {
-                            delay: Duration::ZERO,
-                        };
-                        self.finished(sh, slot, back, false);
+                        self.finished(sh, slot, super::UNSTARTED, false);
                         return Ok(Step::Nothing);
                     }
                     let n = crate::worker::settle::attempt(sh, self.server, id, info.releases);

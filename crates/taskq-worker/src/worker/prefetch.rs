@@ -103,6 +103,16 @@ impl LeaseRule {
         }
     }
 
+    /// The rule at `now` for jobs held by the async worker's machines,
+    /// where a stop (`stopping`) gives every one back.
+    pub(crate) fn held(now: Instant, soon: bool, stopping: bool) -> LeaseRule {
+        let mut rule = LeaseRule::at(now, soon);
+        if stopping {
+            rule.release = Some(now);
+        }
+        rule
+    }
+
     /// The first instant at which the rule (without `soon`) does anything
     /// for a job asked for at `asked` whose lease last started at `leased`:
     /// before it, [`of`](Self::of) keeps the job.

@@ -722,3 +722,31 @@ pub fn end_panic_run(
     assert_eq!(counts.panicked, 60, "each poison job three times: {counts}");
     counts
 }
+
+/// How many handlers ran at once, at most: each handler [`enter`]s when
+/// it starts and [`leave`]s when it ends.
+///
+/// [`enter`]: Overlap::enter
+/// [`leave`]: Overlap::leave
+#[derive(Default)]
+pub struct Overlap {
+    running: std::sync::atomic::AtomicU64,
+    most: std::sync::atomic::AtomicU64,
+}
+
+impl Overlap {
+    pub fn enter(&self) {
+        use std::sync::atomic::Ordering;
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+    }
+
+    pub fn leave(&self) {
+        self.running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn most(&self) -> u64 {
+        self.most.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

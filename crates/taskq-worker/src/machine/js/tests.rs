@@ -7,6 +7,7 @@ use taskq_proto::{earliest, Limits};
 
 use super::*;
 use crate::config::Config;
+use crate::worker::prefetch::{HOLD_MAX, TOUCH_AFTER};
 use crate::Snapshot;
 
 const MS: Duration = Duration::from_millis(1);
@@ -270,7 +271,7 @@ impl Rig {
                     attempt,
                     body,
                 }),
-                Ok(JsStep::Nothing) => {}
+                Ok(JsStep::Nothing) | Ok(JsStep::Hold { .. }) => {}
                 Err(()) => return (runs, true),
             }
         }
@@ -1319,4 +1320,152 @@ fn after_a_stop_an_ack_decided_at_a_break_goes_out_on_one_more_connection() {
     r.take(4, &confirm(sent[0].token()));
     assert!(r.m.is_done(&r.sh));
     assert_eq!(r.counts().deleted, 1);
+}
+
+/// Jobs 1, 2 and 3, each delivered the first time.
+fn three_jobs() -> Vec<u8> {
+    [
+        job("default", 1, 1, "a"),
+        job("default", 2, 1, "b"),
+        job("default", 3, 1, "c"),
+    ]
+    .concat()
+}
+
+/// A window of `prefetch` jobs on `concurrency` handlers.
+fn prefetch(concurrency: usize, prefetch: usize) -> Config {
+    Config {
+        prefetch,
+        ..cfg(concurrency)
+    }
+}
+
+#[test]
+fn with_prefetch_one_pull_fills_the_window_and_held_jobs_start_as_handlers_free() {
+    let mut r = Rig::new(prefetch(1, 3));
+    // The pull asks for the whole window, not for the handlers.
+    assert_eq!(what(&r.send(0)), [pull("default", 3, true)]);
+    let runs = r.take(
+        1,
+        &[
+            job("default", 1, 1, "a"),
+            job("default", 2, 2, "b"),
+            job("default", 3, 1, "c"),
+        ]
+        .concat(),
+    );
+    // One handler: the first runs, the others wait in the order they came.
+    assert_eq!(runs.iter().map(|r| r.id).collect::<Vec<_>>(), [1]);
+    assert!(r.m.begun().is_none());
+    r.finish(&runs[0], Outcome::Done);
+    let b = r.m.begun().unwrap();
+    assert_eq!((b.id, b.attempt, b.tube), (2, 2, Some(0)));
+    assert!(r.m.begun().is_none());
+    // The ack, and a pull for the one slot free.
+    assert_eq!(
+        what(&r.send(2)),
+        [ack("default", 1, 1, "+ACK"), pull("default", 1, true)]
+    );
+    r.m.finished(&r.sh, b.slot, Outcome::Done, false);
+    assert_eq!(r.m.begun().map(|b| b.id), Some(3));
+}
+
+#[test]
+fn a_held_job_is_touched_while_it_waits_and_given_back_unstarted_after_hold_max_or_at_a_stop() {
+    let mut r = Rig::new(prefetch(1, 3));
+    r.send(0);
+    let runs = r.take(1, &three_jobs());
+    assert_eq!(runs.len(), 1);
+    // Touched (+WPI) TOUCH_AFTER after the pull was sent, once until
+    // confirmed; the lease restarts at the touch's send.
+    assert_eq!(
+        r.m.poll_timeout(&r.sh, r.at(2)),
+        Some(r.at(0) + TOUCH_AFTER)
+    );
+    let sent = r.send(500);
+    assert_eq!(
+        what(&sent),
+        [ack("default", 1, 2, "+WPI"), ack("default", 1, 3, "+WPI")]
+    );
+    assert!(r.send(600).is_empty(), "one touch owed each at a time");
+    r.take(
+        601,
+        &[confirm(sent[0].token()), confirm(sent[1].token())].concat(),
+    );
+    assert_eq!(r.counts().touched, 2);
+    assert_eq!(r.m.poll_timeout(&r.sh, r.at(601)), Some(r.at(1000)));
+    // A stop: both held jobs go back at once, unstarted; the running one
+    // finishes and is acked.
+    r.sh.shutdown();
+    let back = r.send(700);
+    assert_eq!(
+        what(&back),
+        [ack("default", 1, 2, "-NAK"), ack("default", 1, 3, "-NAK")]
+    );
+    assert!(!r.m.is_done(&r.sh));
+    r.finish(&runs[0], Outcome::Done);
+    assert!(r.m.begun().is_none(), "nothing starts after a stop");
+    let last = r.send(800);
+    assert_eq!(what(&last), [ack("default", 1, 1, "+ACK")]);
+    let tokens: Vec<u8> = back
+        .iter()
+        .chain(&last)
+        .flat_map(|p| confirm(p.token()))
+        .collect();
+    r.take(801, &tokens);
+    assert!(r.m.is_done(&r.sh));
+    let c = r.counts();
+    assert_eq!((c.deleted, c.released), (1, 2));
+
+    // Held HOLD_MAX (each touch confirmed): given back unstarted.
+    let mut r = Rig::new(prefetch(1, 2));
+    r.send(0);
+    r.take(
+        1,
+        &[job("default", 1, 1, "a"), job("default", 2, 1, "b")].concat(),
+    );
+    let mut t = 500;
+    while t < HOLD_MAX.as_millis() as u64 {
+        let sent = r.send(t);
+        assert_eq!(what(&sent), [ack("default", 1, 2, "+WPI")], "at {t} ms");
+        r.take(t, &confirm(sent[0].token()));
+        t += 500;
+    }
+    // Its room is asked for again.
+    assert_eq!(
+        what(&r.send(t)),
+        [ack("default", 1, 2, "-NAK"), pull("default", 1, true)]
+    );
+}
+
+#[test]
+fn held_jobs_wait_across_a_break_and_one_whose_ack_wait_ran_out_meanwhile_is_lost() {
+    let mut r = Rig::new(prefetch(1, 3));
+    r.send(0);
+    let runs = r.take(1, &three_jobs());
+    // JetStream keeps a job's lease across a break: the held jobs wait on,
+    // touched on the next connection.
+    r.reconnect(2, 400);
+    assert_eq!(
+        what(&r.send(500)),
+        [ack("default", 1, 2, "+WPI"), ack("default", 1, 3, "+WPI")]
+    );
+    // No connection past their ack wait (30 s): the server may have given
+    // them to another worker, so they are lost, never run here.
+    r.m.broke(&r.sh, r.at(600), 0);
+    let late = ACK_WAIT.as_millis() as u64 + 1_000;
+    assert!(r.m.wants_connect(&r.sh, r.at(late)));
+    r.wire = wire(&r.sh);
+    let tubes = tubes(&r.sh);
+    r.m.connected(&r.sh, r.at(late), STREAM, tubes);
+    let sent = r.send(late);
+    assert!(
+        !what(&sent)
+            .iter()
+            .any(|(s, _)| s.contains(".2.2.") || s.contains(".3.3.")),
+        "{sent:?}"
+    );
+    assert_eq!(r.counts().lost_lease_on_release, 2);
+    r.finish(&runs[0], Outcome::Done);
+    assert!(r.m.begun().is_none());
 }
