@@ -314,3 +314,51 @@ fn ids_reach_a_pipe_as_each_job_is_acknowledged_not_at_the_end() {
     };
     assert!(status.success(), "{status}");
 }
+
+/// The reader of the ids goes away (`taskq put ... | head -1`) while jobs
+/// are still put: the ids can no longer be written, but every job sent is
+/// counted, and the exit status says jobs were sent (4: the rest of the
+/// input was not), never 1 ("nothing sent", which invites sending it all
+/// again).
+#[test]
+fn ids_that_cannot_be_written_end_the_put_without_claiming_nothing_was_sent() {
+    use std::io::{BufRead, BufReader, Write};
+    let server = Beanstalkd::start().unwrap();
+    let addr = server.addr().to_string();
+    let mut child = cli_common::Reaped(cli_common::spawn(&[
+        "put", "--addr", &addr, "--tube", "gone",
+    ]));
+    let mut input = child.0.stdin.take().unwrap();
+    let mut ids = BufReader::new(child.0.stdout.take().unwrap());
+    writeln!(input, "first").unwrap();
+    input.flush().unwrap();
+    let mut line = String::new();
+    ids.read_line(&mut line).unwrap();
+    assert!(line.trim().parse::<u64>().is_ok(), "{line:?}");
+    // The reader is gone: the next ids meet a closed pipe.
+    drop(ids);
+    writeln!(input, "second\nthird").unwrap();
+    drop(input);
+    let out = child.output_within(Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("writing ids"), "{err}");
+    // "second" at least was sent (its id met the closed pipe); "third" too
+    // when it was read with it. The summary counts what the server has.
+    let acked: u64 = err
+        .split("taskq put: acknowledged ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary: {err}"));
+    assert!(acked >= 2, "{err}");
+    let mut c = Connection::connect(server.addr(), ConnectionConfig::default()).unwrap();
+    match c.request(&Cmd::StatsTube { tube: "gone" }).unwrap() {
+        Reply::Ok { yaml } => {
+            let text = String::from_utf8_lossy(yaml);
+            let ready = format!("current-jobs-ready: {acked}\n");
+            assert!(text.contains(&ready), "{text}");
+        }
+        r => panic!("{r:?}"),
+    }
+}
