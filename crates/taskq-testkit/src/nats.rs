@@ -289,9 +289,15 @@ impl NatsCluster {
                     )));
                 }
             }
-            let ours = http_json(self.nodes[i].monitor(), "/varz")
-                .ok()
-                .and_then(|v| v["server_name"].as_str().map(|s| s == self.nodes[i].name));
+            // Ours: its name, and the client port it was given (every
+            // cluster names its nodes n1, n2, ...: another test's node on
+            // this monitor port would have the name, not the port).
+            let node = &self.nodes[i];
+            let ours = http_json(node.monitor(), "/varz").ok().and_then(|v| {
+                let name = v["server_name"].as_str()?;
+                let port = v["port"].as_u64()?;
+                Some(name == node.name && port == u64::from(node.port))
+            });
             match ours {
                 Some(false) => {
                     return Err(io::Error::new(
