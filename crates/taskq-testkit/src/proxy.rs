@@ -86,6 +86,8 @@ pub enum Toxic {
 
 #[derive(Debug, Clone, Copy)]
 struct Rule {
+    /// Its own number: a connection draws and anchors it once.
+    id: u64,
     toxic: Toxic,
     direction: Direction,
     probability: f64,
@@ -94,6 +96,7 @@ struct Rule {
 struct Shared {
     upstream: SocketAddr,
     rules: Mutex<Vec<Rule>>,
+    next_rule: AtomicU64,
     generation: AtomicU64,
     stop: AtomicBool,
     opened: AtomicU64,
@@ -141,6 +144,7 @@ impl ChaosProxy {
         let shared = Arc::new(Shared {
             upstream,
             rules: Mutex::new(Vec::new()),
+            next_rule: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             opened: AtomicU64::new(0),
@@ -201,10 +205,15 @@ impl ChaosProxy {
     }
 
     /// Adds a toxic in `direction`, active on each connection with `probability`
-    /// (drawn per connection and direction, again whenever the toxics change).
-    /// Applies at once to open connections.
+    /// (drawn once per connection and direction, when the connection first
+    /// sees the toxic). Applies at once to open connections, from where each
+    /// stands then (a [`Toxic::Reset`]'s time and a [`Toxic::LimitData`]'s
+    /// bytes count from then); toxics added or cleared later leave it as
+    /// drawn.
     pub fn add(&self, toxic: Toxic, direction: Direction, probability: f64) {
+        let id = self.shared.next_rule.fetch_add(1, Ordering::Relaxed);
         lock(&self.shared.rules).push(Rule {
+            id,
             toxic,
             direction,
             probability,
@@ -382,19 +391,45 @@ struct Active {
     slicer: Option<(usize, Duration)>,
 }
 
-fn draw(shared: &Shared, dir: Direction, rng: &mut fastrand::Rng, sent: u64) -> Active {
-    let mut a = Active::default();
+/// One toxic as a connection's direction drew it: where it was anchored
+/// (the time a reset counts from, the bytes a limit counts from).
+#[derive(Clone, Copy)]
+struct Drawn {
+    rule: u64,
+    /// `None`: not drawn in (its probability).
+    on: Option<(Toxic, Instant, u64)>,
+}
+
+/// The toxics in force on one direction of a connection that has sent
+/// `sent` bytes: each rule drawn and anchored the first time this
+/// direction sees it (kept in `drawn`), as drawn since.
+fn draw(
+    shared: &Shared,
+    dir: Direction,
+    rng: &mut fastrand::Rng,
+    sent: u64,
+    drawn: &mut Vec<Drawn>,
+) -> Active {
     let now = Instant::now();
-    for r in lock(&shared.rules).iter() {
-        if !r.direction.covers(dir) || rng.f64() >= r.probability {
-            continue;
-        }
-        match r.toxic {
+    let rules = lock(&shared.rules);
+    let mut next = Vec::with_capacity(rules.len());
+    for r in rules.iter().filter(|r| r.direction.covers(dir)) {
+        let on = match drawn.iter().find(|d| d.rule == r.id) {
+            Some(d) => d.on,
+            None => (rng.f64() < r.probability).then_some((r.toxic, now, sent)),
+        };
+        next.push(Drawn { rule: r.id, on });
+    }
+    drop(rules);
+    *drawn = next;
+    let mut a = Active::default();
+    for (toxic, at, from) in drawn.iter().filter_map(|d| d.on) {
+        match toxic {
             Toxic::Latency { delay, jitter } => a.latency = Some((delay, jitter)),
-            Toxic::Reset { after } => a.reset_at = Some(now + after),
+            Toxic::Reset { after } => a.reset_at = Some(at + after),
             Toxic::Silence => a.silence = true,
-            Toxic::LimitData { bytes } => a.limit = Some((sent + bytes, false)),
-            Toxic::ResetAfterData { bytes } => a.limit = Some((sent + bytes, true)),
+            Toxic::LimitData { bytes } => a.limit = Some((from + bytes, false)),
+            Toxic::ResetAfterData { bytes } => a.limit = Some((from + bytes, true)),
             Toxic::Slicer { max_segment, delay } => a.slicer = Some((max_segment.max(1), delay)),
         }
     }
@@ -409,6 +444,7 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut generation = u64::MAX;
     let mut active = Active::default();
+    let mut drawn = Vec::new();
     let mut sent: u64 = 0;
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -418,7 +454,7 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
         let g = shared.generation.load(Ordering::Acquire);
         if g != generation {
             generation = g;
-            active = draw(&shared, dir, &mut rng, sent);
+            active = draw(&shared, dir, &mut rng, sent, &mut drawn);
         }
         if active.reset_at.is_some_and(|t| Instant::now() >= t) {
             link.kill(true);
@@ -451,7 +487,7 @@ fn pump(shared: Arc<Shared>, link: Arc<Link>, dir: Direction, seed: u64) {
         let g = shared.generation.load(Ordering::Acquire);
         if g != generation {
             generation = g;
-            active = draw(&shared, dir, &mut rng, sent);
+            active = draw(&shared, dir, &mut rng, sent, &mut drawn);
         }
         if active.reset_at.is_some_and(|t| Instant::now() >= t) {
             link.kill(true);

@@ -328,3 +328,32 @@ fn probability_decides_per_connection_from_the_seed() {
     let mut c = connect(&proxy, Duration::from_millis(500));
     ok_put(&mut c);
 }
+
+/// A toxic drawn on a connection stays as drawn when others are added: a
+/// byte limit counts from where it started, not from the later add.
+#[test]
+fn a_toxic_added_later_leaves_an_earlier_limit_where_it_was_anchored() {
+    let b = Beanstalkd::start().unwrap();
+    let proxy = ChaosProxy::start(b.addr()).unwrap();
+    let mut c = connect(&proxy, Duration::from_millis(500));
+    // Each `USING default\r\n` is 15 bytes: the limit falls in the 7th.
+    proxy.add(Toxic::LimitData { bytes: 100 }, Direction::Downstream, 1.0);
+    for _ in 0..4 {
+        assert!(c.request(&Command::ListTubeUsed).is_ok());
+    }
+    proxy.add(
+        Toxic::Latency {
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+        },
+        Direction::Both,
+        1.0,
+    );
+    for k in 5..=6 {
+        assert!(c.request(&Command::ListTubeUsed).is_ok(), "reply {k}");
+    }
+    assert!(
+        c.request(&Command::ListTubeUsed).is_err(),
+        "the 7th reply crosses the 100 bytes counted from the start"
+    );
+}
