@@ -260,3 +260,48 @@ fn a_lease_run_out_in_a_quiet_spell_is_counted_expired_not_returned_on_close() {
     let totals = r.totals().unwrap();
     assert_eq!((totals.expired, totals.returned_on_close), (1, 0), "{r:?}");
 }
+
+/// A client that hangs up while its reserve waits, after sending one more
+/// command, is seen gone as beanstalkd sees it: its connection ends, and
+/// no job is handed to it afterwards.
+#[test]
+fn a_peer_that_closes_behind_a_waiting_reserve_is_seen_gone() {
+    use std::io::Write;
+    let server = TestServer::start().unwrap();
+    let waiting = || {
+        let mut c = connect(&server);
+        match c.request(&Command::Stats).unwrap() {
+            Reply::Ok { yaml } => {
+                taskq_proto::ServerStats::parse(yaml)
+                    .unwrap()
+                    .current_waiting
+            }
+            r => panic!("{r:?}"),
+        }
+    };
+    let mut a = std::net::TcpStream::connect(server.addr()).unwrap();
+    a.write_all(b"reserve\r\n").unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while waiting() != 1 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the reserve never waited"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A command behind the waiting reserve, then the hang-up.
+    a.write_all(b"list-tube-used\r\n").unwrap();
+    drop(a);
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while server.open_connections() > 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the closed peer still waits in its reserve"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A job put now is not handed to it.
+    let mut c = connect(&server);
+    let id = put(&mut c, b"x", 60);
+    assert_eq!(reserve(&mut c), id);
+}

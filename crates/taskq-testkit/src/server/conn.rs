@@ -287,16 +287,26 @@ impl Conn {
         }
     }
 
-    /// True when the peer has closed its end (a read would return 0).
-    fn peer_gone(&self) -> bool {
+    /// True when the peer has closed its end, as beanstalkd sees a hang-up
+    /// while a reserve waits: what it sent before closing (a command
+    /// pipelined behind the reserve) is read into the input, kept for after
+    /// the reserve, and the close behind it is seen too.
+    fn peer_gone(&mut self) -> bool {
         if self.stream.set_nonblocking(true).is_err() {
             return true;
         }
-        let mut b = [0u8; 1];
-        let gone = match self.stream.peek(&mut b) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+        let gone = loop {
+            // A full input cannot tell a close: taken for alive until the
+            // reserve ends and the input is read.
+            let Ok(room) = self.inbuf.spare() else {
+                break false;
+            };
+            match self.stream.read(room) {
+                Ok(0) => break true,
+                Ok(n) => self.inbuf.filled(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break e.kind() != io::ErrorKind::WouldBlock,
+            }
         };
         let _ = self.stream.set_nonblocking(false);
         gone
