@@ -21,6 +21,7 @@ use tokio::time::Sleep;
 
 use crate::config::{Config, ConfigError};
 use crate::counters::Snapshot;
+use crate::failure::Failure;
 use crate::handler::Outcome;
 use crate::machine::{Answered, Asked};
 use crate::shared::Shared;
@@ -36,8 +37,8 @@ use slot::{Inbox, SlotCell};
 
 /// What a driver's machine is told by the slots (both machines).
 trait Hands {
-    /// The handler in `slot` ended with `outcome`.
-    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool);
+    /// The handler in `slot` ended with `outcome` (`failure`: how it failed).
+    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, failure: Option<Failure>);
     /// The handler of job `id` in `slot` asks `what` of it.
     fn ask(&mut self, slot: usize, id: u64, what: Asked);
     /// The next answer to what a handler asked.
@@ -47,8 +48,8 @@ trait Hands {
 }
 
 impl Hands for crate::machine::Machine {
-    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
-        crate::machine::Machine::finished(self, sh, slot, outcome, panicked);
+    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, failure: Option<Failure>) {
+        crate::machine::Machine::finished(self, sh, slot, outcome, failure);
     }
     fn ask(&mut self, slot: usize, id: u64, what: Asked) {
         crate::machine::Machine::handler_asks(self, slot, id, what);
@@ -62,8 +63,8 @@ impl Hands for crate::machine::Machine {
 }
 
 impl Hands for crate::machine::js::JsMachine {
-    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
-        crate::machine::js::JsMachine::finished(self, sh, slot, outcome, panicked);
+    fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, failure: Option<Failure>) {
+        crate::machine::js::JsMachine::finished(self, sh, slot, outcome, failure);
     }
     fn ask(&mut self, slot: usize, id: u64, what: Asked) {
         crate::machine::js::JsMachine::handler_asks(self, slot, id, what);
@@ -97,8 +98,8 @@ fn hand_over(
             slot::Msg::Finished {
                 slot,
                 outcome,
-                panicked,
-            } => m.finished(sh, slot, outcome, panicked),
+                failure,
+            } => m.finished(sh, slot, outcome, failure),
             slot::Msg::Ask { slot, id, what } => m.ask(slot, id, what),
         }
     }
@@ -106,7 +107,9 @@ fn hand_over(
         cells[slot].answer(id, a);
     }
     while let Some(b) = m.begun() {
-        let tube = b.tube.map(|k| sh.cfg.tubes[k].as_str());
+        // A job looked up keeps the tube its lookup named; one not looked
+        // up is of the tube its reserve watched (or not known yet: "").
+        let tube = (!b.looked_up).then(|| b.tube.map_or("", |k| sh.cfg.tubes[k].as_str()));
         cells[b.slot].begin(b.id, b.attempt, tube);
     }
 }
@@ -163,10 +166,16 @@ fn idle_exit(sh: &Shared, idle: &[AtomicBool], server: usize, is_idle: bool) {
     }
 }
 
-/// Starts one slot task running the handler; the handler's type is known
-/// here, so its futures live in the tasks themselves.
-trait Spawner: Send + Sync {
-    fn spawn(&self, cell: Arc<SlotCell>, shared: Arc<Shared>) -> tokio::task::JoinHandle<()>;
+/// Starts what runs the handler for one slot of server `server`'s window:
+/// a task whose futures live in it (the async worker's handler, whose type
+/// is known here), or a thread (the blocking worker's).
+pub(crate) trait Spawner: Send + Sync {
+    fn spawn(
+        &self,
+        cell: Arc<SlotCell>,
+        shared: Arc<Shared>,
+        server: usize,
+    ) -> tokio::task::JoinHandle<()>;
 }
 
 struct Handler<H>(Arc<H>);
@@ -176,8 +185,32 @@ where
     H: Fn(AsyncJob) -> F + Send + Sync + 'static,
     F: Future<Output = Outcome> + Send + 'static,
 {
-    fn spawn(&self, cell: Arc<SlotCell>, shared: Arc<Shared>) -> tokio::task::JoinHandle<()> {
+    fn spawn(
+        &self,
+        cell: Arc<SlotCell>,
+        shared: Arc<Shared>,
+        _: usize,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(slot::serve(self.0.clone(), cell, shared))
+    }
+}
+
+/// The blocking worker's handler: each slot's jobs run on a thread of the
+/// runtime's blocking pool, the handler called with a [`Job`](crate::Job).
+pub(crate) struct Blocking(pub(crate) Arc<dyn crate::handler::Handler>);
+
+impl Spawner for Blocking {
+    fn spawn(
+        &self,
+        cell: Arc<SlotCell>,
+        shared: Arc<Shared>,
+        server: usize,
+    ) -> tokio::task::JoinHandle<()> {
+        let handler = self.0.clone();
+        let rt = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            slot::serve_blocking(&*handler, &cell, &shared, server, &rt);
+        })
     }
 }
 
@@ -241,7 +274,7 @@ impl AsyncWorker {
         // The addresses that reach logs and counters carry no secret.
         cfg.lift_credentials();
         Ok(AsyncWorker {
-            shared: Arc::new(Shared::new(cfg, 0)),
+            shared: Arc::new(Shared::new(cfg, false)),
             spawner: Box::new(Handler(Arc::new(handler))),
         })
     }
@@ -262,73 +295,85 @@ impl AsyncWorker {
     /// once `shutdown` completes: nothing more is taken, and the running
     /// jobs finish and are settled.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Snapshot {
-        let sh = self.shared;
-        // The window may hold more jobs than run (`prefetch`).
-        let n = crate::machine::window(&sh.cfg);
-        let mut drivers = Vec::with_capacity(sh.cfg.servers.len());
-        let mut slots = Vec::with_capacity(n * sh.cfg.servers.len());
-        let mut cells_all = Vec::with_capacity(n * sh.cfg.servers.len());
-        let idle: Arc<[AtomicBool]> = (0..sh.cfg.servers.len())
-            .map(|_| AtomicBool::new(false))
-            .collect();
-        for server in 0..sh.cfg.servers.len() {
-            let jetstream =
-                Address::parse(&sh.cfg.servers[server]).is_ok_and(|a| a.engine() == Engine::Nats);
-            let inbox = Arc::new(Inbox::with_room(n));
-            let cells: Vec<Arc<SlotCell>> = (0..n)
-                .map(|i| Arc::new(SlotCell::new(i, inbox.clone())))
-                .collect();
-            for c in &cells {
-                slots.push(self.spawner.spawn(c.clone(), sh.clone()));
-                cells_all.push(c.clone());
-            }
-            drivers.push(if jetstream {
-                tokio::spawn(js_driver::drive(
-                    sh.clone(),
-                    server,
-                    cells,
-                    inbox,
-                    idle.clone(),
-                ))
-            } else {
-                tokio::spawn(driver::drive(
-                    sh.clone(),
-                    server,
-                    cells,
-                    inbox,
-                    idle.clone(),
-                ))
-            });
-        }
-        let mut shutdown = pin!(shutdown);
-        let mut asked = false;
-        let mut k = 0;
-        // Waits for the drivers; a `shutdown` that completes stops the worker.
-        poll_fn(|cx| {
-            if !asked && shutdown.as_mut().poll(cx).is_ready() {
-                asked = true;
-                sh.shutdown();
-            }
-            while k < drivers.len() {
-                match pin!(&mut drivers[k]).poll(cx) {
-                    Poll::Ready(r) => {
-                        if r.is_err() {
-                            tracing::error!("an async worker driver failed");
-                        }
-                        k += 1;
-                    }
-                    Poll::Pending => return Poll::Pending,
-                }
-            }
-            Poll::Ready(())
-        })
-        .await;
-        for c in &cells_all {
-            c.close();
-        }
-        for s in slots {
-            let _ = s.await;
-        }
-        sh.counters.snapshot()
+        run_machines(self.shared, &*self.spawner, shutdown).await
     }
+}
+
+/// Runs a driver and its window's slots for each server until the worker
+/// stops (a [`Control`], `max_jobs`, `exit_when_idle`, or `shutdown`
+/// completing) and every machine is done; returns the final counters.
+/// Both workers' one loop: the async worker's slots are tasks, the
+/// blocking worker's threads (`spawner`).
+pub(crate) async fn run_machines(
+    sh: Arc<Shared>,
+    spawner: &dyn Spawner,
+    shutdown: impl Future<Output = ()>,
+) -> Snapshot {
+    // The window may hold more jobs than run (`prefetch`).
+    let n = crate::machine::window(&sh.cfg);
+    let mut drivers = Vec::with_capacity(sh.cfg.servers.len());
+    let mut slots = Vec::with_capacity(n * sh.cfg.servers.len());
+    let mut cells_all = Vec::with_capacity(n * sh.cfg.servers.len());
+    let idle: Arc<[AtomicBool]> = (0..sh.cfg.servers.len())
+        .map(|_| AtomicBool::new(false))
+        .collect();
+    for server in 0..sh.cfg.servers.len() {
+        let jetstream =
+            Address::parse(&sh.cfg.servers[server]).is_ok_and(|a| a.engine() == Engine::Nats);
+        let inbox = Arc::new(Inbox::with_room(n));
+        let cells: Vec<Arc<SlotCell>> = (0..n)
+            .map(|i| Arc::new(SlotCell::new(i, inbox.clone())))
+            .collect();
+        for c in &cells {
+            slots.push(spawner.spawn(c.clone(), sh.clone(), server));
+            cells_all.push(c.clone());
+        }
+        drivers.push(if jetstream {
+            tokio::spawn(js_driver::drive(
+                sh.clone(),
+                server,
+                cells,
+                inbox,
+                idle.clone(),
+            ))
+        } else {
+            tokio::spawn(driver::drive(
+                sh.clone(),
+                server,
+                cells,
+                inbox,
+                idle.clone(),
+            ))
+        });
+    }
+    let mut shutdown = pin!(shutdown);
+    let mut asked = false;
+    let mut k = 0;
+    // Waits for the drivers; a `shutdown` that completes stops the worker.
+    poll_fn(|cx| {
+        if !asked && shutdown.as_mut().poll(cx).is_ready() {
+            asked = true;
+            sh.shutdown();
+        }
+        while k < drivers.len() {
+            match pin!(&mut drivers[k]).poll(cx) {
+                Poll::Ready(r) => {
+                    if r.is_err() {
+                        tracing::error!("an async worker driver failed");
+                    }
+                    k += 1;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(())
+    })
+    .await;
+    for c in &cells_all {
+        c.close();
+    }
+    for s in slots {
+        let _ = s.await;
+    }
+    sh.counters.snapshot()
 }

@@ -30,7 +30,9 @@ pub struct Config {
     /// weight 4 gets runs of `4 * run_scale` jobs. Longer runs mean fewer
     /// `watch`/`ignore` commands; shorter runs a finer mix.
     pub run_scale: u32,
-    /// Worker threads, each running one job at a time.
+    /// Jobs whose handlers run at once, per server, all on one connection
+    /// to it (the blocking worker's handler threads; the async worker's
+    /// tasks).
     pub concurrency: usize,
     /// Server-side wait of each `reserve-with-timeout`, rounded up to whole
     /// seconds and at least one, so an empty queue costs one request per slice.
@@ -67,15 +69,14 @@ pub struct Config {
     /// `too_big`. Raise it to the server's limit (`-z`, up to 1 GiB;
     /// `max_payload`, up to 64 MiB) when such jobs are meant to run.
     pub limits: Limits,
-    /// Jobs each connection holds at once, the running one included: 1 takes
-    /// one job at a time; more reserves the rest ahead of the handler (a
-    /// window), so that short jobs drain near the server's pipelined rate.
+    /// Jobs the connection to each server holds at once, those running
+    /// included: the window is `max(concurrency, prefetch)`, `concurrency`
+    /// of them running; more reserves the rest ahead of the handlers, so
+    /// that short jobs drain near the server's pipelined rate.
     /// Engine-neutral: the number of jobs asked for in one go (beanstalkd:
     /// reserves in one write; a pulling engine: its batch size). Prefetched
-    /// jobs wait on their lease: see docs/reliability.md. The
-    /// [`AsyncWorker`](crate::AsyncWorker) holds `max(concurrency,
-    /// prefetch)` jobs on its connection to each server, `concurrency` of
-    /// them running, the rest waiting with their leases kept.
+    /// jobs wait on their lease: see docs/reliability.md. The same for both
+    /// workers.
     pub prefetch: usize,
     /// The JetStream layout and the settings of what the worker creates there.
     pub jetstream: JetStreamConfig,

@@ -15,9 +15,11 @@ use crate::worker::settle::attempt;
 
 /// A reserved job, lent to the handler for as long as it runs.
 ///
-/// The body is borrowed from the worker thread's reused buffer. The handler may
+/// The body is borrowed from the worker's reused buffer. The handler may
 /// [`touch`](Job::touch) the job to restart its TTR and look up its
-/// [`stats`](Job::stats); both use the connection the job was reserved on.
+/// [`stats`](Job::stats); both go out on the connection the job was
+/// reserved on, with the worker's next write, and the handler's thread
+/// waits for the answer.
 pub struct Job<'a> {
     pub(crate) id: u64,
     pub(crate) body: &'a [u8],
@@ -28,8 +30,14 @@ pub struct Job<'a> {
     /// The server's index in the configuration.
     pub(crate) server_index: usize,
     pub(crate) shared: &'a Shared,
-    /// The job's tube and attempt number, once looked up.
-    pub(crate) context: Option<(String, u32)>,
+    /// The job's tube, as the reserve or its lookup told it; empty when
+    /// not known yet (several tubes were watched, and the handler asks for
+    /// it when it wants it: [`asked`](Self::asked)).
+    pub(crate) tube: &'a str,
+    /// Its attempt number, when known (JetStream's delivery, a lookup).
+    pub(crate) attempt: Option<u32>,
+    /// The tube, once a lookup this handler asked for named it.
+    pub(crate) asked: Option<String>,
 }
 
 impl fmt::Debug for Job<'_> {
@@ -114,13 +122,10 @@ impl<'a> Job<'a> {
         self.shared.abort.load(Ordering::Relaxed)
     }
 
-    /// Restarts the job's TTR.
+    /// Restarts the job's TTR (counted `touched` on the server's answer).
     pub fn touch(&mut self) -> Result<(), JobError> {
         match self.link.touch(self.id) {
-            Ok(true) => {
-                Counters::add(&self.shared.counters.touched);
-                Ok(())
-            }
+            Ok(true) => Ok(()),
             Ok(false) => Err(JobError::LeaseLost),
             Err(f) => Err(job_fault(self.link, self.shared, self.id, self.server, f)),
         }
@@ -139,11 +144,13 @@ impl<'a> Job<'a> {
     /// (`stats-job`) for both. Empty when that lookup failed (the
     /// connection broke, or the lease was lost; see [`attempt`](Self::attempt)).
     pub fn tube(&mut self) -> &str {
-        let tubes = &self.shared.cfg.tubes;
-        if tubes.len() == 1 {
-            return &tubes[0];
+        if !self.tube.is_empty() {
+            return self.tube;
         }
-        self.context().map_or("", |(tube, _)| tube)
+        if self.asked.is_none() {
+            self.look_up();
+        }
+        self.asked.as_deref().unwrap_or("")
     }
 
     /// This run's attempt number: 1 on the first delivery, counted as
@@ -155,11 +162,34 @@ impl<'a> Job<'a> {
     ///
     /// On JetStream from the delivery count the server sent with the job,
     /// without a request. On beanstalkd from the job's `releases` in one
-    /// `stats-job`, asked on the first call and kept. 0 when that lookup
-    /// failed: the link broke (the settle meets the same failure) or the
-    /// lease was lost; the failure is logged.
+    /// `stats-job`, asked on the first call and kept (or made before the
+    /// job started, when several tubes were watched). 0 when that lookup
+    /// failed: the connection broke (the settle meets the same failure) or
+    /// the lease was lost; the failure is logged.
     pub fn attempt(&mut self) -> u32 {
-        self.context().map_or(0, |&(_, attempt)| attempt)
+        if self.attempt.is_none() {
+            self.look_up();
+        }
+        self.attempt.unwrap_or(0)
+    }
+
+    /// Asks the job's server for its numbers once: its attempt, and its
+    /// tube when not known.
+    fn look_up(&mut self) {
+        let mut tube = String::new();
+        let want = self.tube.is_empty().then_some(&mut tube);
+        match job_info(self.link, self.shared, self.id, self.server, want) {
+            Ok(info) => {
+                let n = attempt(self.shared, self.server_index, self.id, info.releases);
+                self.attempt = Some(u32::try_from(n).unwrap_or(u32::MAX));
+                if self.tube.is_empty() {
+                    self.asked = Some(tube);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(job = self.id, server = self.server, %error, "cannot tell the job's tube and attempt");
+            }
+        }
     }
 
     /// The body decoded from JSON as a `T` (feature `serde`). A body that
@@ -169,25 +199,6 @@ impl<'a> Job<'a> {
     #[cfg(feature = "serde")]
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::DecodeError> {
         crate::json::decode(self.id, self.body)
-    }
-
-    /// The job's tube and attempt number, looked up once.
-    fn context(&mut self) -> Option<&(String, u32)> {
-        if self.context.is_none() {
-            let mut tube = String::new();
-            let (link, sh, id) = (&mut *self.link, self.shared, self.id);
-            match job_info(link, sh, id, self.server, Some(&mut tube)) {
-                Ok(info) => {
-                    let n = attempt(sh, self.server_index, id, info.releases);
-                    self.context = Some((tube, u32::try_from(n).unwrap_or(u32::MAX)));
-                }
-                Err(error) => {
-                    tracing::warn!(job = id, server = self.server, %error, "cannot tell the job's tube and attempt");
-                    return None;
-                }
-            }
-        }
-        self.context.as_ref()
     }
 }
 

@@ -10,13 +10,17 @@
 //! and [`Control::abort`] (`taskq-worker`'s second signal) gives them back
 //! at once.
 //!
-//! With feature `tokio`, `AsyncWorker` runs async handlers on the
-//! program's tokio runtime instead, with all its jobs in flight on one
-//! connection per server, on both engines (see docs/async-worker.md).
+//! [`AsyncWorker`] runs async handlers on the program's tokio runtime
+//! instead (feature `tokio`, kept for the programs that name it).
 //!
-//! Each thread holds its own connection to each server. After a job it sends
-//! the job's `delete` and the next `reserve-with-timeout` in one write, so one
-//! round trip serves both.
+//! Both run one worker state machine per server (the window of jobs in
+//! flight, settling, leases, fairness, the idle rule, the acks sent again),
+//! written once without I/O, each on one connection to the server, driven
+//! by one driver task: the async worker's on the program's runtime, the
+//! blocking worker's on a small runtime of its own on one thread, with its
+//! handlers on threads (`Config::concurrency` of them running at once, per
+//! server). After a job its `delete` goes out with the next
+//! `reserve-with-timeout` (or pull) in one write. See docs/async-worker.md.
 //!
 //! # Weighted tubes
 //!
@@ -63,7 +67,6 @@
 //! println!("{counts}");
 //! ```
 
-#[cfg(feature = "tokio")]
 mod async_worker;
 pub mod command;
 mod config;
@@ -76,7 +79,6 @@ mod job;
 mod job_info;
 #[cfg(feature = "serde")]
 mod json;
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 mod machine;
 #[cfg(feature = "metrics")]
 pub mod metrics;
@@ -86,7 +88,6 @@ mod shared;
 pub mod table;
 mod worker;
 
-#[cfg(feature = "tokio")]
 pub use async_worker::{AsyncJob, AsyncWorker};
 pub use config::{Config, ConfigError, JetStreamConfig};
 pub use counters::{Counters, Snapshot, COUNTER_HELP};

@@ -65,8 +65,8 @@ use crate::fair::Schedule;
 use crate::handler::Outcome;
 use crate::job::JobError;
 use crate::job_info::JobInfo;
+use crate::machine::lease::{Lease, LeaseRule};
 use crate::shared::Shared;
-use crate::worker::prefetch::{Lease, LeaseRule};
 use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
 
 /// The first wait before probing again a server that had nothing ready
@@ -243,8 +243,11 @@ pub(crate) struct Start {
     /// The job's id.
     pub(crate) id: u64,
     /// Its tube (an index into the configured tubes) when it starts
-    /// without a lookup; `None` when it is looked up first.
+    /// without a lookup and its reserve watched one tube.
     pub(crate) tube: Option<usize>,
+    /// It starts now, not looked up; else it is looked up first, or waits
+    /// held for a handler.
+    pub(crate) run: bool,
 }
 
 /// What a reply told the driver.
@@ -256,9 +259,17 @@ pub(crate) enum Step {
     Hold(Start),
     /// A job was taken into a slot and starts now, not looked up
     /// ([`Config::job_lookup`](crate::Config::job_lookup) off, and its
-    /// reserve watched one tube, `start.tube`): keep its body and run it,
-    /// its attempt not known (0).
+    /// reserve watched one tube, `start.tube`, or the blocking worker's
+    /// handler asks for its tube when it wants it, `None`): keep its body
+    /// and run it, its attempt not known (0).
     Take(Start),
+    /// A lookup a handler asked for (`Asked::Stats`) was answered for the
+    /// job in `slot`: keep the tube's name its reply carried, for the
+    /// handler that asked.
+    Told {
+        /// The slot.
+        slot: usize,
+    },
     /// The job in `slot` was looked up and waits for a handler: keep the
     /// tube's name the lookup's reply carried; it starts by a [`Begin`].
     Wait {
@@ -320,11 +331,12 @@ enum Owed {
         id: u64,
         settle: Settle,
     },
-    /// A lookup for the settle of a job that ended with `outcome`.
+    /// A lookup for the settle of a job that ended with `outcome`
+    /// (`failure`: how its handler failed, for the bury warning).
     Info {
         id: u64,
         outcome: Outcome,
-        panicked: bool,
+        failure: Option<Failure>,
     },
     /// A handler's touch of the job in `slot`.
     Touch {
@@ -354,7 +366,7 @@ enum Owed {
 #[derive(Debug, Clone, Copy)]
 enum Out {
     Settle(u64, Settle),
-    Info(u64, Outcome, bool),
+    Info(u64, Outcome, Option<Failure>),
     Ask(usize, u64, Asked),
     Lookup(usize, u64),
     /// A touch of the job held in the slot.
@@ -364,7 +376,7 @@ enum Out {
 /// A job taken and ready, waiting for a handler: the window
 /// (`max(concurrency, prefetch)` jobs) holds more jobs than handlers run.
 /// It keeps its slot (and its body there) and its lease, by the thread
-/// worker's lease rule (`worker::prefetch::LeaseRule`): touched while it
+/// worker's lease rule (`lease::LeaseRule`): touched while it
 /// waits, given back unstarted after `HOLD_MAX`, at a stop, or when the
 /// server says a lease is about to run out and it cannot be touched.
 #[derive(Debug, Clone, Copy)]
@@ -377,9 +389,10 @@ struct Held {
     /// last confirmed touch's send).
     leased: Instant,
     /// How it starts: its attempt once looked up, or its tube when taken
-    /// without a lookup.
+    /// without a lookup (and its reserve watched one).
     attempt: u32,
     tube: Option<usize>,
+    looked_up: bool,
     /// A touch of it is owed.
     touching: bool,
 }
@@ -398,9 +411,11 @@ pub(crate) struct Begin {
     pub(crate) id: u64,
     /// Its attempt (0 when not known: taken without a lookup).
     pub(crate) attempt: u32,
-    /// Its tube, when it was taken without a lookup; `None`: the one its
-    /// lookup named, which the driver kept ([`Step::Wait`]).
+    /// Its tube, when its reserve watched one (taken without a lookup).
     pub(crate) tube: Option<usize>,
+    /// It was looked up: its tube is the one the lookup named, which the
+    /// driver kept ([`Step::Wait`]).
+    pub(crate) looked_up: bool,
 }
 
 /// A slot of the window.
@@ -621,11 +636,18 @@ impl Machine {
         self.blocking = false;
     }
 
-    /// The handler in `slot` ended with `outcome` (`panicked`: it panicked,
-    /// and `outcome` is [`Outcome::Fail`]). The slot is free again; the
-    /// job's settle goes out with the next write, unless its connection
-    /// broke meanwhile (the server has the job back).
-    pub(crate) fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
+    /// The handler in `slot` ended with `outcome` (`failure`: how it
+    /// failed, a panic or how the command it ran ended, for the warning of a
+    /// last attempt's bury). The slot is free again; the job's settle goes
+    /// out with the next write, unless its connection broke meanwhile (the
+    /// server has the job back).
+    pub(crate) fn finished(
+        &mut self,
+        sh: &Shared,
+        slot: usize,
+        outcome: Outcome,
+        failure: Option<Failure>,
+    ) {
         let Some(Slot::Running {
             id,
             epoch,
@@ -648,11 +670,10 @@ impl Machine {
         match (settle_without_info(sh, self.server, id, outcome), info) {
             (Some(settle), _) => self.out.push_back(Out::Settle(id, settle)),
             (None, Some(info)) => {
-                let failure = panicked.then_some(Failure::Panicked);
                 let settle = settle_with_info(sh, self.server, id, outcome, &info, failure);
                 self.out.push_back(Out::Settle(id, settle));
             }
-            (None, None) => self.out.push_back(Out::Info(id, outcome, panicked)),
+            (None, None) => self.out.push_back(Out::Info(id, outcome, failure)),
         }
     }
 
@@ -674,13 +695,20 @@ impl Machine {
                 id: h.id,
                 attempt: h.attempt,
                 tube: h.tube,
+                looked_up: h.looked_up,
             });
         }
     }
 
     /// A job ready in `slot` starts now when a handler is free (true), or
-    /// waits, held, for one.
-    fn ready(&mut self, slot: usize, id: u64, attempt: u32, tube: Option<usize>) -> bool {
+    /// waits, held, for one. `looked_up`: it was (its attempt is known).
+    fn ready(
+        &mut self,
+        slot: usize,
+        id: u64,
+        (attempt, looked_up): (u32, bool),
+        tube: Option<usize>,
+    ) -> bool {
         let Some(Slot::Running { started, asked, .. }) = self.slots.get_mut(slot) else {
             return false;
         };
@@ -698,6 +726,7 @@ impl Machine {
             leased: asked,
             attempt,
             tube,
+            looked_up,
             touching: false,
         });
         false
@@ -719,7 +748,7 @@ impl Machine {
             match rule.of(h.asked, h.leased) {
                 Lease::Release => {
                     self.held.remove(k);
-                    self.finished(sh, h.slot, UNSTARTED, false);
+                    self.finished(sh, h.slot, UNSTARTED, None);
                     continue;
                 }
                 Lease::Touch if !h.touching => {
@@ -751,10 +780,10 @@ impl Machine {
 
     /// Queues the settle of job `id` by the settle rule: a delete at once,
     /// anything else after a lookup.
-    fn settle(&mut self, sh: &Shared, id: u64, outcome: Outcome, panicked: bool) {
+    fn settle(&mut self, sh: &Shared, id: u64, outcome: Outcome, failure: Option<Failure>) {
         match settle_without_info(sh, self.server, id, outcome) {
             Some(settle) => self.out.push_back(Out::Settle(id, settle)),
-            None => self.out.push_back(Out::Info(id, outcome, panicked)),
+            None => self.out.push_back(Out::Info(id, outcome, failure)),
         }
     }
 
@@ -823,6 +852,7 @@ impl Machine {
 }
 
 pub(crate) mod js;
+pub(crate) mod lease;
 mod replies;
 #[cfg(test)]
 mod tests;

@@ -1,14 +1,13 @@
-//! The worker: the handles that make, start, stop and join it (the state its
-//! threads share is in `crate::shared`). Each thread's loop over its servers
-//! is in [`lane`], one turn on a lane (reserve, run the handler, settle) in
-//! [`turn`], what each step counts as in [`account`], the choice of the
-//! command that settles a job in [`settle`], and the window of `prefetch` in
-//! [`prefetch`].
+//! The blocking worker: the handles that make, start, stop and join it.
+//! It runs the same machines as the async worker (`crate::machine`, one per
+//! server, each with its driver), on a small tokio runtime of its own on
+//! one thread, and calls the handler on threads, one for each job in
+//! flight. What each step counts as is in [`account`], the choice of the
+//! command that settles a job in [`settle`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use crate::config::{Config, ConfigError};
 use crate::counters::Snapshot;
@@ -16,13 +15,7 @@ use crate::handler::Handler;
 use crate::shared::Shared;
 
 pub(crate) mod account;
-mod lane;
-pub(crate) mod prefetch;
 pub(crate) mod settle;
-mod turn;
-
-use crate::engine::{Beanstalkd, Nats};
-use lane::Lanes;
 
 /// A configured worker, not yet running.
 pub struct Worker {
@@ -54,7 +47,6 @@ impl std::fmt::Debug for Control {
 
 impl Control {
     /// A handle on `shared` (the async worker's).
-    #[cfg(feature = "tokio")]
     pub(crate) fn of(shared: Arc<Shared>) -> Control {
         Control { shared }
     }
@@ -63,7 +55,6 @@ impl Control {
     /// end. Prefetched jobs that have not started are given back at once.
     pub fn shutdown(&self) {
         self.shared.shutdown();
-        self.shared.release_unstarted();
     }
 
     /// Stop at once: handlers see [`Job::aborting`](crate::Job::aborting), and every running job that
@@ -71,7 +62,6 @@ impl Control {
     pub fn abort(&self) {
         self.shared.abort.store(true, Ordering::SeqCst);
         self.shared.shutdown();
-        self.shared.release_unstarted();
     }
 
     /// True once a shutdown was asked for (or `max_jobs` / idle exit reached).
@@ -89,7 +79,8 @@ impl Control {
 #[derive(Debug)]
 pub struct Running {
     control: Control,
-    threads: Vec<JoinHandle<()>>,
+    /// The thread of the machines' runtime: their counters at its end.
+    thread: JoinHandle<Snapshot>,
 }
 
 impl Worker {
@@ -113,10 +104,14 @@ impl Worker {
     /// ```
     pub fn new<H: Handler>(mut cfg: Config, handler: H) -> Result<Worker, ConfigError> {
         cfg.validate()?;
+        cfg.engine()?;
         cfg.lift_credentials();
-        let lanes = cfg.concurrency * cfg.servers.len();
+        // A handler asks for a beanstalkd job's numbers when it wants them
+        // (`Job::attempt`, `Job::stats`): none is looked up before it runs,
+        // unless several tubes were watched at once (for its tube).
+        cfg.job_lookup = false;
         Ok(Worker {
-            shared: Arc::new(Shared::new(cfg, lanes)),
+            shared: Arc::new(Shared::new(cfg, true)),
             handler: Arc::new(handler),
         })
     }
@@ -128,7 +123,10 @@ impl Worker {
         }
     }
 
-    /// Starts the threads.
+    /// Starts the threads: one for the machines (one per server, each
+    /// driving its connection) and, for each server, one for each job its
+    /// window may hold (`max(concurrency, prefetch)`; at most `concurrency`
+    /// run the handler at once).
     ///
     /// ```no_run
     /// use taskq_worker::{Config, Job, Outcome, Worker};
@@ -142,29 +140,32 @@ impl Worker {
     /// # Ok::<(), taskq_worker::ConfigError>(())
     /// ```
     pub fn start(self) -> Running {
-        let threads = (0..self.shared.cfg.concurrency)
-            .map(|t| {
-                let shared = self.shared.clone();
-                let handler = self.handler.clone();
-                std::thread::Builder::new()
-                    .name(format!("taskq-worker-{t}"))
-                    .spawn(move || {
-                        let sh = shared.clone();
-                        match shared.cfg.engine() {
-                            Ok(taskq_connect::Engine::Nats) => {
-                                Lanes::<Nats>::new(shared, handler, t).run()
-                            }
-                            _ => Lanes::<Beanstalkd>::new(shared, handler, t).run(),
-                        }
-                        sh.thread_ended();
+        let control = self.control();
+        let shared = self.shared;
+        let handler = self.handler;
+        let slots = crate::machine::window(&shared.cfg) * shared.cfg.servers.len();
+        let thread = std::thread::Builder::new()
+            .name("taskq-worker".to_owned())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .thread_name_fn(|| {
+                        use std::sync::atomic::AtomicUsize;
+                        static N: AtomicUsize = AtomicUsize::new(0);
+                        format!("taskq-worker-job-{}", N.fetch_add(1, Ordering::Relaxed))
                     })
-                    .expect("spawning a worker thread")
+                    .max_blocking_threads(slots.max(1))
+                    .build()
+                    .expect("the worker's runtime");
+                let spawner = crate::async_worker::Blocking(handler);
+                rt.block_on(crate::async_worker::run_machines(
+                    shared,
+                    &spawner,
+                    std::future::pending(),
+                ))
             })
-            .collect();
-        Running {
-            control: self.control(),
-            threads,
-        }
+            .expect("spawning the worker's thread");
+        Running { control, thread }
     }
 
     /// Runs until stopped (by a [`Control`], `max_jobs` or `exit_when_idle`) and
@@ -189,42 +190,16 @@ impl Running {
         self.control.clone()
     }
 
-    /// Waits for every thread to end, stopping the worker when it has been idle
-    /// for `exit_when_idle`, and returns the final counters. With prefetch it
-    /// also keeps the leases of jobs waiting behind a long job.
+    /// Waits for the worker to end (a [`Control`], `max_jobs`, or
+    /// `exit_when_idle`: the machines keep the idle rule and the leases of
+    /// jobs waiting behind a long one), and returns the final counters.
     pub fn join(self) -> Snapshot {
-        let shared = &self.control.shared;
-        *shared.joiner.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current());
-        // A thread that panicked never says it ended: it is finished.
-        while shared.ended.load(Ordering::SeqCst) < self.threads.len()
-            && !self.threads.iter().all(|t| t.is_finished())
-        {
-            if let Some(idle) = shared.cfg.exit_when_idle {
-                let quiet = shared
-                    .now_ms()
-                    .saturating_sub(shared.last_busy_ms.load(Ordering::Relaxed));
-                if !shared.stop.load(Ordering::Relaxed)
-                    && crate::shared::idle_over(
-                        Duration::from_millis(quiet),
-                        idle,
-                        shared.working_any(),
-                    )
-                {
-                    tracing::debug!(idle_ms = quiet, "idle: stopping");
-                    shared.shutdown();
-                }
-            }
-            if shared.cfg.prefetch > 1 {
-                shared.keep_waiting_leases();
-            }
-            // A thread that ends wakes this one: the join returns at once.
-            std::thread::park_timeout(Duration::from_millis(10));
-        }
-        for t in self.threads {
-            if t.join().is_err() {
-                tracing::error!("a worker thread panicked");
+        match self.thread.join() {
+            Ok(counts) => counts,
+            Err(_) => {
+                tracing::error!("the worker's thread panicked");
+                self.control.shared.counters.snapshot()
             }
         }
-        shared.counters.snapshot()
     }
 }

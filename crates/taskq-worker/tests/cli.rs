@@ -330,7 +330,7 @@ fn idle_ten_seconds_few_requests_near_zero_cpu() {
     );
     assert!(wait_until(Duration::from_secs(5), || record(server.addr())
         .cmd_reserve_with_timeout
-        >= 2));
+        >= 1));
     let before = record(server.addr()).cmd_reserve_with_timeout;
     let cpu0 = proc_cpu_ticks(w.pid());
     std::thread::sleep(Duration::from_secs(10));
@@ -338,10 +338,11 @@ fn idle_ten_seconds_few_requests_near_zero_cpu() {
     let cpu = proc_cpu_ticks(w.pid()) - cpu0;
     w.signal("TERM");
     assert!(w.wait(Duration::from_secs(5)).success());
-    eprintln!("idle 10 s, 2 connections: {reserves} reserves, {cpu} CPU ticks");
-    // One reserve per second per connection, and one more in flight at each end.
-    assert!(reserves <= 2 * (10 + 1), "{reserves} reserves in 10 s");
-    assert!(reserves >= 2 * 8, "it kept reserving: {reserves}");
+    eprintln!("idle 10 s, 2 handler threads: {reserves} reserves, {cpu} CPU ticks");
+    // The two handlers share one connection: one blocking reserve a second
+    // on it, and one more in flight at each end.
+    assert!(reserves <= 10 + 1, "{reserves} reserves in 10 s");
+    assert!(reserves >= 8, "it kept reserving: {reserves}");
     assert!(cpu <= 10, "{cpu} ticks of CPU in 10 s idle");
 }
 

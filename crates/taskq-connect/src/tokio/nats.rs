@@ -227,6 +227,11 @@ impl AsyncNatsConn {
         self.session.servers()
     }
 
+    /// The node's address this connection reached.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stream.peer_addr().ok()
+    }
+
     /// True when the connection is encrypted.
     pub fn is_tls(&self) -> bool {
         self.tls.is_some()

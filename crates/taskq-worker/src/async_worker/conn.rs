@@ -89,6 +89,11 @@ impl Conn {
         })
     }
 
+    /// The server's address this connection reached.
+    pub(super) fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stream.peer_addr().ok()
+    }
+
     /// Writes what the session queued: in one write call when the socket
     /// takes it all, else as room comes (`Pending` until then; the
     /// driver reads meanwhile, so that a server blocked writing replies

@@ -63,6 +63,7 @@ pub(super) async fn drive(
                     match watch {
                         Ok(()) => {
                             m.connected(&sh, Instant::now());
+                            inbox.connected_to(c.peer_addr());
                             conn = Some(c);
                         }
                         Err(e) => m.connect_failed(&sh, Instant::now(), &e, fastrand::u64(..)),
@@ -164,6 +165,7 @@ fn take_replies(
             }
             Ok(Step::Run { slot, id, attempt }) => cells[slot].run(id, attempt, tube),
             Ok(Step::Wait { slot }) => cells[slot].keep_tube(tube),
+            Ok(Step::Told { slot }) => cells[slot].tell_tube(tube),
             Ok(Step::Nothing) => {}
             Err(()) => return false,
         }

@@ -75,6 +75,7 @@ pub(super) async fn drive(
                 Ok((c, stream, tubes)) => {
                     seen = c.jobs.io_counts();
                     learned = c.jobs.servers().to_vec();
+                    inbox.connected_to(c.jobs.peer_addr());
                     m.connected(&sh, Instant::now(), &stream, tubes);
                     conns = Some(c);
                 }
@@ -172,6 +173,12 @@ pub(super) async fn drive(
         }
         if let Some(c) = conns.as_ref() {
             account_io(&sh, &c.jobs, &mut seen);
+            // The nodes the cluster announced since the connect (an INFO
+            // read with the deliveries), for the next connect: a worker
+            // given one node goes on through those it was told of later.
+            if c.jobs.servers() != &learned[..] {
+                learned = c.jobs.servers().to_vec();
+            }
         }
         let now = Instant::now();
         // A reply overdue breaks the connection; a pull past its expiry is

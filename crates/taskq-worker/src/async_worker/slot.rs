@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +20,10 @@ use taskq_proto::JobId;
 use tokio::sync::Notify;
 
 use crate::counters::Counters;
-use crate::handler::{panic_message, Outcome};
-use crate::job::JobError;
+use crate::engine::{Fault, JobLink};
+use crate::failure::Failure;
+use crate::handler::{handle_guarded, panic_message, Handler, Outcome};
+use crate::job::{Job, JobError};
 use crate::job_info::JobInfo;
 use crate::machine::{Answered, Asked};
 use crate::shared::Shared;
@@ -32,11 +35,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What a slot tells its driver.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Msg {
-    /// The handler in `slot` ended with `outcome` (`panicked`: it panicked).
+    /// The handler in `slot` ended with `outcome` (`failure`: how it
+    /// failed, a panic or its command's end, for the bury warning).
     Finished {
         slot: usize,
         outcome: Outcome,
-        panicked: bool,
+        failure: Option<Failure>,
     },
     /// The handler of job `id` in `slot` asks `what` of it.
     Ask { slot: usize, id: u64, what: Asked },
@@ -47,6 +51,8 @@ pub(super) enum Msg {
 pub(super) struct Inbox {
     q: Mutex<VecDeque<Msg>>,
     pub(super) notify: Notify,
+    /// The node the driver's connection reached last (for `Job::peer_addr`).
+    peer: Mutex<Option<SocketAddr>>,
 }
 
 impl Inbox {
@@ -54,7 +60,13 @@ impl Inbox {
         Inbox {
             q: Mutex::new(VecDeque::with_capacity(2 * n + 4)),
             notify: Notify::new(),
+            peer: Mutex::new(None),
         }
+    }
+
+    /// The driver's connection reached `peer`.
+    pub(super) fn connected_to(&self, peer: Option<SocketAddr>) {
+        *lock(&self.peer) = peer;
     }
 
     fn send(&self, m: Msg) {
@@ -88,6 +100,9 @@ struct SlotState {
     headers: Vec<u8>,
     /// The tube of the job held, or a spare string.
     tube: String,
+    /// The tube a lookup its handler asked for named (the blocking
+    /// worker's handler asks for a job's tube when it wants it).
+    told: String,
     /// Answers to what handlers asked: the job's id, and the answer (few:
     /// the running job's, and those of a job its handler kept past its
     /// end).
@@ -101,7 +116,7 @@ struct SlotState {
 
 /// One slot of a driver's window.
 #[derive(Debug)]
-pub(super) struct SlotCell {
+pub(crate) struct SlotCell {
     index: usize,
     inbox: Arc<Inbox>,
     state: Mutex<SlotState>,
@@ -154,6 +169,13 @@ impl SlotCell {
         let mut st = lock(&self.state);
         st.tube.clear();
         st.tube.push_str(tube);
+    }
+
+    /// A lookup the handler of this slot's job asked for named `tube`.
+    pub(super) fn tell_tube(&self, tube: &str) {
+        let mut st = lock(&self.state);
+        st.told.clear();
+        st.told.push_str(tube);
     }
 
     /// The driver starts the job held here, on its `attempt`, of `tube`
@@ -389,23 +411,28 @@ impl Drop for AsyncJob {
     }
 }
 
+/// The slot's next job, its body and tube in the slot's buffers; `None`
+/// once the slot is closed.
+async fn next_job(cell: &Arc<SlotCell>, shared: &Arc<Shared>) -> Option<AsyncJob> {
+    let (given, [body, headers], tube) = cell.next().await?;
+    Some(AsyncJob {
+        id: given.id,
+        attempt: given.attempt,
+        body,
+        headers,
+        tube,
+        cell: cell.clone(),
+        shared: shared.clone(),
+    })
+}
+
 /// A slot's task: runs the jobs its driver hands it until closed.
 pub(super) async fn serve<H, F>(handler: Arc<H>, cell: Arc<SlotCell>, shared: Arc<Shared>)
 where
     H: Fn(AsyncJob) -> F + Send + Sync + 'static,
     F: Future<Output = Outcome> + Send + 'static,
 {
-    while let Some((given, [body, headers], tube)) = cell.next().await {
-        let id = given.id;
-        let job = AsyncJob {
-            id,
-            attempt: given.attempt,
-            body,
-            headers,
-            tube,
-            cell: cell.clone(),
-            shared: shared.clone(),
-        };
+    while let Some(job) = next_job(&cell, &shared).await {
         let (outcome, panicked) = run_guarded(&*handler, job, &cell).await;
         if panicked {
             Counters::add(&shared.counters.panicked);
@@ -413,8 +440,119 @@ where
         cell.inbox.send(Msg::Finished {
             slot: cell.index,
             outcome,
-            panicked,
+            failure: panicked.then_some(Failure::Panicked),
         });
+    }
+}
+
+/// A blocking slot's thread (the blocking [`Worker`](crate::Worker)'s): runs
+/// the jobs its driver hands it until closed, the handler called on the
+/// thread with a [`Job`] whose touches and lookups go through the driver
+/// (waited for here). A panic is a failed attempt (`handle_guarded`), and
+/// how the handler failed (a panic, its command's end) goes to the settle.
+pub(super) fn serve_blocking(
+    handler: &dyn Handler,
+    cell: &Arc<SlotCell>,
+    shared: &Arc<Shared>,
+    server: usize,
+    rt: &tokio::runtime::Handle,
+) {
+    let name = shared.cfg.servers[server].as_str();
+    while let Some(job) = rt.block_on(next_job(cell, shared)) {
+        // The node its connection reached (as configured, resolved, if none
+        // was recorded).
+        let peer = lock(&cell.inbox.peer).unwrap_or_else(|| resolve(name));
+        let mut link = SlotLink {
+            job: &job,
+            rt,
+            peer,
+        };
+        let mut j = Job {
+            id: job.id,
+            body: &job.body,
+            headers: &job.headers,
+            link: &mut link,
+            server: name,
+            server_index: server,
+            shared,
+            tube: &job.tube,
+            attempt: (job.attempt > 0).then_some(job.attempt),
+            asked: None,
+        };
+        let outcome = handle_guarded(handler, &mut j);
+        let failure = crate::failure::take_failure();
+        drop(job);
+        cell.inbox.send(Msg::Finished {
+            slot: cell.index,
+            outcome,
+            failure,
+        });
+    }
+}
+
+/// The address a configured server resolves to first (what
+/// [`Job::peer_addr`] tells); `0.0.0.0:0` when it resolves to none now.
+fn resolve(server: &str) -> SocketAddr {
+    use std::net::ToSocketAddrs;
+    let host = taskq_connect::Address::parse(server)
+        .ok()
+        .and_then(|a| a.hosts().first().cloned())
+        .unwrap_or_else(|| server.to_owned());
+    host.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// A blocking handler's way to its job's server: through the slot's
+/// driver, as an async handler's, waited for on the handler's thread.
+struct SlotLink<'j> {
+    job: &'j AsyncJob,
+    rt: &'j tokio::runtime::Handle,
+    peer: SocketAddr,
+}
+
+impl SlotLink<'_> {
+    fn fault(e: JobError) -> Result<bool, Fault> {
+        match e {
+            JobError::LeaseLost => Ok(false),
+            JobError::Connection(e) => Err(Fault::Conn(e)),
+            JobError::Unexpected { word } => Err(Fault::Unexpected(word)),
+        }
+    }
+}
+
+impl JobLink for SlotLink<'_> {
+    fn addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The driver gives the connection up itself when it must.
+    fn mark_broken(&mut self) {}
+
+    fn touch(&mut self, _: u64) -> Result<bool, Fault> {
+        match self.rt.block_on(self.job.touch()) {
+            Ok(()) => Ok(true),
+            Err(e) => Self::fault(e),
+        }
+    }
+
+    fn info(&mut self, _: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
+        let info = match self.rt.block_on(self.job.stats()) {
+            Ok(info) => info,
+            Err(e) => return Self::fault(e).map(|_| None),
+        };
+        if let Some(t) = tube {
+            // The job's own, or (not known when it started) the one the
+            // lookup just made named.
+            t.clear();
+            if self.job.tube.is_empty() {
+                t.push_str(&lock(&self.job.cell.state).told);
+            } else {
+                t.push_str(&self.job.tube);
+            }
+        }
+        Ok(Some(info))
     }
 }
 
@@ -472,7 +610,7 @@ mod tests {
     use crate::config::Config;
 
     fn cell() -> (Arc<Shared>, Arc<SlotCell>) {
-        let sh = Arc::new(Shared::new(Config::default(), 0));
+        let sh = Arc::new(Shared::new(Config::default(), false));
         (
             sh,
             Arc::new(SlotCell::new(0, Arc::new(Inbox::with_room(1)))),

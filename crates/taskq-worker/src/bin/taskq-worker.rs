@@ -41,11 +41,11 @@ struct Args {
     /// one while both have jobs ready; plain names keep the server's strict order.
     #[arg(long = "tube", value_name = "NAME[:WEIGHT]", default_value = "default")]
     tubes: Vec<String>,
-    /// Jobs run at once (threads).
+    /// Jobs run at once (threads), per server, on one connection to it.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     concurrency: u32,
-    /// Jobs each connection holds at once, the running one included: more than
-    /// 1 reserves jobs ahead of the command (fast for short jobs; a crash
+    /// Jobs the connection holds at once, those running included (at least
+    /// --concurrency): more reserves jobs ahead of the commands (fast for short jobs; a crash
     /// leaves up to K jobs invisible for their TTR, so keep it small for long
     /// or uneven jobs).
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]

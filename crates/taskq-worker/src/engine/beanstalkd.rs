@@ -1,121 +1,12 @@
-//! The beanstalkd engine: the worker's requests as beanstalkd commands on one
-//! [`Connection`], whose session knows which replies are owed.
+//! The beanstalkd engine: the worker machine's requests as beanstalkd
+//! commands on a protocol session, and what each reply says.
 
-use std::net::SocketAddr;
+use taskq_proto::{Command, CommandKind, ConnectionError, JobStats, Reply, ReplyError, Session};
 
-use taskq_proto::{
-    Command, CommandKind, Connection, ConnectionError, Interrupter, IoCounts, JobStats, Reply,
-    ReplyError, Session,
-};
-
-use super::seam::{Ask, Carry, Fault, JobLink, Link, Req, Settle, SettleReply, Took};
-use crate::config::Config;
+use super::seam::{Ask, Fault, Req, Settle, SettleReply, Took};
 use crate::fair::Want;
 use crate::job_info::JobInfo;
 use crate::machine::{Answer, Expect};
-
-/// A worker thread's connection to one beanstalkd.
-#[derive(Debug)]
-pub(crate) struct Beanstalkd {
-    conn: Connection,
-}
-
-impl JobLink for Beanstalkd {
-    fn addr(&self) -> SocketAddr {
-        self.conn.peer_addr()
-    }
-
-    fn is_broken(&self) -> bool {
-        self.conn.is_broken()
-    }
-
-    fn mark_broken(&mut self) {
-        self.conn.mark_broken();
-    }
-
-    fn touch(&mut self, id: u64) -> Result<bool, Fault> {
-        touch_reply(self.conn.request(&Command::Touch { id }))
-    }
-
-    fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault> {
-        info_reply(self.conn.request(&Command::StatsJob { id }), tube)
-    }
-}
-
-impl Link for Beanstalkd {
-    fn connect(
-        cfg: &Config,
-        server: &str,
-        _nth: usize,
-        _learned: &[String],
-        _carry: &mut Carry,
-    ) -> Result<Beanstalkd, ConnectionError> {
-        let pcfg = taskq_proto::ConnectionConfig {
-            connect_timeout: cfg.connect_timeout,
-            io_timeout: cfg.io_timeout,
-            limits: cfg.limits,
-            ..taskq_proto::ConnectionConfig::default()
-        };
-        let mut conn = Connection::connect(server, pcfg)?;
-        // A job over the limit is held by id and buried, its body unread:
-        // otherwise it would break every connection that reserves it.
-        conn.skip_large_jobs();
-        restore_watch(&mut conn, &cfg.tubes)?;
-        Ok(Beanstalkd { conn })
-    }
-
-    fn io_counts(&self) -> IoCounts {
-        self.conn.io_counts()
-    }
-
-    fn interrupter(&self) -> Option<Interrupter> {
-        self.conn.interrupter().ok()
-    }
-
-    fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError> {
-        let conn = &mut self.conn;
-        queue_req(&mut |c| conn.queue(c), req)
-    }
-
-    fn flush(&mut self) -> Result<(), ConnectionError> {
-        self.conn.flush()
-    }
-
-    fn discard(&mut self) {
-        self.conn.clear_queue();
-    }
-
-    fn settled(&mut self) -> Result<SettleReply, Fault> {
-        settle_reply(self.conn.recv())
-    }
-
-    fn reserved(&mut self) -> Result<Took<'_>, Fault> {
-        // The `watch`/`ignore` of a tube switch were pipelined before the reserve.
-        let timeout = loop {
-            match self.conn.next_owed() {
-                Some(CommandKind::Watch | CommandKind::Ignore) => {}
-                Some(CommandKind::ReserveWithTimeout { timeout }) => break timeout,
-                // The loop asks for nothing else before a reserve, and the
-                // session breaks on a reply it cannot decode.
-                _ => return Err(Fault::Conn(ConnectionError::NothingOwed)),
-            }
-            match self.conn.recv() {
-                Ok(Reply::Watching { .. }) => {}
-                Ok(r) => return Err(Fault::Unexpected(r.word())),
-                Err(e) => return Err(Fault::Conn(e)),
-            }
-        };
-        took_reply(self.conn.recv(), timeout)
-    }
-
-    fn touched(&mut self) -> Result<bool, Fault> {
-        touch_reply(self.conn.recv())
-    }
-
-    fn quit(self) {
-        self.conn.quit();
-    }
-}
 
 /// What a reserve's reply says; `timeout` is the reserve's own (0: a
 /// no-wait reserve, whose `TIMED_OUT` means its tube had nothing ready).
@@ -124,11 +15,7 @@ pub(crate) fn took_reply(
     timeout: u32,
 ) -> Result<Took<'_>, Fault> {
     match reply {
-        Ok(Reply::Reserved { id, body }) => Ok(Took::Job {
-            id,
-            body,
-            headers: &[],
-        }),
+        Ok(Reply::Reserved { id, body }) => Ok(Took::Job { id, body }),
         Ok(Reply::ReservedTooBig { id, len }) => Ok(Took::TooBig { id, len }),
         Ok(Reply::TimedOut) if timeout == 0 => Ok(Took::TurnEmpty),
         Ok(Reply::TimedOut) => Ok(Took::TimedOut),
@@ -253,24 +140,6 @@ pub(crate) fn queue_watch(
     }
     if !tubes.iter().any(|t| t == "default") {
         queue(&Command::Ignore { tube: "default" })?;
-    }
-    Ok(())
-}
-
-/// Watches the configured tubes and ignores `default` unless listed, in one write.
-fn restore_watch(conn: &mut Connection, tubes: &[String]) -> Result<(), ConnectionError> {
-    queue_watch(&mut |c| conn.queue(c), tubes)?;
-    conn.flush()?;
-    while conn.owed() > 0 {
-        match conn.recv()? {
-            Reply::Watching { .. } => {}
-            r => {
-                let word = r.word();
-                tracing::warn!(server = %conn.peer_addr(), reply = word, "unexpected reply to watch");
-                conn.mark_broken();
-                return Err(ConnectionError::Broken);
-            }
-        }
     }
     Ok(())
 }

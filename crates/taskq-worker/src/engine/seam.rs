@@ -1,15 +1,15 @@
-//! The seam's types: what the loop asks of a link ([`Link`], [`JobLink`],
-//! [`Req`], [`Ask`]), what comes back ([`Took`], [`SettleReply`], [`Fault`]),
-//! how a job is settled ([`Settle`]) and the settles carried across
-//! connections ([`Carry`]), with the reused buffers ([`Pool`]).
+//! The seam's types: what the machines ask of a server ([`Req`], [`Ask`]),
+//! what comes back ([`Took`], [`SettleReply`], [`Fault`]), how a job is
+//! settled ([`Settle`]) and the settles carried across connections
+//! ([`Carry`]), with the reused buffers ([`Pool`]); and what a running
+//! job's handler may ask of its server ([`JobLink`]).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use taskq_proto::{ConnectionError, Interrupter, IoCounts};
+use taskq_proto::ConnectionError;
 
-use crate::config::Config;
 use crate::fair::Schedule;
 use crate::job_info::JobInfo;
 
@@ -63,12 +63,6 @@ impl Pool {
     pub(crate) fn give(&mut self, b: Vec<u8>) {
         self.spare.push_back(b);
     }
-
-    /// Buffers waiting for reuse.
-    #[cfg(test)]
-    pub(crate) fn spare(&self) -> usize {
-        self.spare.len()
-    }
 }
 
 /// Why a request on a link failed.
@@ -92,8 +86,6 @@ pub(crate) enum Took<'a> {
         id: u64,
         /// Its body.
         body: &'a [u8],
-        /// Its header block as sent (JetStream; empty where there is none).
-        headers: &'a [u8],
     },
     /// A job larger than the worker's limit (`Config::limits`'s
     /// `max_job_size`), now held by this link, whose body was never kept
@@ -111,44 +103,28 @@ pub(crate) enum Took<'a> {
     TurnEmpty,
     /// No job within the reserve timeout.
     TimedOut,
-    /// No job within the reserve timeout, but the server still has jobs of
-    /// these tubes out: ready for another worker, or handed out and not
-    /// acknowledged (JetStream: on a connection that broke, they come back
-    /// when their ack wait runs out). Not idle.
-    Outstanding,
     /// The server refused to hand out a job because one this link holds is
     /// about to run out of its lease.
     DeadlineSoon,
-    /// The server answered that it cannot serve the reserve now (JetStream:
-    /// no leader for the stream or the consumer, during an election): not an
-    /// empty queue. The loop pauses briefly and asks again.
-    Unavailable,
 }
 
-/// The job a reserve brought, as the loop keeps it.
-pub(crate) struct Taken<'a> {
+/// The job a reserve brought: its id, and the size of one too big to keep.
+pub(crate) struct Taken {
     pub(crate) id: u64,
-    /// Empty for a job too big to keep.
-    pub(crate) body: &'a [u8],
-    pub(crate) headers: &'a [u8],
-    /// The size of a job too big to keep.
     pub(crate) too_big: Option<u64>,
 }
 
-impl<'a> Took<'a> {
+impl Took<'_> {
     /// The job a reserve brought, if it brought one.
-    pub(crate) fn job(&self) -> Option<Taken<'a>> {
-        let (id, body, headers, too_big) = match *self {
-            Took::Job { id, body, headers } => (id, body, headers, None),
-            Took::TooBig { id, len } => (id, &[][..], &[][..], Some(len)),
-            _ => return None,
-        };
-        Some(Taken {
-            id,
-            body,
-            headers,
-            too_big,
-        })
+    pub(crate) fn job(&self) -> Option<Taken> {
+        match *self {
+            Took::Job { id, .. } => Some(Taken { id, too_big: None }),
+            Took::TooBig { id, len } => Some(Taken {
+                id,
+                too_big: Some(len),
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -303,8 +279,6 @@ pub(crate) enum Req<'a> {
 pub(crate) trait JobLink {
     /// The server's resolved address.
     fn addr(&self) -> SocketAddr;
-    /// True once the link must be replaced.
-    fn is_broken(&self) -> bool;
     /// Gives the link up: the stream is out of step, or the loop gave up on it.
     fn mark_broken(&mut self);
     /// Restarts the job's lease. `Ok(false)`: the lease was already lost.
@@ -312,86 +286,4 @@ pub(crate) trait JobLink {
     /// The job's numbers (and its tube's name into `tube`, when asked), or
     /// `None` when the server no longer counts the job as this link's.
     fn info(&mut self, id: u64, tube: Option<&mut String>) -> Result<Option<JobInfo>, Fault>;
-}
-
-/// One thread's connection to one server, as the worker's loop drives it.
-pub(crate) trait Link: JobLink + Sized {
-    /// The engine asks for many jobs in one request (a JetStream pull of a
-    /// batch), and each write costs more than the requests in it. A window
-    /// of prefetched jobs then gathers: the settles of jobs done while the
-    /// next ones are already in hand are queued and not written until the
-    /// write that refills the window (see `worker::prefetch`). False where
-    /// each reserve is a request of its own (beanstalkd): the window writes
-    /// a job's settle and its one refill after each job.
-    const GATHER: bool = false;
-    /// Opens a connection to `server` and sets it up for the configured tubes
-    /// (the restore hook: run again on every reconnect). `nth` counts the
-    /// lane's connect attempts, from its thread's index: a server given as
-    /// several seeds (a JetStream cluster) is tried from seed `nth % seeds`
-    /// on, so that threads start on different seeds and each attempt after
-    /// a failure starts on the next one. `learned` are the addresses an
-    /// earlier connection to this server was told of ([`learned`](Self::learned)),
-    /// tried after the configured ones. The settles in `carry` are sent
-    /// again on the new connection before anything else, and those resolved
-    /// (confirmed, or whose leases ended) move to `carry.resolved`, also
-    /// when the connect fails.
-    fn connect(
-        cfg: &Config,
-        server: &str,
-        nth: usize,
-        learned: &[String],
-        carry: &mut Carry,
-    ) -> Result<Self, ConnectionError>;
-    /// Addresses the server announced for later connects (a cluster's
-    /// nodes); none by default.
-    fn learned(&self) -> &[String] {
-        &[]
-    }
-    /// System calls made so far.
-    fn io_counts(&self) -> IoCounts;
-    /// A handle that cuts the connection from another thread.
-    fn interrupter(&self) -> Option<Interrupter>;
-    /// Queues a request for the next [`flush`](Self::flush), which sends
-    /// everything queued in one write. Replies come back in the order queued.
-    fn queue(&mut self, req: Req<'_>) -> Result<(), ConnectionError>;
-    /// Sends what was queued, in one write.
-    fn flush(&mut self) -> Result<(), ConnectionError>;
-    /// Drops what was queued and not sent, and the replies it was owed.
-    fn discard(&mut self);
-    /// Sends, in one write, the settle of job `id` (if any) and then the next
-    /// reserve (if any).
-    fn send(
-        &mut self,
-        settle: Option<(u64, Settle)>,
-        ask: Option<Ask<'_>>,
-    ) -> Result<(), ConnectionError> {
-        let queued = settle
-            .map_or(Ok(()), |(id, s)| self.queue(Req::Settle(id, s)))
-            .and_then(|()| ask.map_or(Ok(()), |a| self.queue(Req::Ask(a))));
-        if let Err(e) = queued {
-            self.discard();
-            return Err(e);
-        }
-        self.flush()
-    }
-    /// Reads the answer to the settle sent last.
-    fn settled(&mut self) -> Result<SettleReply, Fault>;
-    /// The settle of job `id` got no answer on this link, which failed (its
-    /// send failed, or [`settled`](Self::settled) did): true when the link
-    /// keeps it to send again on the next connection ([`hand_over`](Self::hand_over)),
-    /// and the lane counts it once that resolves it. False (the default)
-    /// when the engine cannot: the loop counts it by the failure.
-    fn carry_settle(&mut self, _id: u64) -> bool {
-        false
-    }
-    /// Moves the settles kept by [`carry_settle`](Self::carry_settle) into
-    /// `carry`, before the lane drops this link.
-    fn hand_over(&mut self, _carry: &mut Carry) {}
-    /// Reads what the reserve in flight came to.
-    fn reserved(&mut self) -> Result<Took<'_>, Fault>;
-    /// Reads the answer to a queued touch: `Ok(false)` when the lease was
-    /// already lost.
-    fn touched(&mut self) -> Result<bool, Fault>;
-    /// Closes the connection politely.
-    fn quit(self);
 }

@@ -62,11 +62,11 @@ use crate::failure::Failure;
 use crate::fair::{Schedule, Want};
 use crate::handler::Outcome;
 use crate::job::JobError;
+use crate::machine::lease::{Lease, LeaseRule};
 use crate::shared::Shared;
 use crate::worker::account::{
     count_resolved, delivered_again_while_running, failed, tally, UNAVAILABLE_PAUSE,
 };
-use crate::worker::prefetch::{Lease, LeaseRule};
 use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
 
 /// Room kept in each pooled ack subject: `$JS.ACK.`, an optional domain
@@ -376,6 +376,11 @@ impl JsMachine {
         random: u64,
     ) {
         self.life.connect_failed(sh, self.server, now, e, random);
+        // The acks carried whose jobs' leases may have ended are given up
+        // now, not only at the next connection that opens: counted no later
+        // than the connect attempt after their lease.
+        self.carry.expire(now);
+        self.count_carried(sh);
     }
 
     /// The connection broke at `now`. The pull is over (its tickets go
@@ -432,11 +437,17 @@ impl JsMachine {
         }
     }
 
-    /// The handler in `slot` ended with `outcome` (`panicked`: it
-    /// panicked). The slot is free again; the job's ack is decided by the
-    /// settle rule and goes out with the next write (a bury's after its
-    /// copy).
-    pub(crate) fn finished(&mut self, sh: &Shared, slot: usize, outcome: Outcome, panicked: bool) {
+    /// The handler in `slot` ended with `outcome` (`failure`: how it
+    /// failed, for the warning of a last attempt's bury). The slot is free
+    /// again; the job's ack is decided by the settle rule and goes out with
+    /// the next write (a bury's after its copy).
+    pub(crate) fn finished(
+        &mut self,
+        sh: &Shared,
+        slot: usize,
+        outcome: Outcome,
+        failure: Option<Failure>,
+    ) {
         let Some(Slot::Running(h)) = self
             .slots
             .get_mut(slot)
@@ -455,7 +466,6 @@ impl JsMachine {
             .map_or(Duration::ZERO, |t| t.ack_wait);
         let settle = settle_without_info(sh, self.server, h.seq, outcome).unwrap_or_else(|| {
             let info = delivered_info(ack_wait, h.leased, h.delivered, h.early);
-            let failure = panicked.then_some(Failure::Panicked);
             settle_with_info(sh, self.server, h.seq, outcome, &info, failure)
         });
         let p = Pending {
@@ -491,6 +501,7 @@ impl JsMachine {
                     id: h.seq,
                     attempt: h.attempt,
                     tube: Some(h.tube),
+                    looked_up: false,
                 });
             }
         }
@@ -541,7 +552,7 @@ impl JsMachine {
             match rule.of(h.asked, h.leased) {
                 Lease::Release => {
                     self.waiting.remove(k);
-                    self.finished(sh, slot, super::UNSTARTED, false);
+                    self.finished(sh, slot, super::UNSTARTED, None);
                     continue;
                 }
                 Lease::Touch if !h.touching => {

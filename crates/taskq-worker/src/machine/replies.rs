@@ -10,7 +10,6 @@ use super::{
 };
 use crate::counters::Counters;
 use crate::engine::{Fault, Settle, Took};
-use crate::failure::Failure;
 use crate::handler::Outcome;
 use crate::job::JobError;
 use crate::shared::Shared;
@@ -57,7 +56,7 @@ impl Machine {
                 }
                 self.took(sh, now, took, tube, sent).map(|s| match s {
                     None => Step::Nothing,
-                    Some(s) if s.tube.is_some() => Step::Take(s),
+                    Some(s) if s.run => Step::Take(s),
                     Some(s) => Step::Hold(s),
                 })
             }
@@ -77,13 +76,12 @@ impl Machine {
                 Owed::Info {
                     id,
                     outcome,
-                    panicked,
+                    failure,
                 },
                 Answer::Info(info),
             ) => match info {
                 Ok(Some(info)) => {
                     self.life.reconnect.progress();
-                    let failure = panicked.then_some(Failure::Panicked);
                     let settle = settle_with_info(sh, self.server, id, outcome, &info, failure);
                     self.out.push_back(Out::Settle(id, settle));
                     Ok(Step::Nothing)
@@ -150,12 +148,12 @@ impl Machine {
                     }
                     if stopped {
                         // Not started before the stop: given back untouched.
-                        self.finished(sh, slot, super::UNSTARTED, false);
+                        self.finished(sh, slot, super::UNSTARTED, None);
                         return Ok(Step::Nothing);
                     }
                     let n = crate::worker::settle::attempt(sh, self.server, id, info.releases);
                     let attempt = u32::try_from(n).unwrap_or(u32::MAX);
-                    if self.ready(slot, id, attempt, None) {
+                    if self.ready(slot, id, (attempt, true), None) {
                         Ok(Step::Run { slot, id, attempt })
                     } else {
                         Ok(Step::Wait { slot })
@@ -188,7 +186,7 @@ impl Machine {
                     }
                     self.answers
                         .push_back((slot, id, Answered::Stats(Ok(info))));
-                    Ok(Step::Nothing)
+                    Ok(Step::Told { slot })
                 }
                 Ok(None) => {
                     self.life.reconnect.progress();
@@ -259,7 +257,6 @@ impl Machine {
                     // the held jobs' are touched now.
                     self.soon = !self.held.is_empty();
                 }
-                Took::Outstanding | Took::Unavailable => self.life.last_busy = now,
                 Took::Job { .. } | Took::TooBig { .. } => {}
             }
             self.dry = true;
@@ -280,7 +277,7 @@ impl Machine {
                 Outcome::Retry {
                     delay: Duration::ZERO,
                 },
-                false,
+                None,
             );
             return Ok(None);
         }
@@ -294,7 +291,7 @@ impl Machine {
                 limit = sh.cfg.limits.max_job_size,
                 "job larger than max_job_size: set aside without running"
             );
-            self.settle(sh, id, Outcome::Bury, false);
+            self.settle(sh, id, Outcome::Bury, None);
             return Ok(None);
         }
         let Some(slot) = self.free.pop() else {
@@ -304,7 +301,10 @@ impl Machine {
         // Its tube and attempt are told to the handler: looked up first, in
         // the next write (the settle needs the same numbers), unless the
         // handler is not told its attempt and the reserve says its tube.
-        let tube = tube.filter(|_| !sh.cfg.job_lookup);
+        // Not looked up first when the handler is not told its attempt
+        // (`job_lookup` off) and either the reserve says its tube or the
+        // handler asks for it when it wants it (the blocking worker's).
+        let now_or_held = !sh.cfg.job_lookup && (tube.is_some() || sh.lazy_lookup);
         self.slots[slot] = Slot::Running {
             id,
             epoch: self.epoch,
@@ -312,20 +312,23 @@ impl Machine {
             started: false,
             asked,
         };
-        match tube {
-            None => self.out.push_back(Out::Lookup(slot, id)),
-            // Not looked up: it starts now, or waits held (its body kept,
-            // as for a lookup).
-            Some(k) if !self.ready(slot, id, 0, Some(k)) => {
-                return Ok(Some(Start {
-                    slot,
-                    id,
-                    tube: None,
-                }))
-            }
-            Some(_) => {}
+        if !now_or_held {
+            self.out.push_back(Out::Lookup(slot, id));
+            return Ok(Some(Start {
+                slot,
+                id,
+                tube: None,
+                run: false,
+            }));
         }
-        Ok(Some(Start { slot, id, tube }))
+        // It starts now, or waits held (its body kept, as for a lookup).
+        let run = self.ready(slot, id, (0, false), tube);
+        Ok(Some(Start {
+            slot,
+            id,
+            tube,
+            run,
+        }))
     }
 
     /// Counts a failed request and gives the connection up.

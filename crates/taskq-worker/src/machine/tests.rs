@@ -11,7 +11,7 @@ use taskq_proto::{earliest, Limits, Session};
 use super::*;
 use crate::config::Config;
 use crate::engine::next_answer;
-use crate::worker::prefetch::{HOLD_MAX, TOUCH_AFTER};
+use crate::machine::lease::{HOLD_MAX, TOUCH_AFTER};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -38,7 +38,7 @@ fn wire(sh: &Shared) -> Session {
 impl Rig {
     fn new(cfg: Config) -> Rig {
         let t0 = Instant::now();
-        let sh = Arc::new(Shared::new(cfg, 0));
+        let sh = Arc::new(Shared::new(cfg, false));
         let mut m = Machine::new(&sh, 0, t0);
         assert!(m.wants_connect(&sh, t0));
         m.connected(&sh, t0);
@@ -99,7 +99,7 @@ impl Rig {
                     self.runs.push((s.slot, 0));
                 }
                 Ok(Step::Run { slot, attempt, .. }) => self.runs.push((slot, attempt)),
-                Ok(Step::Wait { .. }) => {}
+                Ok(Step::Wait { .. }) | Ok(Step::Told { .. }) => {}
                 Ok(Step::Nothing) => {}
                 Err(()) => return (starts, true),
             }
@@ -199,7 +199,7 @@ fn the_window_is_filled_with_no_wait_reserves_and_a_job_is_done_only_on_deleted(
     );
     // Three jobs run: no room, nothing to send.
     assert!(r.send(2).is_empty());
-    r.m.finished(&r.sh, held[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, held[0].slot, Outcome::Done, None);
     // The delete and the refill for its room, in one write.
     assert_eq!(r.send(3), ["delete 1", "reserve-with-timeout 0"]);
     let c = r.counts();
@@ -234,7 +234,7 @@ fn a_dry_server_is_probed_with_a_growing_wait_while_jobs_run_and_waited_on_once_
     );
     // The job ends: its delete goes alone (nothing may wait behind a
     // blocking reserve); once it is answered, one blocking reserve.
-    r.m.finished(&r.sh, starts[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, starts[0].slot, Outcome::Done, None);
     assert_eq!(r.send(30), ["delete 5"]);
     r.reply(31, b"DELETED\r\n");
     assert_eq!(r.send(31), ["reserve-with-timeout 1"]);
@@ -264,7 +264,12 @@ fn a_failure_is_released_with_the_backoff_and_buried_after_the_last_attempt() {
     ] {
         let s = r.take(1, &reserved(7), releases);
         assert_eq!(r.runs[0].1, releases as u32 + 1, "the attempt");
-        r.m.finished(&r.sh, s[0].slot, Outcome::Fail, panicked);
+        r.m.finished(
+            &r.sh,
+            s[0].slot,
+            Outcome::Fail,
+            panicked.then_some(crate::failure::Failure::Panicked),
+        );
         // The lookup gave the numbers: the settle needs no second one.
         assert_eq!(r.send(2), [settle, "reserve-with-timeout 0"]);
         let answer: &[u8] = if settle.starts_with("bury") {
@@ -297,8 +302,8 @@ fn without_the_lookup_a_job_runs_at_once_and_only_its_failure_is_looked_up() {
     assert_eq!(r.send(1), Vec::<String>::new());
     // A job done is deleted without a lookup; one that failed is looked up
     // for its settle, which its numbers decide.
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
-    r.m.finished(&r.sh, s[1].slot, Outcome::Fail, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
+    r.m.finished(&r.sh, s[1].slot, Outcome::Fail, None);
     assert_eq!(
         r.send(2),
         [
@@ -355,7 +360,7 @@ fn without_the_lookup_a_job_of_a_weighted_turn_starts_at_once_with_its_tube() {
         "run at once, its attempt not known"
     );
     r.runs.clear();
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     // Tube b's turn, alone too; it has nothing.
     assert_eq!(
         r.send(2),
@@ -394,7 +399,7 @@ fn a_handler_asks_for_its_jobs_numbers_and_the_settle_needs_no_second_lookup() {
         other => panic!("{other:?}"),
     }
     // Released once before: the failure buries it, by the numbers asked.
-    r.m.finished(&r.sh, s[0].slot, Outcome::Fail, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Fail, None);
     assert_eq!(r.send(4), ["bury 8 9", "reserve-with-timeout 0"]);
     let (s, _) = r.reply(5, &[&b"BURIED\r\n"[..], &reserved(9)].concat());
     // A job no longer ours: its lease ran out.
@@ -419,7 +424,7 @@ fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
     let mut r = Rig::new(cfg(2));
     r.send(0);
     let s = r.take(1, &[reserved(1), reserved(2)].concat(), 0);
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     assert_eq!(r.send(2), ["delete 1", "reserve-with-timeout 0"]);
     let io = r.sh.cfg.io_timeout;
     let due = r.due(2).unwrap();
@@ -434,7 +439,7 @@ fn silence_past_the_deadline_breaks_the_connection_and_counts_what_was_held() {
     // After progress the first reconnect is at once.
     assert!(r.m.wants_connect(&r.sh, due));
     // Job 2's handler ends on the dead connection: nothing is sent for it.
-    r.m.finished(&r.sh, s[1].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[1].slot, Outcome::Done, None);
     r.wire = wire(&r.sh);
     r.m.connected(&r.sh, due);
     assert_eq!(r.send(3000), ["reserve-with-timeout 0"; 2]);
@@ -464,7 +469,7 @@ fn after_a_stop_no_reserve_goes_out_running_jobs_settle_and_a_late_job_goes_back
     r.reply(5, b"RELEASED\r\n");
     assert_eq!(r.runs.len(), 1, "job 2 never ran");
     assert!(!r.m.is_done(&r.sh), "job 1 still runs");
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     assert_eq!(r.send(6), ["delete 1"]);
     assert!(!r.m.is_done(&r.sh), "its delete is owed");
     r.reply(7, b"DELETED\r\n");
@@ -560,7 +565,7 @@ fn a_break_frees_the_slots_of_jobs_taken_and_not_started() {
     r.m.broke(&r.sh, r.at(3), 0);
     assert_eq!(r.m.running(), 1);
     assert_eq!(r.counts().lease_dropped, 2);
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     assert_eq!(r.m.running(), 0);
     r.m.connected(&r.sh, r.at(4));
     assert_eq!(r.send(4), ["reserve-with-timeout 0"; 2]);
@@ -588,7 +593,7 @@ fn garbage_and_unexpected_replies_break_the_connection_and_never_count_as_done()
         let mut r = Rig::new(cfg(1));
         r.send(0);
         let s = r.take(1, &reserved(1), 0);
-        r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+        r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
         assert_eq!(r.send(2), ["delete 1", "reserve-with-timeout 0"]);
         let (_, broke) = r.reply(3, bytes);
         assert!(broke, "{bytes:?}");
@@ -608,7 +613,7 @@ fn max_jobs_limits_the_reserves_in_flight_and_stops_at_the_count() {
     assert_eq!(r.send(0), ["reserve-with-timeout 0"; 2]);
     let s = r.take(1, &[reserved(1), reserved(2)].concat(), 0);
     for st in &s {
-        r.m.finished(&r.sh, st.slot, Outcome::Done, false);
+        r.m.finished(&r.sh, st.slot, Outcome::Done, None);
     }
     assert_eq!(r.send(2), ["delete 1", "delete 2"]);
     r.reply(3, b"DELETED\r\nDELETED\r\n");
@@ -657,7 +662,7 @@ fn the_idle_exit_waits_for_quiet_and_no_job_held() {
     r.send(0);
     let s = r.take(1, &reserved(1), 0);
     assert!(!r.m.is_idle(&r.sh, r.at(500)), "a job is held");
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     assert_eq!(r.send(500), ["delete 1", "reserve-with-timeout 0"]);
     r.reply(501, b"DELETED\r\nTIMED_OUT\r\n");
     assert_eq!(r.send(501), ["reserve-with-timeout 1"]);
@@ -725,11 +730,11 @@ fn without_the_lookup_a_break_keeps_a_running_jobs_slot_until_its_handler_ends()
     r.m.connected(&r.sh, r.at(3));
     assert_eq!(r.send(3), Vec::<String>::new());
     // Its end settles nothing (the server has job 7 back) and frees the slot.
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     assert_eq!(r.m.running(), 0);
     assert_eq!(r.send(4), ["reserve-with-timeout 0"]);
     let (s2, _) = r.reply(5, &reserved(8));
-    r.m.finished(&r.sh, s2[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s2[0].slot, Outcome::Done, None);
     assert_eq!(r.send(6), ["delete 8", "reserve-with-timeout 0"]);
     assert_eq!(r.counts().lease_dropped, 1);
 }
@@ -775,7 +780,7 @@ fn with_prefetch_the_window_holds_more_jobs_than_run_and_each_starts_as_a_handle
     assert_eq!(r.runs, [(s[0].slot, 1)]);
     assert!(r.m.begun().is_none());
     assert!(r.send(2).is_empty(), "the window is full");
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     // The oldest held job gets the free handler, with its attempt; the
     // delete and a refill for the room go out in one write.
     let b = r.m.begun().unwrap();
@@ -783,7 +788,7 @@ fn with_prefetch_the_window_holds_more_jobs_than_run_and_each_starts_as_a_handle
     assert!(r.m.begun().is_none(), "one handler: one job at a time");
     assert_eq!(r.send(3), ["delete 1", "reserve-with-timeout 0"]);
     r.reply(4, b"DELETED\r\nTIMED_OUT\r\n");
-    r.m.finished(&r.sh, s[1].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[1].slot, Outcome::Done, None);
     assert_eq!(r.m.begun().map(|b| b.id), Some(3));
     let c = r.counts();
     assert_eq!((c.reserved, c.deleted), (3, 1));
@@ -814,7 +819,7 @@ fn a_held_job_is_touched_while_it_waits_and_given_back_unstarted_after_hold_max(
     r.reply(hold + 1, b"RELEASED\r\n");
     assert_eq!(r.counts().released, 1);
     assert!(r.m.begun().is_none());
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     assert!(r.m.begun().is_none(), "given back: never started");
 }
 
@@ -828,7 +833,7 @@ fn held_jobs_go_back_untouched_at_a_stop_and_are_the_servers_again_at_a_break() 
     assert_eq!(r.send(2), ["release 2 9 0", "release 3 9 0"]);
     r.reply(3, b"RELEASED\r\nRELEASED\r\n");
     assert!(!r.m.is_done(&r.sh), "the running job is not settled yet");
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     assert!(r.m.begun().is_none(), "nothing starts after a stop");
     assert_eq!(r.send(4), ["delete 1"]);
     r.reply(5, b"DELETED\r\n");
@@ -842,7 +847,7 @@ fn held_jobs_go_back_untouched_at_a_stop_and_are_the_servers_again_at_a_break() 
     r.m.broke(&r.sh, r.at(2), 0);
     assert_eq!(r.counts().lease_dropped, 3);
     assert_eq!(r.m.running(), 1);
-    r.m.finished(&r.sh, s[0].slot, Outcome::Done, false);
+    r.m.finished(&r.sh, s[0].slot, Outcome::Done, None);
     assert!(
         r.m.begun().is_none(),
         "held jobs of a broken connection never start"

@@ -31,12 +31,12 @@ impl Machine {
                     sink.req(Req::Settle(id, settle)),
                     Owed::Settle { id, settle },
                 ),
-                Out::Info(id, outcome, panicked) => (
+                Out::Info(id, outcome, failure) => (
                     sink.info(id),
                     Owed::Info {
                         id,
                         outcome,
-                        panicked,
+                        failure,
                     },
                 ),
                 Out::Ask(slot, id, Asked::Touch) => {

@@ -1,81 +1,18 @@
-//! What each step on a lane comes to: where the lane goes next ([`After`]),
-//! the counters a settle's answer or a failure adds to, and the system
-//! calls a link made. Shared by the turn without prefetch, the window and
-//! the lane's loop.
+//! What each step of the machines comes to: the counters a settle's answer
+//! or a failure adds to, and the `max_jobs` tickets they keep or give back.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use taskq_proto::{ConnectionError, IoCounts};
+use taskq_proto::ConnectionError;
 
 use super::settle::Settled;
 use crate::counters::Counters;
-use crate::engine::{Fault, JobLink, Link, Settle, SettleReply};
+use crate::engine::Settle;
 use crate::shared::Shared;
 
 /// The pause after a reserve the server could not serve (an election).
 pub(crate) const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(250);
-
-/// How a lane's turn ended.
-#[derive(Debug)]
-pub(crate) enum After {
-    /// Reserve again on the same lane.
-    Again,
-    /// No job there within the slice: try the next server.
-    Next,
-    /// The connection broke; it was dropped.
-    Broken,
-    /// The worker is stopping.
-    Stop,
-}
-
-/// Adds the system calls a link made since the last call to the counters.
-pub(super) fn account_io<L: Link>(counters: &Counters, link: &L, seen: &mut IoCounts) {
-    let now = link.io_counts();
-    counters
-        .writes
-        .fetch_add(now.writes - seen.writes, Ordering::Relaxed);
-    counters
-        .reads
-        .fetch_add(now.reads - seen.reads, Ordering::Relaxed);
-    *seen = now;
-}
-
-/// Counts the reply to the settle of job `id`, and gives its `max_jobs`
-/// ticket back unless it was deleted. `Err`: no answer that fits, and the
-/// link is given up; a settle the link keeps to send again on the next
-/// connection ([`Link::carry_settle`]) is counted when that resolves it.
-pub(super) fn count_settled<L: Link>(
-    sh: &Shared,
-    link: &mut L,
-    server: &str,
-    id: u64,
-    settle: Settle,
-    reply: Result<SettleReply, Fault>,
-) -> Result<(), After> {
-    if let Err(fault) = &reply {
-        if link.carry_settle(id) {
-            return Err(match fault {
-                Fault::Conn(e) => failed(sh, server, Some(id), e),
-                Fault::Unexpected(word) => {
-                    tracing::warn!(job = id, server, reply = word, "settle not confirmed");
-                    After::Broken
-                }
-            });
-        }
-    }
-    let settled = Settled::of(settle == Settle::Delete, &reply);
-    tally(sh, server, id, settle, settled);
-    if let Settled::AckUnknown | Settled::LeaseDropped = settled {
-        return Err(match reply {
-            Err(Fault::Unexpected(word)) => unexpected(sh, link, server, Some(id), word),
-            Err(Fault::Conn(e)) => failed(sh, server, Some(id), &e),
-            // An answer that fits another kind of settle.
-            Ok(r) => unexpected(sh, link, server, Some(id), r.word()),
-        });
-    }
-    Ok(())
-}
 
 /// Counts a settle carried from a failed connection and now resolved:
 /// `confirmed` by the server on a later connection, or given up when the
@@ -146,8 +83,9 @@ pub(crate) fn delivered_again_while_running(sh: &Shared, server: &str, job: u64)
     );
 }
 
-/// A request failed: count a timeout or an undecodable reply, log, and give up the link.
-pub(crate) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) -> After {
+/// A request failed: count a timeout or an undecodable reply, and log (the
+/// machine gives the connection up).
+pub(crate) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &ConnectionError) {
     if e.is_timeout() {
         Counters::add(&sh.counters.io_timeouts);
     }
@@ -159,22 +97,4 @@ pub(crate) fn failed(sh: &Shared, server: &str, job: Option<u64>, e: &Connection
         Some(id) => tracing::warn!(job = id, server, error = %e, "connection failed"),
         None => tracing::warn!(server, error = %e, "connection failed"),
     }
-    After::Broken
-}
-
-/// A reply that cannot answer the request: the stream is out of step.
-pub(super) fn unexpected<L: JobLink + ?Sized>(
-    sh: &Shared,
-    link: &mut L,
-    server: &str,
-    job: Option<u64>,
-    word: &str,
-) -> After {
-    Counters::add(&sh.counters.unexpected_replies);
-    link.mark_broken();
-    match job {
-        Some(id) => tracing::warn!(job = id, server, reply = word, "unexpected reply"),
-        None => tracing::warn!(server, reply = word, "unexpected reply"),
-    }
-    After::Broken
 }

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::counters::Counters;
-use crate::engine::{Fault, JobLink, Settle, SettleReply};
+use crate::engine::{Fault, Settle, SettleReply};
 use crate::handler::Outcome;
-use crate::job::{job_info, JobError};
 use crate::job_info::JobInfo;
 use crate::shared::Shared;
 
@@ -73,23 +72,6 @@ impl Settled {
             Settled::LeaseDropped => &c.lease_dropped,
         }
     }
-}
-
-/// The command that settles a job. Anything but a delete needs the job's
-/// priority (and for `Fail`, its release count): one `stats-job` on that rare path.
-pub(super) fn decide(
-    sh: &Shared,
-    link: &mut dyn JobLink,
-    (server, name): (usize, &str),
-    id: u64,
-    outcome: Outcome,
-) -> Result<Settle, JobError> {
-    if let Some(settle) = settle_without_info(sh, server, id, outcome) {
-        return Ok(settle);
-    }
-    let info = job_info(link, sh, id, name, None)?;
-    let failure = crate::failure::take_failure();
-    Ok(settle_with_info(sh, server, id, outcome, &info, failure))
 }
 
 /// The first half of the settle rule, needing nothing from the server: a

@@ -1,19 +1,19 @@
-//! The JetStream link's parts: what it keeps of its tubes, its jobs and
-//! what it read ahead, the pulls its asks became, and the small functions
-//! between the loop's words and the wire's (acks, statuses, errors).
+//! JetStream's parts of the worker machine's rules: its tubes' names, pull
+//! expiries, the leases of deliveries a probed pull may still bring,
+//! delayed jobs given back early, what a delivery says of its job, the
+//! buried copies, the consumers' record, and the small functions between
+//! the machine's words and the wire's (acks, errors).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use taskq_connect::nats::{ApiLink, JetStream, NatsConnection};
+use taskq_connect::nats::{ApiLink, JetStream};
 use taskq_connect::READY_AT_HEADER;
-use taskq_proto::nats::schedule::SCHEDULER_HEADER;
-use taskq_proto::nats::{AckKind, Delivery, HeaderBlock, NatsError};
+use taskq_proto::nats::{AckKind, HeaderBlock, NatsError};
 use taskq_proto::ConnectionError;
 
 use crate::config::Config;
-use crate::engine::seam::{Ask, Carry, Pool, Settle, Unconfirmed};
-use crate::fair::Want;
+use crate::engine::seam::Settle;
 
 /// A tube's names on the stream, and its consumer's lease.
 #[derive(Debug)]
@@ -226,125 +226,6 @@ pub(crate) async fn jobs_out<L: ApiLink>(
     Ok(false)
 }
 
-/// A job this link holds.
-#[derive(Debug)]
-pub(super) struct Held {
-    pub(super) seq: u64,
-    pub(super) tube: usize,
-    /// Its ack subject.
-    pub(super) ack: Vec<u8>,
-    pub(super) delivered: u64,
-    /// Its deliveries that came before its ready time and went back (a
-    /// delay the client holds): not attempts.
-    pub(super) early: u64,
-    /// When its lease started, at the earliest: the pull that brought it was
-    /// sent, or the last touch (`+WPI`) was. The server's ack wait runs
-    /// from a moment no earlier.
-    pub(super) leased: Instant,
-    /// Larger than the worker's limit: set aside with `+TERM`, not copied.
-    pub(super) too_big: bool,
-}
-
-/// A delivery read before its ask was.
-#[derive(Debug)]
-pub(super) struct Early {
-    pub(super) subject: Vec<u8>,
-    pub(super) ack: Vec<u8>,
-    pub(super) body: Vec<u8>,
-    /// Its header block, as sent (empty when it has none).
-    pub(super) headers: Vec<u8>,
-    pub(super) delivered: u64,
-    pub(super) seq: u64,
-    pub(super) ready_at: Option<u64>,
-    /// A message schedule published it (at its time).
-    pub(super) scheduled: bool,
-    /// When the pull that brought it was sent.
-    pub(super) pulled: Instant,
-    /// Larger than the worker's limit (its size): its body was not kept.
-    pub(super) too_big: Option<u64>,
-}
-
-impl Default for Early {
-    fn default() -> Self {
-        Early {
-            subject: Vec::new(),
-            ack: Vec::new(),
-            body: Vec::new(),
-            headers: Vec::new(),
-            delivered: 0,
-            seq: 0,
-            ready_at: None,
-            scheduled: false,
-            pulled: Instant::now(),
-            too_big: None,
-        }
-    }
-}
-
-/// The buffers deliveries are copied into, reused.
-#[derive(Debug)]
-pub(super) struct Buffers {
-    /// For subjects and ack subjects: of deliveries read ahead, of jobs held
-    /// and of settles owed their confirmation (an ack subject is kept until
-    /// then, to be sent again if it does not come). Made with the
-    /// connection, as many as the loop can have out at once and each long
-    /// enough for any of taskq's subjects, so that a peak costs no
-    /// allocation later.
-    pub(super) names: Pool,
-    /// For the bodies of deliveries read ahead; each grows to the largest
-    /// body seen.
-    pub(super) bodies: Pool,
-    /// The worker's limit on a job's body (`max_job_size`): a larger one is
-    /// not copied (nor grows the buffers): its job is terminated unrun.
-    pub(super) max_body: usize,
-}
-
-/// A settle queued or sent, owed its answer.
-#[derive(Debug)]
-pub(super) enum Owed {
-    /// The job was not held here: answered `NotFound` without asking.
-    NotHeld,
-    /// An ack sent with this confirmation token.
-    Sent(u64, Unconfirmed),
-}
-
-/// How the pull under way ended, for the asks it did not answer with a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum End {
-    /// Nothing ready (404/408).
-    Empty,
-    /// The cluster could not serve it (409, 503, another status).
-    Unavailable,
-}
-
-/// The pull the asks of one write became. One pull is under way at a time;
-/// asks written while one is are pulled for when it is over.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pull {
-    pub(super) tube: usize,
-    /// Asks it still owes an answer.
-    pub(super) left: u32,
-    /// The asks do not wait (a weighted turn, a refill): an empty pull
-    /// answers them [`Took::TurnEmpty`](crate::engine::Took::TurnEmpty).
-    pub(super) no_wait: bool,
-    /// More tubes to try, after this one, for the asks this pull leaves
-    /// unanswered: every tube is tried without waiting before the last one
-    /// waits (unless the asks do not wait at all).
-    pub(super) scan: usize,
-    /// Sent to the server.
-    pub(super) sent: bool,
-    /// When it was sent (or made, until then).
-    pub(super) at: Instant,
-    pub(super) ended: Option<End>,
-}
-
-impl Pull {
-    /// This pull waits on the server: the asks wait and no tube is left to try.
-    pub(super) fn waits(&self) -> bool {
-        !self.no_wait && self.scan == 0
-    }
-}
-
 /// The ack that carries out `settle`.
 pub(crate) fn ack_kind(settle: Settle) -> AckKind {
     match settle {
@@ -355,81 +236,6 @@ pub(crate) fn ack_kind(settle: Settle) -> AckKind {
         Settle::Release { delay, .. } => AckKind::Nak {
             delay: (delay > 0).then(|| Duration::from_secs(u64::from(delay))),
         },
-    }
-}
-
-/// Sends the acks carried from failed connections again on a new one (in
-/// setup, before anything else), one at a time, each confirmed before the
-/// next. Acks are idempotent: one the server applied already is confirmed
-/// again. A confirmed one is resolved; one whose job's lease ends first is
-/// given up. On a failure (no answer, or no leader for the consumer yet) the
-/// rest wait for the next connection.
-pub(super) fn resend(conn: &mut NatsConnection, carry: &mut Carry) -> Result<(), NatsError> {
-    loop {
-        carry.expire(Instant::now());
-        let Some(u) = carry.open.last() else {
-            return Ok(());
-        };
-        conn.ack(&u.to, ack_kind(u.settle), true)?;
-        let u = carry.open.pop().expect("seen above");
-        carry.resolved.push((u.id, u.settle, true));
-    }
-}
-
-/// Keeps a delivery or status read while a confirmation was awaited.
-pub(super) fn keep_early(
-    d: Delivery<'_>,
-    pull: Option<&mut Pull>,
-    strays: &mut Strays,
-    early: &mut VecDeque<Early>,
-    bufs: &mut Buffers,
-) {
-    let end = match d {
-        Delivery::Msg {
-            subject,
-            reply,
-            headers,
-            body,
-            info,
-        } => {
-            let too_big = (body.len() > bufs.max_body).then_some(body.len() as u64);
-            let kept = if too_big.is_some() { &[][..] } else { body };
-            early.push_back(Early {
-                subject: bufs.names.copy(subject),
-                ack: bufs.names.copy(reply),
-                body: bufs.bodies.copy(kept),
-                headers: bufs
-                    .names
-                    .copy(headers.as_ref().map_or(&[], |h| h.as_bytes())),
-                too_big,
-                delivered: info.delivered,
-                seq: info.stream_seq,
-                ready_at: ready_at(headers.as_ref()),
-                scheduled: headers.is_some_and(|h| h.get(SCHEDULER_HEADER).is_some()),
-                pulled: strays
-                    .lease_start(pull.map(|p| p.at))
-                    .unwrap_or_else(Instant::now),
-            });
-            return;
-        }
-        Delivery::Heartbeat | Delivery::Confirmed(_) => return,
-        Delivery::NoMessages | Delivery::Timeout => End::Empty,
-        Delivery::Unanswered => {
-            // Over: the server never took it, or took it and answers late;
-            // asked again after a pause.
-            tracing::debug!("a pull never answered; its probe came back");
-            if let Some(p) = pull.as_ref() {
-                strays.ended(p.at);
-            }
-            End::Unavailable
-        }
-        other => {
-            tracing::debug!(status = ?other, "pull ended: the cluster cannot serve it now");
-            End::Unavailable
-        }
-    };
-    if let Some(p) = pull {
-        p.ended = Some(end);
     }
 }
 
@@ -466,26 +272,5 @@ pub(crate) fn conn_error(e: NatsError) -> ConnectionError {
         NatsError::Closed => ConnectionError::Closed,
         NatsError::Io(io) => ConnectionError::Io(io),
         other => ConnectionError::Io(std::io::Error::other(other.to_string())),
-    }
-}
-
-/// Where an ask's pull starts, whether the ask waits, and how many more
-/// tubes it may try: a weighted turn tries its tube alone; otherwise every
-/// tube in turn (starting one further each time, so none is always last).
-pub(super) fn pick(ask: Ask<'_>, rotate: &mut usize) -> (usize, bool, usize) {
-    let n = ask.tubes.len().max(1);
-    let no_wait = ask.slice == 0;
-    let want = ask.sched.map(|s| {
-        let want = s.want();
-        // The schedule records what the link "watches"; pulls need no switch.
-        let _ = s.switch(want, |_, _| Ok(()));
-        want
-    });
-    match want {
-        Some(Want::Try(k)) => (k, true, 0),
-        Some(Want::All) | None => {
-            *rotate = (*rotate + 1) % n;
-            (*rotate, no_wait, n - 1)
-        }
     }
 }

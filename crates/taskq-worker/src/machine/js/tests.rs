@@ -7,7 +7,7 @@ use taskq_proto::{earliest, Limits};
 
 use super::*;
 use crate::config::Config;
-use crate::worker::prefetch::{HOLD_MAX, TOUCH_AFTER};
+use crate::machine::lease::{HOLD_MAX, TOUCH_AFTER};
 use crate::Snapshot;
 
 const MS: Duration = Duration::from_millis(1);
@@ -167,7 +167,7 @@ struct Rig {
 impl Rig {
     fn new(cfg: Config) -> Rig {
         let t0 = Instant::now();
-        let sh = Shared::new(cfg, 0);
+        let sh = Shared::new(cfg, false);
         let mut m = JsMachine::new(&sh, 0, t0);
         assert!(m.wants_connect(&sh, t0));
         m.connected(&sh, t0, STREAM, tubes(&sh));
@@ -286,7 +286,7 @@ impl Rig {
     }
 
     fn finish(&mut self, run: &Run, outcome: Outcome) {
-        self.m.finished(&self.sh, run.slot, outcome, false);
+        self.m.finished(&self.sh, run.slot, outcome, None);
     }
 
     fn counts(&self) -> Snapshot {
@@ -1366,7 +1366,7 @@ fn with_prefetch_one_pull_fills_the_window_and_held_jobs_start_as_handlers_free(
         what(&r.send(2)),
         [ack("default", 1, 1, "+ACK"), pull("default", 1, true)]
     );
-    r.m.finished(&r.sh, b.slot, Outcome::Done, false);
+    r.m.finished(&r.sh, b.slot, Outcome::Done, None);
     assert_eq!(r.m.begun().map(|b| b.id), Some(3));
 }
 
