@@ -195,9 +195,32 @@ where
     }
 }
 
-/// The blocking worker's handler: each slot's jobs run on a thread of the
-/// runtime's blocking pool, the handler called with a [`Job`](crate::Job).
-pub(crate) struct Blocking(pub(crate) Arc<dyn crate::handler::Handler>);
+/// The blocking worker's handler: each slot's task hands its jobs to the
+/// server's handler threads (`concurrency` of them, made with the first
+/// slot), which call the handler with a [`Job`](crate::Job).
+pub(crate) struct Blocking {
+    handler: Arc<dyn crate::handler::Handler>,
+    /// Each server's handler threads, by server.
+    pools: std::sync::Mutex<Vec<Option<Arc<slot::Handlers>>>>,
+}
+
+impl Blocking {
+    pub(crate) fn new(handler: Arc<dyn crate::handler::Handler>) -> Blocking {
+        Blocking {
+            handler,
+            pools: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Waits for every server's handler threads to end (after
+    /// [`run_machines`] closed the slots).
+    pub(crate) fn join(&self) {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        for p in pools.iter().flatten() {
+            p.join();
+        }
+    }
+}
 
 impl Spawner for Blocking {
     fn spawn(
@@ -206,11 +229,23 @@ impl Spawner for Blocking {
         shared: Arc<Shared>,
         server: usize,
     ) -> tokio::task::JoinHandle<()> {
-        let handler = self.0.clone();
-        let rt = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            slot::serve_blocking(&*handler, &cell, &shared, server, &rt);
-        })
+        let pool = {
+            let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            if pools.len() <= server {
+                pools.resize(server + 1, None);
+            }
+            pools[server]
+                .get_or_insert_with(|| {
+                    slot::Handlers::start(
+                        self.handler.clone(),
+                        shared.clone(),
+                        server,
+                        tokio::runtime::Handle::current(),
+                    )
+                })
+                .clone()
+        };
+        tokio::spawn(slot::hand_to(pool, cell, shared))
     }
 }
 

@@ -124,9 +124,8 @@ impl Worker {
     }
 
     /// Starts the threads: one for the machines (one per server, each
-    /// driving its connection) and, for each server, one for each job its
-    /// window may hold (`max(concurrency, prefetch)`; at most `concurrency`
-    /// run the handler at once).
+    /// driving its connection) and, for each server, `concurrency` that run
+    /// the handler (`taskq-worker-SERVER-K`).
     ///
     /// ```no_run
     /// use taskq_worker::{Config, Job, Outcome, Worker};
@@ -143,26 +142,21 @@ impl Worker {
         let control = self.control();
         let shared = self.shared;
         let handler = self.handler;
-        let slots = crate::machine::window(&shared.cfg) * shared.cfg.servers.len();
         let thread = std::thread::Builder::new()
             .name("taskq-worker".to_owned())
             .spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
-                    .thread_name_fn(|| {
-                        use std::sync::atomic::AtomicUsize;
-                        static N: AtomicUsize = AtomicUsize::new(0);
-                        format!("taskq-worker-job-{}", N.fetch_add(1, Ordering::Relaxed))
-                    })
-                    .max_blocking_threads(slots.max(1))
                     .build()
                     .expect("the worker's runtime");
-                let spawner = crate::async_worker::Blocking(handler);
-                rt.block_on(crate::async_worker::run_machines(
+                let spawner = crate::async_worker::Blocking::new(handler);
+                let counts = rt.block_on(crate::async_worker::run_machines(
                     shared,
                     &spawner,
                     std::future::pending(),
-                ))
+                ));
+                spawner.join();
+                counts
             })
             .expect("spawning the worker's thread");
         Running { control, thread }

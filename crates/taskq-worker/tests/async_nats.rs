@@ -83,13 +83,6 @@ fn numbered(n: usize) -> Vec<Vec<u8>> {
     (0..n).map(|i| format!("{i}").into_bytes()).collect()
 }
 
-/// This process's threads now.
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
-    line[8..].trim().parse().unwrap()
-}
-
 /// The server's record, read on one admin connection kept across polls
 /// (opened again after a failure).
 struct Record<'a> {

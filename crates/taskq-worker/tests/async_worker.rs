@@ -41,13 +41,6 @@ fn cfg(addr: SocketAddr, concurrency: usize) -> Config {
     }
 }
 
-/// This process's threads now.
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
-    line[8..].trim().parse().unwrap()
-}
-
 /// The server's (current, total) connections, this query's own included.
 fn connections(addr: SocketAddr) -> (u64, u64) {
     let mut c = connect(addr);

@@ -294,3 +294,40 @@ fn server_down_then_up_costs_little_and_resumes() {
         t.elapsed()
     );
 }
+
+/// A window larger than its handlers costs no thread: the worker runs one
+/// thread for its machines and `concurrency` for its handlers, whatever
+/// `prefetch` holds.
+#[test]
+fn a_window_larger_than_its_handlers_costs_no_thread_of_its_own() {
+    let _one = heavy();
+    let server = Beanstalkd::start().unwrap();
+    put_all(server.addr(), "default", 60, &vec![b"x".to_vec(); 40]);
+    let before = threads();
+    let peak = Arc::new(AtomicU64::new(0));
+    let p2 = peak.clone();
+    let cfg = Config {
+        servers: vec![server.addr().to_string()],
+        concurrency: 2,
+        prefetch: 16,
+        max_jobs: Some(40),
+        ..Config::default()
+    };
+    let worker = Worker::new(cfg, move |_: &mut Job<'_>| {
+        p2.fetch_max(threads() as u64, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(5));
+        Outcome::Done
+    })
+    .unwrap();
+    let counts = run_bounded(worker, Duration::from_secs(30));
+    assert_eq!(counts.deleted, 40, "{counts}");
+    let peak = peak.load(Ordering::SeqCst) as usize;
+    // One for the machines, 2 handlers, the test's own joining thread, and
+    // one the runtime may start to resolve the server's name: 5 at most, where
+    // a thread for each of the window's 16 slots would show 20.
+    assert!(
+        peak <= before + 5,
+        "{peak} threads at most, {before} before: one for the machines, 2 handlers, \
+         the joiner and a name lookup"
+    );
+}

@@ -445,49 +445,145 @@ where
     }
 }
 
-/// A blocking slot's thread (the blocking [`Worker`](crate::Worker)'s): runs
-/// the jobs its driver hands it until closed, the handler called on the
-/// thread with a [`Job`] whose touches and lookups go through the driver
-/// (waited for here). A panic is a failed attempt (`handle_guarded`), and
-/// how the handler failed (a panic, its command's end) goes to the settle.
-pub(super) fn serve_blocking(
+/// The blocking worker's handler threads for one server: `concurrency` of
+/// them, taking the jobs its slots' tasks hand over, in the order given.
+/// The jobs in flight never exceed the window (the machine's rule), and a
+/// handler thread is free whenever the machine starts a job (at most
+/// `concurrency` run at once), so a job handed over never waits long.
+pub(crate) struct Handlers {
+    jobs: Mutex<HandedOver>,
+    ready: std::sync::Condvar,
+    /// The threads, joined at the worker's end.
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct HandedOver {
+    q: VecDeque<AsyncJob>,
+    /// Slots whose tasks still hand jobs over: the threads end when none
+    /// is left.
+    slots: usize,
+}
+
+impl Handlers {
+    /// Starts server `server`'s handler threads.
+    pub(super) fn start(
+        handler: Arc<dyn Handler>,
+        shared: Arc<Shared>,
+        server: usize,
+        rt: tokio::runtime::Handle,
+    ) -> Arc<Handlers> {
+        let window = crate::machine::window(&shared.cfg);
+        let h = Arc::new(Handlers {
+            jobs: Mutex::new(HandedOver {
+                q: VecDeque::with_capacity(window),
+                // Each of the server's slots hands over until it is closed.
+                slots: window,
+            }),
+            ready: std::sync::Condvar::new(),
+            threads: Mutex::new(Vec::new()),
+        });
+        for k in 0..shared.cfg.concurrency {
+            let (h2, handler, shared, rt) =
+                (h.clone(), handler.clone(), shared.clone(), rt.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("taskq-worker-{server}-{k}"))
+                .spawn(move || h2.serve(&*handler, &shared, server, &rt))
+                .expect("spawning a worker thread");
+            lock(&h.threads).push(t);
+        }
+        h
+    }
+
+    /// Waits for the threads to end (once every slot is closed), so that
+    /// nothing of the handler's outlives the worker.
+    pub(crate) fn join(&self) {
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
+            if t.join().is_err() {
+                tracing::error!("a worker thread panicked");
+            }
+        }
+    }
+
+    /// A handler thread: runs the jobs handed over until no slot is left.
+    fn serve(
+        &self,
+        handler: &dyn Handler,
+        shared: &Shared,
+        server: usize,
+        rt: &tokio::runtime::Handle,
+    ) {
+        let name = shared.cfg.servers[server].as_str();
+        loop {
+            let job = {
+                let mut st = lock(&self.jobs);
+                loop {
+                    if let Some(job) = st.q.pop_front() {
+                        break job;
+                    }
+                    if st.slots == 0 {
+                        return;
+                    }
+                    st = self.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            run_blocking(handler, job, shared, (server, name), rt);
+        }
+    }
+}
+
+/// A blocking slot's task: hands each job its driver gives it to the
+/// server's handler threads, until closed.
+pub(super) async fn hand_to(pool: Arc<Handlers>, cell: Arc<SlotCell>, shared: Arc<Shared>) {
+    while let Some(job) = next_job(&cell, &shared).await {
+        lock(&pool.jobs).q.push_back(job);
+        pool.ready.notify_one();
+    }
+    lock(&pool.jobs).slots -= 1;
+    pool.ready.notify_all();
+}
+
+/// Runs the blocking handler on `job`, on a handler thread: a [`Job`]
+/// whose touches and lookups go through the driver (waited for here). A
+/// panic is a failed attempt (`handle_guarded`), and how the handler
+/// failed (a panic, its command's end) goes to the settle.
+fn run_blocking(
     handler: &dyn Handler,
-    cell: &Arc<SlotCell>,
-    shared: &Arc<Shared>,
-    server: usize,
+    job: AsyncJob,
+    shared: &Shared,
+    (server, name): (usize, &str),
     rt: &tokio::runtime::Handle,
 ) {
-    let name = shared.cfg.servers[server].as_str();
-    while let Some(job) = rt.block_on(next_job(cell, shared)) {
-        // The node its connection reached (as configured, resolved, if none
-        // was recorded).
-        let peer = lock(&cell.inbox.peer).unwrap_or_else(|| resolve(name));
-        let mut link = SlotLink {
-            job: &job,
-            rt,
-            peer,
-        };
-        let mut j = Job {
-            id: job.id,
-            body: &job.body,
-            headers: &job.headers,
-            link: &mut link,
-            server: name,
-            server_index: server,
-            shared,
-            tube: &job.tube,
-            attempt: (job.attempt > 0).then_some(job.attempt),
-            asked: None,
-        };
-        let outcome = handle_guarded(handler, &mut j);
-        let failure = crate::failure::take_failure();
-        drop(job);
-        cell.inbox.send(Msg::Finished {
-            slot: cell.index,
-            outcome,
-            failure,
-        });
-    }
+    let cell = job.cell.clone();
+    // The node its connection reached (as configured, resolved, if none
+    // was recorded).
+    let peer = lock(&cell.inbox.peer).unwrap_or_else(|| resolve(name));
+    let mut link = SlotLink {
+        job: &job,
+        rt,
+        peer,
+    };
+    let mut j = Job {
+        id: job.id,
+        body: &job.body,
+        headers: &job.headers,
+        link: &mut link,
+        server: name,
+        server_index: server,
+        shared,
+        tube: &job.tube,
+        attempt: (job.attempt > 0).then_some(job.attempt),
+        asked: None,
+    };
+    let outcome = handle_guarded(handler, &mut j);
+    let failure = crate::failure::take_failure();
+    drop(job);
+    cell.inbox.send(Msg::Finished {
+        slot: cell.index,
+        outcome,
+        failure,
+    });
 }
 
 /// The address a configured server resolves to first (what

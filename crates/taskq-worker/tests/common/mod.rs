@@ -751,3 +751,10 @@ impl Overlap {
         self.most.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
+
+/// This process's threads now.
+pub fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+    line[8..].trim().parse().unwrap()
+}
