@@ -157,18 +157,7 @@ fn job_table(job: &JobView) -> String {
 pub fn escape(body: &[u8]) -> String {
     let mut s = String::with_capacity(body.len() + 2);
     s.push('"');
-    for chunk in body.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() || c == '"' || c == '\\' {
-                s.extend(c.escape_default());
-            } else {
-                s.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            s.push_str(&format!("\\x{b:02x}"));
-        }
-    }
+    taskq_proto::push_printable(&mut s, body, true, usize::MAX);
     s.push('"');
     s
 }

@@ -415,23 +415,46 @@ impl Producer {
 
     /// Puts a job and asks for its tube's statistics in the same write, giving
     /// the id and the number of ready jobs in line ("you are seventh").
+    ///
+    /// The put goes again by the rule [`put`](Self::put) keeps (retries in
+    /// at-least-once mode; on JetStream, the same message id within
+    /// `resolve_for`); a put that needed another attempt has no count.
+    /// JetStream keeps no per-tube ready count: `ready` is `None` there.
     pub fn put_with_position(&mut self, body: &[u8], opts: PutOptions) -> Result<Position, Error> {
+        let is_ready = opts.delay == 0;
+        if self.nats.is_some() {
+            let id = self.put(body, opts)?;
+            return Ok(Position {
+                id,
+                ready: None,
+                is_ready,
+            });
+        }
         if body.len() > self.cfg.limits.max_job_size {
             return Err(too_big(body.len(), self.cfg.limits.max_job_size));
         }
-        self.connected(true)?;
-        let tube = self.tube.as_deref().unwrap_or("default");
-        let link = self.conn.as_mut().expect("connected above");
-        let (id, ready) = link.put_with_ready(body, opts, tube);
-        if link.is_broken() {
-            self.drop_if_broken();
-        } else {
-            self.reconnects.progress();
-        }
+        let (first, ready) = match self.connected(true).map(|_| ()) {
+            Ok(()) => {
+                let tube = self.tube.as_deref().unwrap_or("default");
+                let link = self.conn.as_mut().expect("connected above");
+                let got = link.put_with_ready(body, opts, tube);
+                if link.is_broken() {
+                    self.drop_if_broken();
+                } else {
+                    self.reconnects.progress();
+                }
+                got
+            }
+            Err(e) => (Err(e), None),
+        };
+        let id = match first {
+            Ok(id) => id,
+            Err(e) => self.attempt_again(None, body, opts, Err(e))?,
+        };
         Ok(Position {
-            id: id?,
+            id,
             ready,
-            is_ready: opts.delay == 0,
+            is_ready,
         })
     }
 

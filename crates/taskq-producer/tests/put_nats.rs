@@ -257,14 +257,7 @@ fn a_stream_with_a_short_duplicate_window_cuts_resolution_short_so_a_put_is_stor
     let reply = update_stream(&mut a, "duplicate_window", 1_000_000_000u64.into());
     assert!(reply.get("error").is_none(), "{reply}");
     assert_eq!(stream(&c).duplicate_window, Duration::from_secs(1));
-    let proxy = ChaosProxy::start(c.addr(0)).unwrap();
-    let mut p = Producer::builder()
-        .tube("short")
-        .io_timeout(Duration::from_millis(200))
-        .connect_timeout(Duration::from_millis(200))
-        .resolve_for(Duration::from_secs(20))
-        .connect(format!("nats://{}", proxy.addr()))
-        .unwrap();
+    let (proxy, mut p) = through_a_proxy(&c, "short");
     p.put(b"one", PutOptions::default()).unwrap();
     // The next put reaches the stream, but no reply comes back, on this
     // connection or on any new one, for 2.5 s: past the window, a copy
@@ -296,6 +289,47 @@ fn a_stream_with_a_short_duplicate_window_cuts_resolution_short_so_a_put_is_stor
             String::from_utf8_lossy(b)
         );
     }
+}
+
+/// `put_with_position` is a put like any other: an unknown outcome is sent
+/// again with its message id until the stream answers, and stored once.
+#[test]
+fn put_with_position_resolves_an_unknown_outcome_and_stores_the_job_once() {
+    let c = NatsCluster::start(1).unwrap();
+    let (proxy, mut p) = through_a_proxy(&c, "position");
+    p.put(b"one", PutOptions::default()).unwrap();
+    // The put reaches the stream and its PubAck is dropped, on this
+    // connection and on every new one, until the silence ends: its first
+    // attempt cannot learn its outcome.
+    proxy.add(Toxic::Silence, Direction::Downstream, 1.0);
+    let connects = p.connects();
+    let got = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(700));
+            proxy.clear();
+        });
+        p.put_with_position(b"two", PutOptions::default())
+    });
+    let pos = got.unwrap_or_else(|e| panic!("resolved, not {e}"));
+    assert!(p.connects() > connects, "the silence hit");
+    assert_eq!((pos.id.get(), pos.ready, pos.is_ready), (2, None, true));
+    let stored = bodies(&c);
+    assert_eq!(stored.get(&b"two"[..]), Some(&1), "{stored:?}");
+    assert_eq!(stored.len(), 2, "{stored:?}");
+}
+
+/// A producer on `tube` through a chaos proxy to node 0, with short
+/// deadlines (200 ms) and 20 s to resolve an unknown outcome.
+fn through_a_proxy(c: &NatsCluster, tube: &str) -> (ChaosProxy, Producer) {
+    let proxy = ChaosProxy::start(c.addr(0)).unwrap();
+    let p = Producer::builder()
+        .tube(tube)
+        .io_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(200))
+        .resolve_for(Duration::from_secs(20))
+        .connect(format!("nats://{}", proxy.addr()))
+        .unwrap();
+    (proxy, p)
 }
 
 fn now_ms() -> u64 {

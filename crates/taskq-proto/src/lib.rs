@@ -44,6 +44,7 @@ mod secret;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod session;
+mod shown;
 pub mod yaml;
 
 pub use backoff::{Backoff, Jitter, Reconnect};
@@ -57,6 +58,7 @@ pub use job_id::JobId;
 pub use reply::{parse_reply, parse_u64, Limits, Reply, Status};
 pub use secret::Secret;
 pub use session::{earliest, Framed, RecvBuf, Request, Session, INLINE_REQUEST};
+pub use shown::{peer_text, push_printable, MAX_PEER_TEXT};
 pub use yaml::{JobStats, ServerStats, TubeStats};
 
 /// Longest command or reply line, CRLF included. The server answers `BAD_FORMAT` to a longer command.

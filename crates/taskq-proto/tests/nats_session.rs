@@ -109,6 +109,36 @@ fn one_byte_at_a_time_every_poll_waits_until_the_last() {
 }
 
 #[test]
+fn a_servers_words_reach_an_error_with_their_control_characters_escaped() {
+    // A hostile server's -ERR: an OSC 52 clipboard write, a screen clear and
+    // a forged log line.
+    let (mut s, token) = put_sent();
+    feed(
+        &mut s,
+        b"-ERR 'Maximum Payload\x1b]52;c;aGk=\x07\x1b[2J\x0blevel=INFO forged'\r\n",
+    );
+    let e = s.poll_reply(token).unwrap_err();
+    let shown = e.to_string();
+    assert!(shown.contains("Maximum Payload\\u{1b}]52"), "{shown:?}");
+    for shown in [shown, format!("{e:?}")] {
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    }
+    // An API error's description in a PubAck, raw control bytes and all.
+    let (mut s, token) = put_sent();
+    let api = "{\"error\":{\"code\":503,\"err_code\":10077,\"description\":\"full\x1b[31m\rok\"}}";
+    feed(&mut s, msg("_INBOX.t.1", None, None, api).as_bytes());
+    let m = s.poll_reply(token).unwrap().expect("a whole reply");
+    match s.puback(m) {
+        Err(e @ NatsError::Api(_)) => {
+            let shown = e.to_string();
+            assert!(!shown.chars().any(char::is_control), "{shown:?}");
+            assert!(shown.contains("full\\u{1b}[31m\\rok"), "{shown:?}");
+        }
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
 fn err_garbage_and_oversized_counts_break_the_session_at_once() {
     #[rustfmt::skip]
     let table: &[(&str, &str)] = &[

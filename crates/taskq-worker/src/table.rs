@@ -59,13 +59,7 @@ fn printable(s: &str) -> String {
         return s.to_owned();
     }
     let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
+    taskq_proto::push_printable(&mut out, s.as_bytes(), false, usize::MAX);
     out
 }
 

@@ -305,6 +305,11 @@ fn base64(s: &str) -> Result<Vec<u8>, NatsError> {
     Ok(out)
 }
 
+/// What the server said, as an error may hold it (see [`taskq_proto::peer_text`]).
+fn shown(said: &impl std::fmt::Display) -> String {
+    taskq_proto::peer_text(said.to_string().as_bytes())
+}
+
 /// Time `t` as the API takes it (`pause_until`): RFC 3339, rounded up.
 fn rfc3339(t: SystemTime) -> Value {
     json!(String::from_utf8_lossy(&rfc3339_utc_at(t)))
@@ -361,21 +366,23 @@ impl<L: ApiLink> JetStream<'_, L> {
             body.to_string().into_bytes()
         };
         let reply = self.0.request(subject, &payload).await?;
-        let v: Value = serde_json::from_slice(&reply)
-            .map_err(|e| NatsError::Mismatch(format!("unreadable JetStream reply: {e}")))?;
+        let v: Value = serde_json::from_slice(&reply).map_err(|e| {
+            NatsError::Mismatch(format!("unreadable JetStream reply: {}", shown(&e)))
+        })?;
         if let Some(e) = v.get("error") {
             return Err(NatsError::Api(ApiError {
                 code: e.get("code").and_then(Value::as_u64).unwrap_or(0),
                 err_code: e.get("err_code").and_then(Value::as_u64).unwrap_or(0),
-                description: e
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
+                description: taskq_proto::peer_text(
+                    e.get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .as_bytes(),
+                ),
             }));
         }
         serde_json::from_value(v)
-            .map_err(|e| NatsError::Mismatch(format!("unexpected JetStream reply: {e}")))
+            .map_err(|e| NatsError::Mismatch(format!("unexpected JetStream reply: {}", shown(&e))))
     }
 
     /// Any JetStream API request (`$JS.API.…`) with a JSON body (`null`:
@@ -517,7 +524,8 @@ impl<L: ApiLink> JetStream<'_, L> {
             if info.retention != "workqueue" {
                 return Err(NatsError::Mismatch(format!(
                     "stream {} has retention {:?}, not workqueue",
-                    info.name, info.retention
+                    shown(&info.name),
+                    info.retention
                 )));
             }
             if let Some(s) = spec
@@ -527,7 +535,8 @@ impl<L: ApiLink> JetStream<'_, L> {
             {
                 return Err(NatsError::Mismatch(format!(
                     "stream {} does not capture {s} (its subjects: {:?})",
-                    info.name, info.subjects
+                    shown(&info.name),
+                    info.subjects
                 )));
             }
             Ok(info)

@@ -111,7 +111,7 @@ impl NatsSession {
             Ok(JsReply::Error(e)) => Err(NatsError::Api(ApiError {
                 code: e.code,
                 err_code: e.err_code,
-                description: String::from_utf8_lossy(e.description).into_owned(),
+                description: crate::peer_text(e.description),
             })),
             Err(e) => Err(self.broke(NatsError::Protocol(e))),
         }

@@ -468,14 +468,16 @@ impl NatsSession {
                             }
                         }
                         Frame::Err(s) => {
-                            let text = String::from_utf8_lossy(s.of(self.rx.from(base)));
+                            // Shown as text only: a server's words may not
+                            // command a terminal or forge a log line.
+                            let text = crate::peer_text(s.of(self.rx.from(base)));
                             // The server keeps the connection after a
                             // permissions violation, but which request it
                             // answers is not certain: replace it all the same.
                             let e = if text.starts_with("Permissions Violation") {
-                                NatsError::Permission(text.into_owned())
+                                NatsError::Permission(text)
                             } else {
-                                NatsError::Server(text.into_owned())
+                                NatsError::Server(text)
                             };
                             return Err(self.broke(e));
                         }
@@ -521,9 +523,9 @@ impl NatsSession {
             let max = usize::try_from(info.max_payload).unwrap_or(usize::MAX);
             self.limits.max_payload = self.limits.max_payload.min(max);
         }
-        self.server_id = String::from_utf8_lossy(info.server_id).into_owned();
+        self.server_id = crate::peer_text(info.server_id);
         if !info.version.is_empty() {
-            self.version = String::from_utf8_lossy(info.version).into_owned();
+            self.version = crate::peer_text(info.version);
         }
         if !urls.contains(&self.peer) {
             urls.insert(0, self.peer.clone());
