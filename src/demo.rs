@@ -1,9 +1,10 @@
 //! `taskq demo`: the whole system in one command.
 //!
-//! Enqueues a batch of jobs (every tenth one urgent), works them off with
-//! several in-process workers on a handler that fails a few jobs once and runs a
-//! few past their TTR (touching them), shows live progress, and ends with the
-//! workers' counts beside the server's own record. It exits non-zero when the
+//! Enqueues a batch of jobs (every tenth one urgent), works them off with one
+//! in-process worker running `--workers` handler threads, on a handler that
+//! fails a few jobs once and runs a few past their TTR (touching them), shows
+//! live progress, and ends with the worker's counts beside the server's own
+//! record. It exits non-zero when the
 //! two disagree, a job is lost, or the tube is not drained.
 
 use std::io::IsTerminal;
@@ -41,7 +42,7 @@ pub struct DemoArgs {
     /// Limit on each reply, in milliseconds.
     #[arg(long, default_value_t = crate::server::IO_TIMEOUT_MS)]
     pub io_timeout: u64,
-    /// Worker threads.
+    /// Handler threads of the one in-process worker (its concurrency).
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
     /// Producer threads, each with its own connection.
@@ -134,7 +135,7 @@ struct Setup {
     before: Snapshot,
 }
 
-/// A line of the report: what, the workers' count, the server's record of
+/// A line of the report: what, the worker's count, the server's record of
 /// it (`None`: the server keeps none), and where in the record it is.
 type Row = (&'static str, u64, Option<u64>, String);
 
@@ -150,7 +151,7 @@ struct Driven {
     wall: Duration,
 }
 
-/// Runs `taskq demo`: set up, drive the producers and workers, report.
+/// Runs `taskq demo`: set up, drive the producers and the worker, report.
 pub fn run(args: DemoArgs) -> CliResult {
     let mut setup = setup(&args)?;
     let driven = drive(&args, &setup)?;
@@ -188,8 +189,8 @@ fn setup(args: &DemoArgs) -> Result<Setup, Box<dyn std::error::Error + Send + Sy
     );
 
     if let Route::Nats(_) = crate::jetstream::route(&addr)? {
-        // The stream is made here, once, before producers and workers
-        // start and each look for it.
+        // The stream is made here, once, before the producers and the
+        // worker start and each look for it.
         args.js
             .producer(Producer::builder(), addr.as_str())
             .io_timeout(io_timeout)
@@ -209,7 +210,7 @@ fn setup(args: &DemoArgs) -> Result<Setup, Box<dyn std::error::Error + Send + Sy
     })
 }
 
-/// Works the jobs off with the workers while the producers put them, showing
+/// Works the jobs off with the worker while the producers put them, showing
 /// progress, until every job is done (or buried) or the time budget is spent.
 fn drive(
     args: &DemoArgs,
@@ -334,7 +335,7 @@ fn drive(
     })
 }
 
-/// Prints the workers' counts beside the server's own record (and the ledger,
+/// Prints the worker's counts beside the server's own record (and the ledger,
 /// on the embedded server); any difference, loss or leftover is an error.
 fn report(args: &DemoArgs, setup: &mut Setup, driven: Driven) -> CliResult {
     let Driven {
@@ -486,7 +487,7 @@ fn progress(queued: u64, total: u64, c: &WorkerCounts, elapsed: Duration, tty: b
     }
 }
 
-/// The server's record of the run beside the workers' counts, and what is
+/// The server's record of the run beside the worker's counts, and what is
 /// left in the tube.
 fn record(
     setup: &mut Setup,

@@ -65,7 +65,7 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Run the reference server (for tests and demos; production uses beanstalkd).
     Serve(serve::ServeArgs),
-    /// Enqueue a batch, work it off with several workers, and report.
+    /// Enqueue a batch, work it off with one in-process worker, and report.
     Demo(demo::DemoArgs),
 }
 

@@ -45,6 +45,10 @@ trait Hands {
     fn answered(&mut self) -> Option<(usize, u64, Answered)>;
     /// The next held job handed to a handler that came free.
     fn begun(&mut self) -> Option<crate::machine::Begin>;
+    /// A handler thread runs job `id` of `slot` now (handed ahead).
+    fn runs_now(&mut self, slot: usize, id: u64);
+    /// The next handed job its thread must not run (its lease is gone).
+    fn revoked(&mut self) -> Option<(usize, u64)>;
 }
 
 impl Hands for crate::machine::Machine {
@@ -60,6 +64,12 @@ impl Hands for crate::machine::Machine {
     fn begun(&mut self) -> Option<crate::machine::Begin> {
         crate::machine::Machine::begun(self)
     }
+    fn runs_now(&mut self, slot: usize, id: u64) {
+        crate::machine::Machine::runs_now(self, slot, id);
+    }
+    fn revoked(&mut self) -> Option<(usize, u64)> {
+        crate::machine::Machine::revoked(self)
+    }
 }
 
 impl Hands for crate::machine::js::JsMachine {
@@ -74,6 +84,12 @@ impl Hands for crate::machine::js::JsMachine {
     }
     fn begun(&mut self) -> Option<crate::machine::Begin> {
         crate::machine::js::JsMachine::begun(self)
+    }
+    fn runs_now(&mut self, slot: usize, id: u64) {
+        crate::machine::js::JsMachine::runs_now(self, slot, id);
+    }
+    fn revoked(&mut self) -> Option<(usize, u64)> {
+        crate::machine::js::JsMachine::revoked(self)
     }
 }
 
@@ -93,6 +109,9 @@ fn hand_over(
             c.abort();
         }
     }
+    if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
+        inbox.give_back_unstarted();
+    }
     while let Some(msg) = inbox.take() {
         match msg {
             slot::Msg::Finished {
@@ -101,10 +120,14 @@ fn hand_over(
                 failure,
             } => m.finished(sh, slot, outcome, failure),
             slot::Msg::Ask { slot, id, what } => m.ask(slot, id, what),
+            slot::Msg::Running { slot, id } => m.runs_now(slot, id),
         }
     }
     while let Some((slot, id, a)) = m.answered() {
         cells[slot].answer(id, a);
+    }
+    while let Some((slot, id)) = m.revoked() {
+        cells[slot].revoke(id);
     }
     while let Some(b) = m.begun() {
         // A job looked up keeps the tube its lookup named; one not looked
@@ -337,8 +360,9 @@ impl AsyncWorker {
 /// Runs a driver and its window's slots for each server until the worker
 /// stops (a [`Control`], `max_jobs`, `exit_when_idle`, or `shutdown`
 /// completing) and every machine is done; returns the final counters.
-/// Both workers' one loop: the async worker's slots are tasks, the
-/// blocking worker's threads (`spawner`).
+/// Both workers' one loop: the async worker's slots are tasks that run the
+/// handlers, the blocking worker's tasks that hand each job to the
+/// server's handler threads (`spawner`).
 pub(crate) async fn run_machines(
     sh: Arc<Shared>,
     spawner: &dyn Spawner,

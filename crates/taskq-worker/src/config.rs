@@ -16,9 +16,9 @@ use taskq_proto::{defaults, Backoff, Jitter};
 /// Build one with struct update syntax from [`Config::default`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Servers as `HOST:PORT` (beanstalkd; every thread connects to each), or
-    /// one `nats://HOST:PORT[,HOST:PORT...]` cluster (JetStream; the nodes
-    /// listed are seeds). One engine per worker.
+    /// Servers as `HOST:PORT` (beanstalkd; the worker holds one connection to
+    /// each), or one `nats://HOST:PORT[,HOST:PORT...]` cluster (JetStream;
+    /// the nodes listed are seeds). One engine per worker.
     pub servers: Vec<String>,
     /// Tubes to watch; `default` is ignored unless listed.
     pub tubes: Vec<String>,
@@ -50,9 +50,10 @@ pub struct Config {
     /// Waits between failed connects to one server, spread by its jitter
     /// (default [`defaults::RECONNECT_BACKOFF`]: 50 ms doubling to 2 s).
     pub reconnect_backoff: Backoff,
-    /// Stop once no job was reserved for this long on any thread, while
-    /// no thread holds a job, connects, or waits on a server that does not
-    /// answer. On JetStream also only while the tubes' consumers have
+    /// Stop once every server's connection is idle: none has reserved a
+    /// job, connected or tried to connect for this long, none holds a job or
+    /// owes a settle, and the last blocking reserve on each found nothing.
+    /// On JetStream also only while the tubes' consumers have
     /// nothing pending and nothing awaiting acknowledgment (a delivery lost
     /// with its connection comes back after its ack wait), and no ack waits
     /// to be sent again.
@@ -91,9 +92,12 @@ pub struct Config {
     /// reserve watched, and a job that fails is looked up only then, for its
     /// settle (`max_attempts` counts as before). A job reserved while
     /// several tubes were watched at once (tubes without weights, or a
-    /// weighted fallback run) is still looked up first, for its tube. JetStream tells both with the
-    /// delivery, and the thread [`Worker`](crate::Worker) asks only when a
-    /// handler calls [`Job::attempt`](crate::Job::attempt): neither reads it.
+    /// weighted fallback run) is still looked up first, for its tube.
+    /// JetStream tells both with the delivery, and the blocking
+    /// [`Worker`](crate::Worker) asks only when a handler calls
+    /// [`Job::attempt`](crate::Job::attempt), [`Job::tube`](crate::Job::tube)
+    /// (when its tube is not known) or [`Job::stats`](crate::Job::stats):
+    /// neither reads this setting.
     pub job_lookup: bool,
 }
 

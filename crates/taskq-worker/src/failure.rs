@@ -46,8 +46,9 @@ pub(crate) fn note(f: Failure) {
     LAST_FAILURE.with(|c| c.set(Some(f)));
 }
 
-/// Takes how this thread's last command failed (the job is settled on the
-/// thread that ran it).
+/// Takes how this thread's last command failed: taken on the handler's
+/// thread when the handler returns, and sent with its outcome
+/// (`slot::Msg::Finished`) to the machine that settles the job.
 pub(crate) fn take_failure() -> Option<Failure> {
     LAST_FAILURE.with(Cell::take)
 }

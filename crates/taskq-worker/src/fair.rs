@@ -45,7 +45,8 @@ pub(crate) struct Schedule {
 
 impl Schedule {
     /// A schedule over tubes with these weights (each at least 1), starting at
-    /// tube `start` (threads start at different tubes to spread the switches).
+    /// tube `start` (each connection's machine passes its server's index, so
+    /// servers start at different tubes to spread the switches).
     pub(crate) fn new(weights: &[u32], run_scale: u32, start: usize) -> Schedule {
         let runs: Vec<u32> = weights
             .iter()

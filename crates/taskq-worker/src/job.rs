@@ -162,8 +162,7 @@ impl<'a> Job<'a> {
     ///
     /// On JetStream from the delivery count the server sent with the job,
     /// without a request. On beanstalkd from the job's `releases` in one
-    /// `stats-job`, asked on the first call and kept (or made before the
-    /// job started, when several tubes were watched). 0 when that lookup
+    /// `stats-job`, asked on the first call and kept. 0 when that lookup
     /// failed: the connection broke (the settle meets the same failure) or
     /// the lease was lost; the failure is logged.
     pub fn attempt(&mut self) -> u32 {

@@ -47,8 +47,9 @@
 //! So while every tube has ready jobs, tube `i` gets `weights[i] / sum(weights)`
 //! of the jobs each connection takes, whatever the jobs' priorities and ages;
 //! priorities still order jobs within a tube. A tube with nothing ready costs
-//! one immediate `TIMED_OUT` round trip per cycle. Each thread keeps its own
-//! schedule (threads start at different tubes).
+//! one immediate `TIMED_OUT` round trip per cycle. Each connection (one per
+//! server) keeps its own schedule, starting at the tube of the server's index,
+//! so servers start at different tubes.
 //!
 //! ```no_run
 //! use taskq_worker::{Config, Outcome, Worker};

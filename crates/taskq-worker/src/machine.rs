@@ -395,6 +395,11 @@ struct Held {
     looked_up: bool,
     /// A touch of it is owed.
     touching: bool,
+    /// Handed to the blocking worker's handler threads already
+    /// ([`Shared::hand_ahead`]), waiting in their queue: its lease is kept
+    /// here until its thread runs it, but it is never given back from here
+    /// (the thread gives it back unrun at a stop).
+    handed: bool,
 }
 
 /// How a held job goes back unstarted (after `HOLD_MAX`, at a stop): not an
@@ -469,8 +474,18 @@ pub(crate) struct Machine {
     handlers: usize,
     /// Slots whose handler runs (started, not yet finished).
     busy: usize,
-    /// Jobs ready and waiting for a handler, oldest first.
+    /// Jobs ready and waiting for a handler, oldest first, and (handed)
+    /// jobs waiting in the handler threads' queue.
     held: VecDeque<Held>,
+    /// Every job ready is handed on at once ([`Shared::hand_ahead`]).
+    hand_ahead: bool,
+    /// Handed jobs the server no longer counts as ours (a touch answered
+    /// `NOT_FOUND`): (slot, job). Their threads are told not to run them
+    /// ([`revoked`](Self::revoked)); each is counted lost once its thread
+    /// gives it back, and never settled.
+    lost: Vec<(usize, u64)>,
+    /// Of those, the ones the driver has not told the threads about yet.
+    revoke: VecDeque<(usize, u64)>,
     /// Held jobs handed to handlers, for the driver to start.
     begins: VecDeque<Begin>,
     /// The server answered a reserve `DEADLINE_SOON`: touch the held jobs.
@@ -501,9 +516,14 @@ impl Machine {
                 .is_weighted()
                 .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
             answers: VecDeque::new(),
-            handlers: sh.cfg.concurrency,
+            // Handed ahead, every job of the window starts when ready: the
+            // handler threads run `concurrency` of them at once.
+            handlers: if sh.hand_ahead { n } else { sh.cfg.concurrency },
             busy: 0,
             held: VecDeque::with_capacity(n),
+            hand_ahead: sh.hand_ahead,
+            lost: Vec::new(),
+            revoke: VecDeque::new(),
             begins: VecDeque::with_capacity(n),
             soon: false,
         }
@@ -662,7 +682,16 @@ impl Machine {
         self.free.push(slot);
         if started {
             self.busy -= 1;
+            // Handed and given back unrun (a stop), its lease kept no more.
+            self.held.retain(|h| h.slot != slot);
             self.begin_held(sh);
+        }
+        if let Some(k) = self.lost.iter().position(|&l| l == (slot, id)) {
+            // Handed, and its lease gone before its thread ran it: lost,
+            // with nothing to settle.
+            self.lost.swap_remove(k);
+            self.lease_lost(sh, id);
+            return;
         }
         if !self.life.up || epoch != self.epoch {
             return;
@@ -677,9 +706,10 @@ impl Machine {
         }
     }
 
-    /// Hands the oldest held jobs to the handlers free (none after a stop).
+    /// Hands the oldest held jobs to the handlers free (none after a stop;
+    /// none handed ahead, where each job started when it was ready).
     fn begin_held(&mut self, sh: &Shared) {
-        if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.hand_ahead || sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
         while self.busy < self.handlers {
@@ -712,13 +742,17 @@ impl Machine {
         let Some(Slot::Running { started, asked, .. }) = self.slots.get_mut(slot) else {
             return false;
         };
-        if self.busy < self.handlers {
-            *started = true;
+        let asked = *asked;
+        let run = self.busy < self.handlers;
+        *started = run;
+        if run {
             self.busy += 1;
+        }
+        if run && !self.hand_ahead {
             return true;
         }
-        *started = false;
-        let asked = *asked;
+        // Held for a handler, or handed to the threads' queue and held
+        // here for its lease until its thread runs it.
         self.held.push_back(Held {
             slot,
             id,
@@ -728,8 +762,21 @@ impl Machine {
             tube,
             looked_up,
             touching: false,
+            handed: run,
         });
-        false
+        run
+    }
+
+    /// The next handed job whose thread must not run it (its lease is
+    /// gone), for the driver to tell that thread: (slot, job).
+    pub(crate) fn revoked(&mut self) -> Option<(usize, u64)> {
+        self.revoke.pop_front()
+    }
+
+    /// The handler thread given the job in `slot` runs it now: its lease
+    /// is its handler's from now on ([`Shared::hand_ahead`]).
+    pub(crate) fn runs_now(&mut self, slot: usize, id: u64) {
+        self.held.retain(|h| !(h.slot == slot && h.id == id));
     }
 
     /// The lease rule at `now` for every held job: given back after
@@ -742,9 +789,11 @@ impl Machine {
         }
         let stopping = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
         let rule = LeaseRule::held(now, soon, stopping);
+        let handed = LeaseRule::handed(now, soon);
         let mut k = 0;
         while k < self.held.len() {
             let h = self.held[k];
+            let rule = if h.handed { handed } else { rule };
             match rule.of(h.asked, h.leased) {
                 Lease::Release => {
                     self.held.remove(k);
@@ -763,13 +812,16 @@ impl Machine {
 
     /// The held jobs' next lease deadline.
     fn held_due(&self, now: Instant) -> Option<Instant> {
-        if self.soon && !self.held.is_empty() {
+        if self.soon && self.held.iter().any(|h| !h.handed) {
             return Some(now);
         }
         self.held
             .iter()
             .filter(|h| !h.touching)
-            .filter_map(|h| LeaseRule::first_due(h.asked, h.leased))
+            .filter_map(|h| match h.handed {
+                true => LeaseRule::touch_due(h.leased),
+                false => LeaseRule::first_due(h.asked, h.leased),
+            })
             .min()
     }
 

@@ -19,6 +19,12 @@ pub(crate) struct Shared {
     /// were watched starts without a lookup, its handler asking for its tube
     /// when it wants it (`Job::tube`); the async worker's handler is told.
     pub(crate) lazy_lookup: bool,
+    /// The blocking worker's: every job taken is handed to the handler
+    /// threads' queue at once (the window's jobs wait there, not in the
+    /// machine), so that a thread goes from one job to the next without a
+    /// round trip through the driver. The machine keeps such a job's lease
+    /// until its thread says it runs it ([`Machine::runs_now`](crate::machine::Machine::runs_now)).
+    pub(crate) hand_ahead: bool,
     /// Reservations still allowed under `max_jobs`.
     pub(crate) tickets: AtomicU64,
     /// Releases this process made for `TempFail`/`Retry`, by (server, job id):
@@ -52,6 +58,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             lazy_lookup: blocking,
+            hand_ahead: blocking,
             tickets,
             tempfails: Mutex::new(HashMap::new()),
             tempfails_any: AtomicBool::new(false),

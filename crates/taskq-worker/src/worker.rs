@@ -1,9 +1,13 @@
 //! The blocking worker: the handles that make, start, stop and join it.
 //! It runs the same machines as the async worker (`crate::machine`, one per
 //! server, each with its driver), on a small tokio runtime of its own on
-//! one thread, and calls the handler on threads, one for each job in
-//! flight. What each step counts as is in [`account`], the choice of the
-//! command that settles a job in [`settle`].
+//! one thread, and calls the handler on `concurrency` handler threads per
+//! server. Jobs taken beyond those (up to `max(concurrency, prefetch)` in
+//! flight per server) wait in the handler threads' queue, handed over as
+//! soon as they are taken, their leases kept by the driver until a thread
+//! runs them (`Shared::hand_ahead`). What each step
+//! counts as is in [`account`], the choice of the command that settles a
+//! job in [`settle`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -107,8 +111,9 @@ impl Worker {
         cfg.engine()?;
         cfg.lift_credentials();
         // A handler asks for a beanstalkd job's numbers when it wants them
-        // (`Job::attempt`, `Job::stats`): none is looked up before it runs,
-        // unless several tubes were watched at once (for its tube).
+        // (`Job::attempt`, `Job::tube`, `Job::stats`): none is looked up
+        // before it runs, not even when several tubes were watched at once
+        // (the shared state's `lazy_lookup`).
         cfg.job_lookup = false;
         Ok(Worker {
             shared: Arc::new(Shared::new(cfg, true)),

@@ -44,6 +44,9 @@ pub(super) enum Msg {
     },
     /// The handler of job `id` in `slot` asks `what` of it.
     Ask { slot: usize, id: u64, what: Asked },
+    /// A handler thread runs job `id` of `slot` now: the machine keeps its
+    /// lease no more (the blocking worker's jobs are handed ahead).
+    Running { slot: usize, id: u64 },
 }
 
 /// A driver's inbox: its slots' messages, and the wake-up for them.
@@ -53,6 +56,9 @@ pub(super) struct Inbox {
     pub(super) notify: Notify,
     /// The node the driver's connection reached last (for `Job::peer_addr`).
     peer: Mutex<Option<SocketAddr>>,
+    /// The blocking worker's handler threads for this server, whose queue
+    /// a stop empties at once ([`give_back_unstarted`](Self::give_back_unstarted)).
+    pool: std::sync::OnceLock<Arc<Handlers>>,
 }
 
 impl Inbox {
@@ -61,6 +67,28 @@ impl Inbox {
             q: Mutex::new(VecDeque::with_capacity(2 * n + 4)),
             notify: Notify::new(),
             peer: Mutex::new(None),
+            pool: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// At a stop: the jobs handed to the handler threads that no thread
+    /// has started go back unrun at once, as the machine gives back the
+    /// jobs it holds, not when a thread comes free (the blocking worker's).
+    pub(super) fn give_back_unstarted(&self) {
+        let Some(pool) = self.pool.get() else {
+            return;
+        };
+        loop {
+            let Some(job) = lock(&pool.jobs).q.pop_front() else {
+                return;
+            };
+            let slot = job.cell.index;
+            drop(job);
+            self.tell(Msg::Finished {
+                slot,
+                outcome: crate::machine::UNSTARTED,
+                failure: None,
+            });
         }
     }
 
@@ -73,6 +101,13 @@ impl Inbox {
         lock(&self.q).push_back(m);
         // A permit is kept when the driver is not waiting: no wake-up lost.
         self.notify.notify_one();
+    }
+
+    /// Queues `m` for the driver's next turn without waking it: for news
+    /// that can wait that long (a job's lease is next looked at no sooner
+    /// than the driver's next deadline, which wakes it anyway).
+    fn tell(&self, m: Msg) {
+        lock(&self.q).push_back(m);
     }
 
     /// The next message, if any.
@@ -112,6 +147,9 @@ struct SlotState {
     live: Vec<u64>,
     /// The worker is over: the slot's task ends.
     closed: bool,
+    /// Jobs handed to a handler thread that it must not run: their leases
+    /// are gone (the blocking worker's, handed ahead).
+    revoked: Vec<u64>,
 }
 
 /// One slot of a driver's window.
@@ -201,6 +239,23 @@ impl SlotCell {
         st.answers.push((id, a));
         drop(st);
         self.answered.notify_waiters();
+    }
+
+    /// Job `id`, handed to a handler thread, must not run: its lease is gone.
+    pub(super) fn revoke(&self, id: u64) {
+        lock(&self.state).revoked.push(id);
+    }
+
+    /// Whether job `id` was revoked (and forgets it).
+    fn take_revoked(&self, id: u64) -> bool {
+        let mut st = lock(&self.state);
+        match st.revoked.iter().position(|&r| r == id) {
+            Some(k) => {
+                st.revoked.swap_remove(k);
+                true
+            }
+            None => false,
+        }
     }
 
     /// A second stop: the running handler's future is dropped at once.
@@ -447,14 +502,26 @@ where
 
 /// The blocking worker's handler threads for one server: `concurrency` of
 /// them, taking the jobs its slots' tasks hand over, in the order given.
-/// The jobs in flight never exceed the window (the machine's rule), and a
-/// handler thread is free whenever the machine starts a job (at most
-/// `concurrency` run at once), so a job handed over never waits long.
+/// Every job of the window is handed over as soon as it is taken
+/// ([`Shared::hand_ahead`]), so a thread goes from one job to the next
+/// without waiting for the driver; the machine keeps a job's lease while
+/// it waits here, until its thread says it runs it (`Msg::Running`). At a
+/// stop the driver gives back, unrun, every job no thread has started
+/// ([`Inbox::give_back_unstarted`]), and a thread runs no job it had not
+/// started.
 pub(crate) struct Handlers {
     jobs: Mutex<HandedOver>,
     ready: std::sync::Condvar,
     /// The threads, joined at the worker's end.
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Handlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handlers")
+            .field("waiting", &lock(&self.jobs).q.len())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Default)]
@@ -536,9 +603,14 @@ impl Handlers {
 /// A blocking slot's task: hands each job its driver gives it to the
 /// server's handler threads, until closed.
 pub(super) async fn hand_to(pool: Arc<Handlers>, cell: Arc<SlotCell>, shared: Arc<Shared>) {
+    cell.inbox.pool.get_or_init(|| pool.clone());
     while let Some(job) = next_job(&cell, &shared).await {
         lock(&pool.jobs).q.push_back(job);
         pool.ready.notify_one();
+        if shared.stop.load(Ordering::SeqCst) {
+            // Handed over as the worker stopped: the driver gives it back.
+            cell.inbox.notify.notify_one();
+        }
     }
     lock(&pool.jobs).slots -= 1;
     pool.ready.notify_all();
@@ -556,6 +628,21 @@ fn run_blocking(
     rt: &tokio::runtime::Handle,
 ) {
     let cell = job.cell.clone();
+    if cell.take_revoked(job.id) || shared.stop.load(Ordering::SeqCst) {
+        // Handed over before the stop, not started, or its lease gone
+        // while it waited: back unrun.
+        drop(job);
+        cell.inbox.send(Msg::Finished {
+            slot: cell.index,
+            outcome: crate::machine::UNSTARTED,
+            failure: None,
+        });
+        return;
+    }
+    cell.inbox.tell(Msg::Running {
+        slot: cell.index,
+        id: job.id,
+    });
     // The node its connection reached (as configured, resolved, if none
     // was recorded).
     let peer = lock(&cell.inbox.peer).unwrap_or_else(|| resolve(name));

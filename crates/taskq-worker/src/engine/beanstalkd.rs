@@ -54,8 +54,8 @@ pub(crate) fn info_reply(
     }
 }
 
-/// Queues the commands of one of the loop's requests through `queue` (a
-/// blocking connection's or an async session's queue).
+/// Queues the commands of one of the loop's requests through `queue` (the
+/// session's queue).
 pub(crate) fn queue_req(
     queue: &mut dyn FnMut(&Command<'_>) -> Result<(), ConnectionError>,
     req: Req<'_>,

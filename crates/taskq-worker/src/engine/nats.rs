@@ -22,11 +22,13 @@ pub(crate) mod parts;
 const MAX_SERVER_PAYLOAD: usize = 64 << 20;
 
 /// The seeds a connection tries, in order: the address's nodes, started
-/// `nth` further on (threads start on different seeds, so that one node
-/// that does not answer holds back only some of them, and after a failure
-/// the next attempt starts on the next seed, not on the node that just
-/// failed); then the nodes the cluster announced (`connect_urls`), so that
-/// a worker given one node goes on through the others when it fails.
+/// `nth` further on; then the nodes the cluster announced (`connect_urls`),
+/// so that a worker given one node goes on through the others when it
+/// fails. The cluster's driver starts `nth` at its server's index (0: a
+/// worker serves one cluster) and moves it one seed on after each failed
+/// connect, so the next attempt starts on the next seed, not on the node
+/// that just failed. A management connection opened again on its own
+/// starts at the first seed.
 pub(crate) fn seeds(addr: &Address, nth: usize, learned: &[String]) -> Vec<String> {
     let mut seeds = addr.hosts().to_vec();
     let n = seeds.len();

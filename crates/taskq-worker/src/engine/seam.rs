@@ -183,17 +183,18 @@ pub(crate) struct Unconfirmed {
     pub(crate) due: Instant,
 }
 
-/// The settles a lane's connections sent and could not get confirmed before
-/// they failed, kept across connections to the same server. The next
-/// connection sends each again until the server confirms it or the job's
-/// lease ends; the lane counts each once resolved. JetStream acks are
+/// The settles a worker's connections to one server sent and could not get
+/// confirmed before they failed, kept across connections to that server
+/// (`JsMachine`'s `carry`). The next connection sends each again until the
+/// server confirms it or the job's lease ends; the machine counts each once
+/// resolved. JetStream acks are
 /// idempotent, so one applied twice costs nothing; beanstalkd's settles are
 /// never carried (a closed connection's jobs go back at once).
 #[derive(Debug, Default)]
 pub(crate) struct Carry {
     /// Not resolved yet.
     pub(crate) open: Vec<Unconfirmed>,
-    /// Resolved since the lane last counted: the job, its settle, and whether
+    /// Resolved since the machine last counted: the job, its settle, and whether
     /// the server confirmed it (else its lease ended first).
     pub(crate) resolved: Vec<(u64, Settle, bool)>,
 }

@@ -102,6 +102,11 @@ struct Held {
     started: bool,
     /// Held: a touch of it is owed.
     touching: bool,
+    /// Started, but handed to the blocking worker's handler threads and
+    /// waiting in their queue ([`Shared::hand_ahead`]): its lease is kept
+    /// here (it is in `waiting`) until its thread runs it, and it is never
+    /// given back from here (the thread gives it back unrun at a stop).
+    handed: bool,
 }
 
 /// An ack decided and not yet queued.
@@ -223,8 +228,19 @@ pub(crate) struct JsMachine {
     handlers: usize,
     /// Slots whose handler runs.
     busy: usize,
-    /// Slots of jobs waiting for a handler, oldest first.
+    /// Slots of jobs waiting for a handler, oldest first, and of (handed)
+    /// jobs waiting in the handler threads' queue.
     waiting: VecDeque<usize>,
+    /// Every job delivered is handed on at once ([`Shared::hand_ahead`]).
+    hand_ahead: bool,
+    /// Handed jobs whose ack wait ran out before their thread ran them
+    /// (slot, stream sequence): their threads are told not to run them
+    /// ([`revoked`](Self::revoked)); each is counted lost once its thread
+    /// gives it back, and never acked (an ack of an old delivery would
+    /// settle the server's newer one).
+    lost: Vec<(usize, u64)>,
+    /// Of those, the ones the driver has not told the threads about yet.
+    revoke: VecDeque<(usize, u64)>,
     /// Held jobs handed to handlers, for the driver to start.
     begins: VecDeque<Begin>,
     /// The consumers were found with nothing out after an empty wait.
@@ -262,9 +278,14 @@ impl JsMachine {
                 .is_weighted()
                 .then(|| Schedule::new(&sh.cfg.weights, sh.cfg.run_scale, server)),
             answers: VecDeque::new(),
-            handlers: sh.cfg.concurrency,
+            // Handed ahead, every job of the window starts when it comes:
+            // the handler threads run `concurrency` of them at once.
+            handlers: if sh.hand_ahead { n } else { sh.cfg.concurrency },
             busy: 0,
             waiting: VecDeque::with_capacity(n),
+            hand_ahead: sh.hand_ahead,
+            lost: Vec::new(),
+            revoke: VecDeque::new(),
             begins: VecDeque::with_capacity(n),
             quiet: false,
             check_idle: false,
@@ -458,7 +479,25 @@ impl JsMachine {
         self.free.push(slot);
         if h.started {
             self.busy -= 1;
+            if h.handed {
+                // Given back unrun (a stop): its lease kept no more.
+                self.waiting.retain(|&s| s != slot);
+            }
             self.begin_held(sh);
+        }
+        if let Some(k) = self.lost.iter().position(|&l| l == (slot, h.seq)) {
+            // Handed, and its ack wait over before its thread ran it:
+            // lost, with nothing to ack.
+            self.lost.swap_remove(k);
+            self.acks.give(h.ack);
+            Counters::add(&sh.counters.lost_lease_on_release);
+            sh.give_ticket();
+            tracing::warn!(
+                job = h.seq,
+                server = self.name(sh),
+                "lease lost: the job's ack wait ran out before it ran"
+            );
+            return;
         }
         let ack_wait = self
             .tubes
@@ -484,9 +523,10 @@ impl JsMachine {
         }
     }
 
-    /// Hands the oldest held jobs to the handlers free (none after a stop).
+    /// Hands the oldest held jobs to the handlers free (none after a stop;
+    /// none handed ahead, where each job started when it came).
     fn begin_held(&mut self, sh: &Shared) {
-        if sh.stop.load(Ordering::SeqCst) {
+        if self.hand_ahead || sh.stop.load(Ordering::SeqCst) {
             return;
         }
         while self.busy < self.handlers {
@@ -512,6 +552,24 @@ impl JsMachine {
         self.begins.pop_front()
     }
 
+    /// The next handed job whose thread must not run it (its ack wait is
+    /// over), for the driver to tell that thread: (slot, stream sequence).
+    pub(crate) fn revoked(&mut self) -> Option<(usize, u64)> {
+        self.revoke.pop_front()
+    }
+
+    /// The handler thread given job `seq` in `slot` runs it now: its lease
+    /// is its handler's from now on ([`Shared::hand_ahead`]).
+    pub(crate) fn runs_now(&mut self, slot: usize, seq: u64) {
+        if let Some(Slot::Running(h)) = self.slots.get_mut(slot) {
+            if h.seq == seq && h.handed {
+                h.handed = false;
+                h.touching = false;
+                self.waiting.retain(|&s| s != slot);
+            }
+        }
+    }
+
     /// The lease rule at `now` for every held job (the beanstalkd
     /// machine's, `machine::Held`): given back unstarted after `HOLD_MAX`
     /// and at a stop, touched (`+WPI`) once its lease is `TOUCH_AFTER` old;
@@ -521,7 +579,8 @@ impl JsMachine {
         if self.waiting.is_empty() {
             return;
         }
-        let rule = LeaseRule::held(now, false, sh.stop.load(Ordering::SeqCst));
+        let held = LeaseRule::held(now, false, sh.stop.load(Ordering::SeqCst));
+        let handed = LeaseRule::handed(now, false);
         let mut k = 0;
         while k < self.waiting.len() {
             let slot = self.waiting[k];
@@ -533,6 +592,17 @@ impl JsMachine {
                 .tubes
                 .get(h.tube)
                 .map_or(Duration::ZERO, |t| t.ack_wait);
+            let rule = if h.handed { handed } else { held };
+            if h.handed && now >= h.leased + ack_wait {
+                // Its thread has it: told not to run it, counted lost
+                // when it comes back.
+                h.handed = false;
+                let seq = h.seq;
+                self.waiting.remove(k);
+                self.lost.push((slot, seq));
+                self.revoke.push_back((slot, seq));
+                continue;
+            }
             if now >= h.leased + ack_wait {
                 let seq = h.seq;
                 self.waiting.remove(k);
@@ -576,10 +646,11 @@ impl JsMachine {
                         .tubes
                         .get(h.tube)
                         .map_or(Duration::ZERO, |t| t.ack_wait);
-                    earliest(
-                        LeaseRule::first_due(h.asked, h.leased),
-                        h.leased.checked_add(ack_wait),
-                    )
+                    let touch = match h.handed {
+                        true => LeaseRule::touch_due(h.leased),
+                        false => LeaseRule::first_due(h.asked, h.leased),
+                    };
+                    earliest(touch, h.leased.checked_add(ack_wait))
                 }
                 _ => None,
             })
@@ -683,7 +754,7 @@ impl JsMachine {
                     session.queue_ack(ack, kind, false)
                 }
                 Out::Keep { slot, seq } => match &self.slots[*slot] {
-                    Slot::Running(h) if h.seq == *seq && !h.started => {
+                    Slot::Running(h) if h.seq == *seq && (!h.started || h.handed) => {
                         session.queue_ack(&h.ack, AckKind::InProgress, true)
                     }
                     // Started or gone meanwhile.
@@ -1068,10 +1139,15 @@ impl JsMachine {
             attempt,
             started,
             touching: false,
+            handed: started && self.hand_ahead,
         });
         if !started {
             self.waiting.push_back(slot);
             return JsStep::Hold { slot };
+        }
+        if self.hand_ahead {
+            // Handed to the threads' queue: its lease kept until it runs.
+            self.waiting.push_back(slot);
         }
         self.busy += 1;
         JsStep::Run {

@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 use taskq_proto::earliest;
 
 /// A waiting job whose lease was restarted this long ago (or which was asked
-/// for this long ago) is touched before it starts, or between jobs. beanstalkd
-/// gives every job a TTR of at least one second, so a job younger than this
-/// still has at least half a second of its lease.
+/// for this long ago) is touched by its machine, in the driver's next write,
+/// while it waits to start (a running job's lease is its handler's to keep,
+/// with `Job::touch` or `AsyncJob::touch`). beanstalkd gives every job a TTR
+/// of at least one second, so a job younger than this still has at least
+/// half a second of its lease.
 pub(crate) const TOUCH_AFTER: Duration = Duration::from_millis(500);
 
 /// A job that waited this long in the window since it was reserved is given
@@ -55,14 +57,36 @@ impl LeaseRule {
         }
     }
 
-    /// The rule at `now` for jobs held by the async worker's machines,
-    /// where a stop (`stopping`) gives every one back.
+    /// The rule at `now` for jobs held by either worker's machines (up to
+    /// `max(concurrency, prefetch)` jobs in flight per server, `concurrency`
+    /// of them running), where a stop (`stopping`) gives every one back.
     pub(crate) fn held(now: Instant, soon: bool, stopping: bool) -> LeaseRule {
         let mut rule = LeaseRule::at(now, soon);
         if stopping {
             rule.release = Some(now);
         }
         rule
+    }
+
+    /// The rule at `now` for a job handed to the blocking worker's handler
+    /// threads and not yet run: touched once its lease is `TOUCH_AFTER` old,
+    /// as a held job, and never given back (its thread gives it back unrun
+    /// at a stop). A `DEADLINE_SOON` (`soon`) touches it once its lease is
+    /// half that old: a job handed a moment ago is about to start on a free
+    /// thread, and touching it would be for nothing.
+    pub(crate) fn handed(now: Instant, soon: bool) -> LeaseRule {
+        let age = if soon { TOUCH_AFTER / 2 } else { TOUCH_AFTER };
+        LeaseRule {
+            release: None,
+            touch: now.checked_sub(age),
+            soon: false,
+        }
+    }
+
+    /// When a handed job whose lease last started at `leased` is next
+    /// touched (the [`handed`](Self::handed) rule, without `soon`).
+    pub(crate) fn touch_due(leased: Instant) -> Option<Instant> {
+        leased.checked_add(TOUCH_AFTER)
     }
 
     /// The first instant at which the rule (without `soon`) does anything
@@ -109,6 +133,19 @@ mod tests {
         let now = Instant::now() + HOLD_MAX;
         let rule = LeaseRule::at(now, soon);
         move |waited, since| rule.of(now - waited, now - since)
+    }
+
+    #[test]
+    fn a_handed_job_is_touched_as_a_held_one_and_never_given_back() {
+        let now = Instant::now() + 2 * HOLD_MAX;
+        let rule = LeaseRule::handed(now, false);
+        assert_eq!(rule.of(now - 2 * HOLD_MAX, now - 400 * MS), Lease::Keep);
+        assert_eq!(rule.of(now - 2 * HOLD_MAX, now - 600 * MS), Lease::Touch);
+        // DEADLINE_SOON: touched at half the age, a job handed just now not.
+        let soon = LeaseRule::handed(now, true);
+        assert_eq!(soon.of(now, now - 249 * MS), Lease::Keep);
+        assert_eq!(soon.of(now, now - 250 * MS), Lease::Touch);
+        assert_eq!(LeaseRule::touch_due(now), Some(now + TOUCH_AFTER));
     }
 
     #[test]

@@ -127,10 +127,16 @@ impl Machine {
                         }
                     } else if let Some(k) = k {
                         // Its lease ran out while it waited: never run.
-                        self.held.remove(k);
-                        self.slots[slot] = Slot::Free;
-                        self.free.push(slot);
-                        self.lease_lost(sh, id);
+                        // Handed ahead, its thread has it: told not to run
+                        // it, and the loss is counted when it comes back.
+                        if self.held.remove(k).is_some_and(|h| h.handed) {
+                            self.lost.push((slot, id));
+                            self.revoke.push_back((slot, id));
+                        } else {
+                            self.slots[slot] = Slot::Free;
+                            self.free.push(slot);
+                            self.lease_lost(sh, id);
+                        }
                     }
                     Ok(Step::Nothing)
                 }
@@ -212,7 +218,7 @@ impl Machine {
     }
 
     /// A lookup found job `id` no longer ours: its lease ran out.
-    fn lease_lost(&mut self, sh: &Shared, id: u64) {
+    pub(super) fn lease_lost(&mut self, sh: &Shared, id: u64) {
         Counters::add(&sh.counters.lost_lease_on_release);
         sh.give_ticket();
         tracing::warn!(

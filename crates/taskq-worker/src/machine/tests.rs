@@ -37,8 +37,19 @@ fn wire(sh: &Shared) -> Session {
 
 impl Rig {
     fn new(cfg: Config) -> Rig {
+        Rig::of(Shared::new(cfg, false))
+    }
+
+    /// The blocking worker's machine: no lookup before a job starts, every
+    /// job handed to the handler threads at once.
+    fn blocking(mut cfg: Config) -> Rig {
+        cfg.job_lookup = false;
+        Rig::of(Shared::new(cfg, true))
+    }
+
+    fn of(sh: Shared) -> Rig {
         let t0 = Instant::now();
-        let sh = Arc::new(Shared::new(cfg, false));
+        let sh = Arc::new(sh);
         let mut m = Machine::new(&sh, 0, t0);
         assert!(m.wants_connect(&sh, t0));
         m.connected(&sh, t0);
@@ -853,4 +864,108 @@ fn held_jobs_go_back_untouched_at_a_stop_and_are_the_servers_again_at_a_break() 
         "held jobs of a broken connection never start"
     );
     assert_eq!(r.m.running(), 0);
+}
+
+#[test]
+fn handed_ahead_every_job_starts_at_once_and_its_lease_is_kept_until_its_thread_runs_it() {
+    let mut r = Rig::blocking(prefetch(1, 3));
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"; 3]);
+    let (taken, broke) = r.reply(1, &[reserved(1), reserved(2), reserved(3)].concat());
+    assert!(taken.iter().all(|s| s.run) && !broke);
+    // All three go to the handler threads' queue at once, one handler or not.
+    assert_eq!(r.runs, [(0, 0), (1, 0), (2, 0)]);
+    assert_eq!(r.m.running(), 3);
+    // The thread runs job 1; jobs 2 and 3 wait in its queue, their leases
+    // touched TOUCH_AFTER after their reserve, job 1's left to its handler.
+    r.m.runs_now(0, 1);
+    assert_eq!(r.due(2), Some(r.at(0) + TOUCH_AFTER));
+    assert!(r.send(499).is_empty());
+    assert_eq!(r.send(500), ["touch 2", "touch 3"]);
+    r.reply(501, b"TOUCHED\r\nTOUCHED\r\n");
+    // Never given back from here, however long they wait: touched on.
+    let hold = HOLD_MAX.as_millis() as u64;
+    assert_eq!(r.send(hold + 1000), ["touch 2", "touch 3"]);
+    r.reply(hold + 1001, b"TOUCHED\r\nTOUCHED\r\n");
+    // Job 2 runs: its lease is its handler's now; job 3's is still kept.
+    r.m.runs_now(1, 2);
+    assert_eq!(r.send(hold + 2000), ["touch 3"]);
+    r.reply(hold + 2001, b"TOUCHED\r\n");
+    assert_eq!(r.counts().touched, 5);
+    // A stop: the machine gives back nothing its threads have; job 3's
+    // thread gives it back unrun, not an attempt, and job 1 is settled.
+    r.sh.shutdown();
+    assert!(r.send(hold + 2002).is_empty());
+    r.m.finished(&r.sh, 0, Outcome::Done, None);
+    r.m.finished(&r.sh, 2, UNSTARTED, None);
+    assert!(r.m.begun().is_none());
+    let sent = r.send(hold + 2003);
+    assert_eq!(sent, ["delete 1", "stats-job 3"], "{sent:?}");
+    r.reply(hold + 2004, &[&b"DELETED\r\n"[..], &stats(0)].concat());
+    assert_eq!(r.send(hold + 2005), ["release 3 9 0"]);
+    r.reply(hold + 2006, b"RELEASED\r\n");
+    assert!(!r.m.is_done(&r.sh), "job 2 still runs");
+    r.m.finished(&r.sh, 1, Outcome::Done, None);
+    assert_eq!(r.send(hold + 2007), ["delete 2"]);
+    r.reply(hold + 2008, b"DELETED\r\n");
+    assert!(r.m.is_done(&r.sh));
+    let c = r.counts();
+    assert_eq!((c.reserved, c.deleted, c.released, c.touched), (3, 2, 1, 5));
+}
+
+#[test]
+fn handed_ahead_a_job_whose_lease_ran_out_in_the_queue_is_revoked_and_never_settled() {
+    let mut r = Rig::blocking(prefetch(1, 2));
+    r.send(0);
+    r.reply(1, &[reserved(1), reserved(2)].concat());
+    r.m.runs_now(0, 1);
+    assert_eq!(r.send(500), ["touch 2"]);
+    // The server no longer counts job 2 as ours: its thread is told not
+    // to run it, and its slot stays taken until that thread gives it back.
+    r.reply(501, b"NOT_FOUND\r\n");
+    assert_eq!(r.m.revoked(), Some((1, 2)));
+    assert_eq!(r.m.revoked(), None);
+    assert_eq!(r.m.running(), 2);
+    assert!(r.send(2000).is_empty(), "touched no more");
+    assert_eq!(r.counts().lost_lease_on_release, 0);
+    // Given back unrun: counted lost once, nothing sent for it, its room
+    // asked for again.
+    r.m.finished(&r.sh, 1, UNSTARTED, None);
+    assert_eq!(r.counts().lost_lease_on_release, 1);
+    assert_eq!(r.send(2001), ["reserve-with-timeout 0"]);
+    assert_eq!(r.m.running(), 1);
+    // Had its thread run it before hearing, its outcome is dropped alike.
+    let mut r = Rig::blocking(prefetch(1, 2));
+    r.send(0);
+    r.reply(1, &[reserved(1), reserved(2)].concat());
+    r.m.runs_now(0, 1);
+    r.send(500);
+    r.reply(501, b"NOT_FOUND\r\n");
+    r.m.runs_now(1, 2);
+    r.m.finished(&r.sh, 1, Outcome::Done, None);
+    assert_eq!(r.send(2001), ["reserve-with-timeout 0"]);
+    let c = r.counts();
+    assert_eq!((c.deleted, c.lost_lease_on_release), (0, 1));
+}
+
+#[test]
+fn handed_ahead_a_deadline_soon_touches_a_job_that_waited_not_one_handed_just_now() {
+    let mut r = Rig::blocking(prefetch(1, 3));
+    assert_eq!(r.send(0), ["reserve-with-timeout 0"; 3]);
+    // Two jobs, and the server's DEADLINE_SOON for the third reserve: the
+    // jobs are on their way to a thread; a touch now would be for nothing.
+    r.reply(
+        1,
+        &[&reserved(1)[..], &reserved(2), b"DEADLINE_SOON\r\n"].concat(),
+    );
+    assert_eq!(r.counts().deadline_soon, 1);
+    let sent = r.send(2);
+    assert!(!sent.iter().any(|l| l.starts_with("touch")), "{sent:?}");
+    // Job 1 runs; job 2 still waits in the queue when the next reserve is
+    // answered DEADLINE_SOON 300 ms in: touched then, before its age.
+    r.m.runs_now(0, 1);
+    assert!(sent.iter().any(|l| l.starts_with("reserve")), "{sent:?}");
+    r.reply(300, b"DEADLINE_SOON\r\n");
+    let sent = r.send(301);
+    assert!(sent.iter().any(|l| l == "touch 2"), "{sent:?}");
+    assert!(!sent.iter().any(|l| l == "touch 1"), "{sent:?}");
 }

@@ -166,8 +166,17 @@ struct Rig {
 
 impl Rig {
     fn new(cfg: Config) -> Rig {
+        Rig::of(Shared::new(cfg, false))
+    }
+
+    /// The blocking worker's machine: every job handed to the handler
+    /// threads at once.
+    fn blocking(cfg: Config) -> Rig {
+        Rig::of(Shared::new(cfg, true))
+    }
+
+    fn of(sh: Shared) -> Rig {
         let t0 = Instant::now();
-        let sh = Shared::new(cfg, false);
         let mut m = JsMachine::new(&sh, 0, t0);
         assert!(m.wants_connect(&sh, t0));
         m.connected(&sh, t0, STREAM, tubes(&sh));
@@ -186,6 +195,14 @@ impl Rig {
         self.wire = wire(&self.sh);
         let tubes = tubes(&self.sh);
         self.m.connected(&self.sh, self.at(then), STREAM, tubes);
+    }
+
+    /// The connection broke at `ms`, and the next one is set up only past
+    /// the jobs' ack wait: when (in ms).
+    fn away_past_the_ack_wait(&mut self, ms: u64) -> u64 {
+        let late = ACK_WAIT.as_millis() as u64 + 1_000;
+        self.reconnect(ms, late);
+        late
     }
 
     /// What the machine queues at `ms`, written in one write.
@@ -1332,6 +1349,27 @@ fn three_jobs() -> Vec<u8> {
     .concat()
 }
 
+/// Jobs 2 and 3 of [`three_jobs`], waiting: due TOUCH_AFTER after their
+/// pull (sent at 0), and touched (`+WPI`) then. What was sent.
+fn first_touches_of_2_and_3(r: &mut Rig) -> Vec<Pub> {
+    assert_eq!(
+        r.m.poll_timeout(&r.sh, r.at(2)),
+        Some(r.at(0) + TOUCH_AFTER)
+    );
+    touches_of_2_and_3(r, 500)
+}
+
+/// What is sent at `ms`: the touches (`+WPI`) of jobs 2 and 3, and nothing else.
+fn touches_of_2_and_3(r: &mut Rig, ms: u64) -> Vec<Pub> {
+    let sent = r.send(ms);
+    assert_eq!(
+        what(&sent),
+        [ack("default", 1, 2, "+WPI"), ack("default", 1, 3, "+WPI")],
+        "at {ms} ms"
+    );
+    sent
+}
+
 /// A window of `prefetch` jobs on `concurrency` handlers.
 fn prefetch(concurrency: usize, prefetch: usize) -> Config {
     Config {
@@ -1378,15 +1416,7 @@ fn a_held_job_is_touched_while_it_waits_and_given_back_unstarted_after_hold_max_
     assert_eq!(runs.len(), 1);
     // Touched (+WPI) TOUCH_AFTER after the pull was sent, once until
     // confirmed; the lease restarts at the touch's send.
-    assert_eq!(
-        r.m.poll_timeout(&r.sh, r.at(2)),
-        Some(r.at(0) + TOUCH_AFTER)
-    );
-    let sent = r.send(500);
-    assert_eq!(
-        what(&sent),
-        [ack("default", 1, 2, "+WPI"), ack("default", 1, 3, "+WPI")]
-    );
+    let sent = first_touches_of_2_and_3(&mut r);
     assert!(r.send(600).is_empty(), "one touch owed each at a time");
     r.take(
         601,
@@ -1452,12 +1482,7 @@ fn held_jobs_wait_across_a_break_and_one_whose_ack_wait_ran_out_meanwhile_is_los
     );
     // No connection past their ack wait (30 s): the server may have given
     // them to another worker, so they are lost, never run here.
-    r.m.broke(&r.sh, r.at(600), 0);
-    let late = ACK_WAIT.as_millis() as u64 + 1_000;
-    assert!(r.m.wants_connect(&r.sh, r.at(late)));
-    r.wire = wire(&r.sh);
-    let tubes = tubes(&r.sh);
-    r.m.connected(&r.sh, r.at(late), STREAM, tubes);
+    let late = r.away_past_the_ack_wait(600);
     let sent = r.send(late);
     assert!(
         !what(&sent)
@@ -1468,4 +1493,90 @@ fn held_jobs_wait_across_a_break_and_one_whose_ack_wait_ran_out_meanwhile_is_los
     assert_eq!(r.counts().lost_lease_on_release, 2);
     r.finish(&runs[0], Outcome::Done);
     assert!(r.m.begun().is_none());
+}
+
+#[test]
+fn handed_ahead_every_job_starts_at_once_and_its_lease_is_kept_until_its_thread_runs_it() {
+    let mut r = Rig::blocking(prefetch(1, 3));
+    assert_eq!(what(&r.send(0)), [pull("default", 3, true)]);
+    let runs = r.take(1, &three_jobs());
+    // All three go to the handler threads' queue at once, one handler or not.
+    assert_eq!(runs.iter().map(|r| r.id).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(r.m.begun().is_none());
+    // The thread runs job 1; jobs 2 and 3 wait in its queue, touched
+    // (+WPI) TOUCH_AFTER after their pull, job 1 left to its handler.
+    r.m.runs_now(runs[0].slot, 1);
+    let sent = first_touches_of_2_and_3(&mut r);
+    r.take(
+        501,
+        &[confirm(sent[0].token()), confirm(sent[1].token())].concat(),
+    );
+    // Never given back from here, however long they wait: touched on,
+    // each at its touch age.
+    let mut t = 1000;
+    while t <= HOLD_MAX.as_millis() as u64 + 1000 {
+        let sent = touches_of_2_and_3(&mut r, t);
+        r.take(
+            t,
+            &[confirm(sent[0].token()), confirm(sent[1].token())].concat(),
+        );
+        t += 500;
+    }
+    // Job 2 runs: its lease is its handler's now; job 3's is still kept.
+    r.m.runs_now(runs[1].slot, 2);
+    let sent = r.send(t);
+    assert_eq!(what(&sent), [ack("default", 1, 3, "+WPI")]);
+    r.take(t, &confirm(sent[0].token()));
+    // A stop: nothing goes back from here; job 3's thread gives it back
+    // unrun, not an attempt, and job 1 is acked.
+    r.sh.shutdown();
+    assert!(r.send(t + 1).is_empty());
+    r.finish(&runs[0], Outcome::Done);
+    r.finish(&runs[2], crate::machine::UNSTARTED);
+    let last = r.send(t + 2);
+    assert_eq!(
+        what(&last),
+        [ack("default", 1, 1, "+ACK"), ack("default", 1, 3, "-NAK")]
+    );
+    r.take(
+        t + 3,
+        &[confirm(last[0].token()), confirm(last[1].token())].concat(),
+    );
+    assert!(!r.m.is_done(&r.sh), "job 2 still runs");
+    r.finish(&runs[1], Outcome::Done);
+    let end = r.send(t + 4);
+    assert_eq!(what(&end), [ack("default", 1, 2, "+ACK")]);
+    r.take(t + 5, &confirm(end[0].token()));
+    assert!(r.m.is_done(&r.sh));
+    let c = r.counts();
+    assert_eq!((c.deleted, c.released), (2, 1));
+}
+
+#[test]
+fn handed_ahead_a_job_whose_ack_wait_ran_out_in_the_queue_is_revoked_and_never_acked() {
+    let mut r = Rig::blocking(prefetch(1, 2));
+    r.send(0);
+    let runs = r.take(
+        1,
+        &[job("default", 1, 1, "a"), job("default", 2, 1, "b")].concat(),
+    );
+    r.m.runs_now(runs[0].slot, 1);
+    // No connection past job 2's ack wait: the server may give it out
+    // again. Its thread is told not to run it; its slot stays taken until
+    // that thread gives it back.
+    let late = r.away_past_the_ack_wait(2);
+    let sent = r.send(late);
+    assert!(!what(&sent).iter().any(|(_, w)| w == "+WPI"), "{sent:?}");
+    assert_eq!(r.m.revoked(), Some((runs[1].slot, 2)));
+    assert_eq!(r.m.running(), 2);
+    // Given back unrun: counted lost once, never acked (an ack of its old
+    // delivery would settle the server's newer one).
+    r.finish(&runs[1], crate::machine::UNSTARTED);
+    assert_eq!(r.counts().lost_lease_on_release, 1);
+    let sent = r.send(late + 1);
+    assert!(
+        !what(&sent).iter().any(|(s, _)| s.contains(".1.2.")),
+        "{sent:?}"
+    );
+    assert_eq!(r.m.running(), 1);
 }
