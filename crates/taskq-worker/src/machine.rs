@@ -612,7 +612,13 @@ impl Machine {
             }
         }
         // Held jobs, and those handed to a handler the driver has not
-        // started yet, never ran: their slots are freed below.
+        // started yet, never ran: their slots are freed below. Jobs handed
+        // ahead to the threads' queue and not run yet are the server's
+        // again too: their threads are told not to run them (counted
+        // `lease_dropped` below, as started jobs; their outcome dropped).
+        for h in self.held.iter().filter(|h| h.handed) {
+            self.revoke.push_back((h.slot, h.id));
+        }
         self.held.clear();
         while let Some(b) = self.begins.pop_front() {
             if let Some(Slot::Running { started, .. }) = self.slots.get_mut(b.slot) {

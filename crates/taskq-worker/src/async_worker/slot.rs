@@ -665,6 +665,9 @@ fn run_blocking(
     };
     let outcome = handle_guarded(handler, &mut j);
     let failure = crate::failure::take_failure();
+    // A revoke that came after the job started is for nothing now: it must
+    // not stop a later delivery of the same job in this slot.
+    cell.take_revoked(job.id);
     drop(job);
     cell.inbox.send(Msg::Finished {
         slot: cell.index,
@@ -817,6 +820,80 @@ mod tests {
             cell: cell.clone(),
             shared: sh.clone(),
         }
+    }
+
+    /// What the inbox holds, in order.
+    fn told(cell: &SlotCell) -> Vec<String> {
+        std::iter::from_fn(|| cell.inbox.take())
+            .map(|m| format!("{m:?}"))
+            .collect()
+    }
+
+    #[test]
+    fn a_handler_thread_runs_no_revoked_job_and_none_after_a_stop() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (sh, cell) = cell();
+        let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = runs.clone();
+        // Job 8's first run is revoked while it runs (the revoke came late).
+        let late = cell.clone();
+        let handler = move |job: &mut Job<'_>| {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                late.revoke(job.id().get());
+            }
+            Outcome::Done
+        };
+        let server = (0, "127.0.0.1:1");
+        let unstarted = format!(
+            "{:?}",
+            Msg::Finished {
+                slot: 0,
+                outcome: crate::machine::UNSTARTED,
+                failure: None
+            }
+        );
+        // Revoked while it waited (its lease is gone): given back unrun.
+        cell.hold(b"x", b"");
+        cell.run(7, 1, "t");
+        let job = next_job(&sh, &cell);
+        cell.revoke(7);
+        run_blocking(&handler, job, &sh, server, rt.handle());
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        assert_eq!(told(&cell), std::slice::from_ref(&unstarted));
+        // The next job runs: the thread says so first, then how it ended.
+        cell.hold(b"y", b"");
+        cell.run(8, 1, "t");
+        let job = next_job(&sh, &cell);
+        run_blocking(&handler, job, &sh, server, rt.handle());
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        let done = format!(
+            "{:?}",
+            Msg::Finished {
+                slot: 0,
+                outcome: Outcome::Done,
+                failure: None
+            }
+        );
+        let running = format!("{:?}", Msg::Running { slot: 0, id: 8 });
+        assert_eq!(told(&cell), [running, done]);
+        // That revoke came once job 8 had started: it stops no later
+        // delivery of job 8 in this slot.
+        cell.hold(b"z", b"");
+        cell.run(8, 2, "t");
+        let job = next_job(&sh, &cell);
+        run_blocking(&handler, job, &sh, server, rt.handle());
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        told(&cell);
+        // Handed over, not started, and the worker stops: given back unrun.
+        cell.hold(b"w", b"");
+        cell.run(9, 1, "t");
+        let job = next_job(&sh, &cell);
+        sh.shutdown();
+        run_blocking(&handler, job, &sh, server, rt.handle());
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        assert_eq!(told(&cell), [unstarted]);
     }
 
     #[test]

@@ -969,3 +969,27 @@ fn handed_ahead_a_deadline_soon_touches_a_job_that_waited_not_one_handed_just_no
     assert!(sent.iter().any(|l| l == "touch 2"), "{sent:?}");
     assert!(!sent.iter().any(|l| l == "touch 1"), "{sent:?}");
 }
+
+#[test]
+fn handed_ahead_a_break_revokes_the_jobs_no_thread_has_run() {
+    let mut r = Rig::blocking(prefetch(1, 3));
+    r.send(0);
+    r.reply(1, &[reserved(1), reserved(2), reserved(3)].concat());
+    r.m.runs_now(0, 1);
+    // The connection breaks: beanstalkd has every job back. Jobs 2 and 3,
+    // waiting in the threads' queue, must not run; job 1 runs on.
+    r.m.broke(&r.sh, r.at(2), 0);
+    assert_eq!(r.m.revoked(), Some((1, 2)));
+    assert_eq!(r.m.revoked(), Some((2, 3)));
+    assert_eq!(r.m.revoked(), None);
+    assert_eq!(r.counts().lease_dropped, 3);
+    // Their slots stay taken until their threads give them back; nothing
+    // is settled for any of the three (the server has them).
+    assert_eq!(r.m.running(), 3);
+    r.m.finished(&r.sh, 1, UNSTARTED, None);
+    r.m.finished(&r.sh, 2, UNSTARTED, None);
+    r.m.finished(&r.sh, 0, Outcome::Done, None);
+    assert_eq!(r.m.running(), 0);
+    let c = r.counts();
+    assert_eq!((c.deleted, c.released, c.lost_lease_on_release), (0, 0, 0));
+}
