@@ -4,7 +4,6 @@
 //! operations (`crate::jobs`) move them; what has no JetStream meaning is
 //! refused with [`Unsupported`].
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -274,11 +273,17 @@ impl Js {
         }
     }
 
-    /// The count of messages on each subject `filter` matches.
-    pub fn subject_counts(&mut self, filter: &str) -> Result<BTreeMap<String, u64>, String> {
+    /// The count of messages on each subject `filter` matches, given to
+    /// `each` a page at a time (none of a page kept after it): a stream may
+    /// hold a subject for every delayed job.
+    pub fn fold_subject_counts(
+        &mut self,
+        filter: &str,
+        each: impl FnMut(&str, u64),
+    ) -> Result<(), String> {
         let stream = self.layout.stream().to_owned();
         self.conn
-            .subject_counts(&stream, filter)
+            .fold_subject_counts(&stream, filter, each)
             .map_err(|e| self.failed("stream info", e))
     }
 

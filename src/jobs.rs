@@ -96,16 +96,19 @@ fn next_delayed(js: &mut Js, tube: &str) -> Result<Option<StoredMsg>, String> {
     if !stream.allow_msg_schedules {
         return Err(delayed_on_nats().to_string());
     }
-    let counts = js.subject_counts(&js.layout().delayed_filter(tube))?;
-    let first = counts
-        .keys()
-        .filter_map(|s| match js.layout().tube_of(s) {
-            Some((_, SubjectKind::Delayed { at })) => Some((at, s)),
-            _ => None,
-        })
-        .min();
+    // Only the earliest is kept as the pages come: a tube may hold
+    // millions of delayed jobs, each on a subject of its own.
+    let layout = js.layout().clone();
+    let mut first: Option<(u64, String)> = None;
+    js.fold_subject_counts(&layout.delayed_filter(tube), |s, _| {
+        if let Some((_, SubjectKind::Delayed { at })) = layout.tube_of(s) {
+            if first.as_ref().is_none_or(|(t, _)| at < *t) {
+                first = Some((at, s.to_owned()));
+            }
+        }
+    })?;
     match first {
-        Some((_, subject)) => js.first_on(subject, 1),
+        Some((_, subject)) => js.first_on(&subject, 1),
         None => Ok(None),
     }
 }

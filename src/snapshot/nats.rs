@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
-use taskq_connect::{Layout, SubjectKind};
+use taskq_connect::SubjectKind;
 
 use super::model::{ConsumerRow, Counts, NatsRecord, NatsTube, Scope, Snapshot, Totals, Tube};
 use crate::clock;
@@ -33,19 +33,25 @@ struct Stored {
 }
 
 /// Every tube's messages, from the count of each subject of the stream.
-fn stored_by_tube(layout: &Layout, counts: &BTreeMap<String, u64>) -> BTreeMap<String, Stored> {
+fn stored_by_tube(js: &mut Js) -> Result<BTreeMap<String, Stored>, String> {
+    let layout = js.layout().clone();
     let mut tubes: BTreeMap<String, Stored> = BTreeMap::new();
-    for (subject, n) in counts {
+    // Folded by tube as the pages come: a stream holds a subject for each
+    // delayed job, and only the tubes are kept.
+    js.fold_subject_counts(&layout.capture(), |subject, n| {
         if let Some((t, kind)) = layout.tube_of(subject) {
-            let s = tubes.entry(t.to_owned()).or_default();
+            let s = match tubes.get_mut(t) {
+                Some(s) => s,
+                None => tubes.entry(t.to_owned()).or_default(),
+            };
             match kind {
                 SubjectKind::Tube => s.tube += n,
                 SubjectKind::Buried => s.buried += n,
                 SubjectKind::Delayed { .. } => s.delayed += n,
             }
         }
-    }
-    tubes
+    })?;
+    Ok(tubes)
 }
 
 /// What one tube's counts come to, from its subjects' counts and its
@@ -89,8 +95,7 @@ pub fn read(js: &mut Js, scope: Scope<'_>) -> Result<Snapshot, String> {
             (every_tube(js, &consumers, schedules)?, consumers)
         }
         Some(names) => {
-            let counts = js.subject_counts(&js.layout().capture())?;
-            let stored = stored_by_tube(js.layout(), &counts);
+            let stored = stored_by_tube(js)?;
             let mut tubes = Vec::with_capacity(names.len());
             let mut consumers = Vec::new();
             for name in names {
@@ -142,12 +147,10 @@ fn every_tube(
     consumers: &[ConsumerRow],
     schedules: bool,
 ) -> Result<Vec<Tube>, String> {
-    let counts = js.subject_counts(&js.layout().capture())?;
-    let mut tubes: BTreeMap<String, (Stored, Option<ConsumerRow>)> =
-        stored_by_tube(js.layout(), &counts)
-            .into_iter()
-            .map(|(name, s)| (name, (s, None)))
-            .collect();
+    let mut tubes: BTreeMap<String, (Stored, Option<ConsumerRow>)> = stored_by_tube(js)?
+        .into_iter()
+        .map(|(name, s)| (name, (s, None)))
+        .collect();
     for c in consumers {
         if let Some(t) = c.tube() {
             tubes.entry(t.to_owned()).or_default().1 = Some(c.clone());

@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -321,25 +322,15 @@ fn nth_request(p: &mut Peer, subject: &str, n: usize) -> (String, Vec<u8>) {
     }
 }
 
-/// A stream's subjects come in pages (nats-server gives at most 100,000 a
-/// request): the client asks again from the offset it reached until it has
-/// the total. A page that brings nothing new ends it (a server that ignores
-/// the offset), so it cannot loop.
-#[test]
-fn a_streams_subjects_are_read_page_by_page_to_the_total() {
+/// A server that answers stream `TASKQ`'s info requests with `pages`, one
+/// each in turn, and tells the offset each request asked for.
+fn paging_peer(pages: Vec<&'static str>) -> (String, JoinHandle<()>, Receiver<Option<u64>>) {
     const API: &str = "$JS.API.STREAM.INFO.TASKQ";
     let (asked, offsets) = std::sync::mpsc::channel();
     let (addr, h) = peer(INFO, move |p| {
         p.inbox();
         p.send("PONG\r\n");
-        let first =
-            r#"{"state":{"subjects":{"taskq.a":1,"taskq.b":2}},"total":3,"offset":0,"limit":2}"#;
-        let second = r#"{"state":{"subjects":{"taskq.c":5}},"total":3,"offset":2,"limit":2}"#;
-        // Then a server that ignores the offset: the first page, twice,
-        // with a total never reached.
-        let stuck =
-            r#"{"state":{"subjects":{"taskq.a":1,"taskq.b":2}},"total":9,"offset":0,"limit":2}"#;
-        for (n, page) in [first, second, stuck, stuck].into_iter().enumerate() {
+        for (n, page) in pages.into_iter().enumerate() {
             let (to, body) = nth_request(p, API, n + 1);
             let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
             asked.send(body["offset"].as_u64()).unwrap();
@@ -347,6 +338,59 @@ fn a_streams_subjects_are_read_page_by_page_to_the_total() {
         }
         let _ = p.s.read(&mut [0u8; 64]);
     });
+    (addr, h, offsets)
+}
+
+/// Folded a page at a time, each subject is given once, in order: one that
+/// comes again at the head of the next page (a subject added before the
+/// page boundary between two requests shifts it) is not counted twice, and
+/// the next offset counts only the subjects taken.
+#[test]
+fn a_streams_subjects_are_folded_once_each_when_a_page_boundary_shifts() {
+    let (addr, h, offsets) = paging_peer(vec![
+        r#"{"state":{"subjects":{"taskq.a":1,"taskq.b":2}},"total":4}"#,
+        // taskq.a0 was added meanwhile: taskq.b comes again.
+        r#"{"state":{"subjects":{"taskq.b":2,"taskq.c":3}},"total":5}"#,
+        r#"{"state":{"subjects":{"taskq.d":4}},"total":5}"#,
+        // taskq.a0, before the boundary, was never on a page asked for:
+        // the total is not reached, and the next page is empty.
+        r#"{"state":{},"total":5}"#,
+    ]);
+    let mut c = NatsConnection::connect(&[addr], cfg()).unwrap();
+    let mut got = Vec::new();
+    c.fold_subject_counts("TASKQ", "taskq.>", |s, n| got.push((s.to_owned(), n)))
+        .unwrap();
+    assert_eq!(
+        got,
+        [
+            ("taskq.a".to_owned(), 1),
+            ("taskq.b".to_owned(), 2),
+            ("taskq.c".to_owned(), 3),
+            ("taskq.d".to_owned(), 4)
+        ]
+    );
+    drop(c);
+    h.join().unwrap();
+    assert_eq!(
+        offsets.try_iter().collect::<Vec<_>>(),
+        [Some(0), Some(2), Some(3), Some(4)]
+    );
+}
+
+/// A stream's subjects come in pages (nats-server gives at most 100,000 a
+/// request): the client asks again from the offset it reached until it has
+/// the total. A page that brings nothing new ends it (a server that ignores
+/// the offset), so it cannot loop.
+#[test]
+fn a_streams_subjects_are_read_page_by_page_to_the_total() {
+    let first =
+        r#"{"state":{"subjects":{"taskq.a":1,"taskq.b":2}},"total":3,"offset":0,"limit":2}"#;
+    let second = r#"{"state":{"subjects":{"taskq.c":5}},"total":3,"offset":2,"limit":2}"#;
+    // Then a server that ignores the offset: the first page, twice, with a
+    // total never reached.
+    let stuck =
+        r#"{"state":{"subjects":{"taskq.a":1,"taskq.b":2}},"total":9,"offset":0,"limit":2}"#;
+    let (addr, h, offsets) = paging_peer(vec![first, second, stuck, stuck]);
     let mut c = NatsConnection::connect(&[addr], cfg()).unwrap();
     let all = c.subject_counts("TASKQ", "taskq.>").unwrap();
     assert_eq!(

@@ -404,12 +404,41 @@ impl<L: ApiLink> JetStream<'_, L> {
     /// How many messages stream `name` holds on each subject `filter`
     /// matches (`subjects_filter`), from its leader's record; subjects that
     /// hold none are left out. Asked again while the cluster has no leader,
-    /// for up to the API patience.
+    /// for up to the API patience. The map holds every subject: for a
+    /// stream of many (each delayed job has its own), fold them as they
+    /// come with [`fold_subject_counts`](Self::fold_subject_counts).
     pub async fn subject_counts(
         &mut self,
         name: &str,
         filter: &str,
     ) -> Result<BTreeMap<String, u64>, NatsError> {
+        let mut out = BTreeMap::new();
+        self.fold_subject_counts(name, filter, |s, n| {
+            out.insert(s.to_owned(), n);
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// [`subject_counts`](Self::subject_counts) a page at a time: `each`
+    /// is called with every subject and its count, in order, and nothing
+    /// of a page is kept after it, so memory is one page (bounded by the
+    /// connection's `max_payload`) plus what `each` keeps, whatever a
+    /// server sends.
+    ///
+    /// The server answers at most a page of subjects a request (100,000 on
+    /// nats-server), sorted: the rest are asked for by offset, until the
+    /// total is reached or a page brings nothing past the last subject
+    /// seen, and never more than `MAX_PAGES` pages, whatever total a server
+    /// claims. A subject at or before the last one seen is skipped: one
+    /// added between two pages shifts the page boundary, and a server that
+    /// ignores the offset sends the same page again.
+    pub async fn fold_subject_counts(
+        &mut self,
+        name: &str,
+        filter: &str,
+        mut each: impl FnMut(&str, u64),
+    ) -> Result<(), NatsError> {
         #[derive(Deserialize, Default)]
         struct State {
             #[serde(default)]
@@ -423,23 +452,34 @@ impl<L: ApiLink> JetStream<'_, L> {
             #[serde(default)]
             total: u64,
         }
-        let subject = format!("$JS.API.STREAM.INFO.{name}");
-        let mut out = BTreeMap::new();
-        // The server answers at most a page of subjects a request (100,000
-        // on nats-server): the rest are asked for by offset, until the
-        // total is reached or a page brings nothing new, and never more
-        // than MAX_PAGES pages, whatever total a server claims.
         const MAX_PAGES: usize = 1000;
+        let subject = format!("$JS.API.STREAM.INFO.{name}");
+        // Subjects taken so far (the next page's offset), and the last.
+        let mut seen: u64 = 0;
+        let mut last: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let body = json!({ "subjects_filter": filter, "offset": out.len() });
+            let body = json!({ "subjects_filter": filter, "offset": seen });
             let raw: Raw = patiently!(self, async { self.api(&subject, &body).await })?;
-            let before = out.len();
-            out.extend(raw.state.subjects.unwrap_or_default());
-            if out.len() == before || out.len() as u64 >= raw.total {
+            let page = raw.state.subjects.unwrap_or_default();
+            let mut new = page
+                .into_iter()
+                .filter(|(s, _)| last.as_deref().is_none_or(|l| s.as_str() > l))
+                .peekable();
+            if new.peek().is_none() {
+                break;
+            }
+            let mut end = None;
+            for (s, n) in new {
+                each(&s, n);
+                seen += 1;
+                end = Some(s);
+            }
+            last = end;
+            if seen >= raw.total {
                 break;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Makes sure the work-queue stream of `spec` exists: looks it up first,
@@ -732,6 +772,16 @@ impl NatsConnection {
     /// [`JetStream::stream_info`] on this connection.
     pub fn stream_info(&mut self, name: &str) -> Result<StreamInfo, NatsError> {
         run_blocking(JetStream(self).stream_info(name))
+    }
+
+    /// [`JetStream::fold_subject_counts`] on this connection.
+    pub fn fold_subject_counts(
+        &mut self,
+        name: &str,
+        filter: &str,
+        each: impl FnMut(&str, u64),
+    ) -> Result<(), NatsError> {
+        run_blocking(JetStream(self).fold_subject_counts(name, filter, each))
     }
 
     /// [`JetStream::subject_counts`] on this connection.
