@@ -83,6 +83,8 @@ impl Inbox {
                 return;
             };
             let slot = job.cell.index;
+            // A revoke for it is done with (it never runs).
+            job.cell.take_revoked(job.id);
             drop(job);
             self.tell(Msg::Finished {
                 slot,
