@@ -620,6 +620,9 @@ impl Machine {
             self.revoke.push_back((h.slot, h.id));
         }
         self.held.clear();
+        // A handed job already known lost is counted below with the rest
+        // (`lease_dropped`), once.
+        self.lost.clear();
         while let Some(b) = self.begins.pop_front() {
             if let Some(Slot::Running { started, .. }) = self.slots.get_mut(b.slot) {
                 *started = false;

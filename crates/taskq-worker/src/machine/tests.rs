@@ -912,17 +912,25 @@ fn handed_ahead_every_job_starts_at_once_and_its_lease_is_kept_until_its_thread_
     assert_eq!((c.reserved, c.deleted, c.released, c.touched), (3, 2, 1, 5));
 }
 
-#[test]
-fn handed_ahead_a_job_whose_lease_ran_out_in_the_queue_is_revoked_and_never_settled() {
+/// The blocking worker's machine with jobs 1 and 2 handed to a thread,
+/// job 1 running, and the touch of job 2 (waiting) answered `NOT_FOUND` at
+/// 501 ms: job 2 revoked.
+fn job_2_lost_in_the_queue() -> Rig {
     let mut r = Rig::blocking(prefetch(1, 2));
     r.send(0);
     r.reply(1, &[reserved(1), reserved(2)].concat());
     r.m.runs_now(0, 1);
     assert_eq!(r.send(500), ["touch 2"]);
-    // The server no longer counts job 2 as ours: its thread is told not
-    // to run it, and its slot stays taken until that thread gives it back.
     r.reply(501, b"NOT_FOUND\r\n");
     assert_eq!(r.m.revoked(), Some((1, 2)));
+    r
+}
+
+#[test]
+fn handed_ahead_a_job_whose_lease_ran_out_in_the_queue_is_revoked_and_never_settled() {
+    // The server no longer counts job 2 as ours: its thread is told not
+    // to run it, and its slot stays taken until that thread gives it back.
+    let mut r = job_2_lost_in_the_queue();
     assert_eq!(r.m.revoked(), None);
     assert_eq!(r.m.running(), 2);
     assert!(r.send(2000).is_empty(), "touched no more");
@@ -934,12 +942,7 @@ fn handed_ahead_a_job_whose_lease_ran_out_in_the_queue_is_revoked_and_never_sett
     assert_eq!(r.send(2001), ["reserve-with-timeout 0"]);
     assert_eq!(r.m.running(), 1);
     // Had its thread run it before hearing, its outcome is dropped alike.
-    let mut r = Rig::blocking(prefetch(1, 2));
-    r.send(0);
-    r.reply(1, &[reserved(1), reserved(2)].concat());
-    r.m.runs_now(0, 1);
-    r.send(500);
-    r.reply(501, b"NOT_FOUND\r\n");
+    let mut r = job_2_lost_in_the_queue();
     r.m.runs_now(1, 2);
     r.m.finished(&r.sh, 1, Outcome::Done, None);
     assert_eq!(r.send(2001), ["reserve-with-timeout 0"]);
@@ -992,4 +995,13 @@ fn handed_ahead_a_break_revokes_the_jobs_no_thread_has_run() {
     assert_eq!(r.m.running(), 0);
     let c = r.counts();
     assert_eq!((c.deleted, c.released, c.lost_lease_on_release), (0, 0, 0));
+
+    // A job found lost in the queue (a touch answered NOT_FOUND), then the
+    // break: counted once, with the break's.
+    let mut r = job_2_lost_in_the_queue();
+    r.m.broke(&r.sh, r.at(502), 0);
+    r.m.finished(&r.sh, 1, UNSTARTED, None);
+    r.m.finished(&r.sh, 0, Outcome::Done, None);
+    let c = r.counts();
+    assert_eq!((c.lease_dropped, c.lost_lease_on_release), (2, 0));
 }
