@@ -73,6 +73,9 @@ use crate::worker::settle::{settle_with_info, settle_without_info, Settled};
 /// and account hash, the stream, the consumer and five numbers.
 const ACK_ROOM: usize = 256;
 
+/// Acks owed beyond a window's worth before pulls wait for confirmations.
+const ACKS_OVER: usize = 8;
+
 /// A slot of the window.
 #[derive(Debug)]
 enum Slot {
@@ -272,7 +275,9 @@ impl JsMachine {
             carry: Carry::default(),
             strays: Strays::default(),
             given_back: GivenBack::default(),
-            acks: Pool::made(2 * n + 8, ACK_ROOM),
+            // A slot's and an ack owed's for each job of the window, and
+            // `ACKS_OVER` more (see `pull_more`).
+            acks: Pool::made(2 * n + ACKS_OVER, ACK_ROOM),
             sched: sh
                 .cfg
                 .is_weighted()
@@ -799,7 +804,14 @@ impl JsMachine {
         session: &mut NatsSession,
     ) -> Result<(), NatsError> {
         let asked: usize = self.pulls.iter().map(|p| p.left as usize).sum();
-        let room = self.free.len().saturating_sub(asked);
+        // Acks decided and not yet confirmed hold their ack subjects too:
+        // past a window of them (and `ACKS_OVER`), the room waits for
+        // confirmations, so the jobs held and the acks owed stay within the
+        // ack buffers made for them however slowly a server confirms.
+        let unsettled = self.out.len() + self.confirms.len() + self.copies.len();
+        let unsettled = unsettled + self.carry.open.len();
+        let over = unsettled.saturating_sub(self.slots.len() + ACKS_OVER);
+        let room = self.free.len().saturating_sub(asked).saturating_sub(over);
         let behind = !self.pulls.is_empty();
         if behind
             && (self.pulls.len() >= MAX_PULLS

@@ -1580,3 +1580,33 @@ fn handed_ahead_a_job_whose_ack_wait_ran_out_in_the_queue_is_revoked_and_never_a
     );
     assert_eq!(r.m.running(), 1);
 }
+
+#[test]
+fn pulls_wait_for_confirmations_once_the_acks_owed_pass_the_window_and_its_slack() {
+    // A window of one, and a server that confirms no ack: each job done is
+    // acked and its room pulled again while the acks owed are at most the
+    // window and ACKS_OVER; the next room waits for a confirmation.
+    let mut r = Rig::new(cfg(1));
+    assert_eq!(what(&r.send(0)), [pull("default", 1, true)]);
+    let mut first = None;
+    let owed_at_most = 1 + ACKS_OVER;
+    for seq in 1..=owed_at_most as u64 + 1 {
+        let t = 10 * seq;
+        let runs = r.take(t, &job("default", seq, 1, "x"));
+        r.finish(&runs[0], Outcome::Done);
+        let sent = r.send(t + 1);
+        first.get_or_insert(sent[0].token());
+        if seq <= owed_at_most as u64 {
+            assert_eq!(
+                what(&sent),
+                [ack("default", 1, seq, "+ACK"), pull("default", 1, true)],
+                "job {seq}"
+            );
+        } else {
+            assert_eq!(what(&sent), [ack("default", 1, seq, "+ACK")], "job {seq}");
+        }
+    }
+    // One confirmation: room again.
+    r.take(1_000, &confirm(first.unwrap()));
+    assert_eq!(what(&r.send(1_001)), [pull("default", 1, true)]);
+}
