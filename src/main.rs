@@ -59,7 +59,7 @@ enum Cmd {
     Top(top::TopArgs),
     /// Serve servers' statistics at /metrics in the Prometheus text format.
     Exporter(exporter::ExporterArgs),
-    /// Serve a dashboard of servers (both engines) on 127.0.0.1:8080, behind a token.
+    /// Serve a dashboard of servers (both engines) on a loopback address, behind a token.
     Web(web::WebArgs),
     /// Measure enqueue throughput and latency.
     Bench(bench::BenchArgs),

@@ -5,7 +5,8 @@
 //! back to ready (checked in the server's own record); a body of HTML and
 //! script shows as text and runs nothing; without the token, cross-site,
 //! under a foreign Host and read-only, every change is refused and nothing
-//! moves; 20 open windows cost the server no more than 1.2 times one. The
+//! moves; the token's cookie reaches no other server on 127.0.0.1; 20 open
+//! windows cost the server no more than 1.2 times one. The
 //! screenshot in docs/dashboard.png is taken here.
 
 mod cli_common;
@@ -53,13 +54,21 @@ struct Web {
 }
 
 impl Web {
+    /// On 127.0.0.1, at a free port.
     fn start(args: &[&str]) -> Web {
-        let port = free_port().unwrap();
-        let listen = format!("127.0.0.1:{port}");
+        let listen = format!("127.0.0.1:{}", free_port().unwrap());
+        Web::launch(Some(&listen), args)
+    }
+
+    /// At the address it picks itself when given none.
+    fn launch(listen: Option<&str>, args: &[&str]) -> Web {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskq"));
+        cmd.args(["web", "--io-timeout", "5000"]);
+        if let Some(listen) = listen {
+            cmd.args(["--listen", listen]);
+        }
         let mut child = Reaped(
-            Command::new(env!("CARGO_BIN_EXE_taskq"))
-                .args(["web", "--listen", &listen, "--io-timeout", "5000"])
-                .args(args)
+            cmd.args(args)
                 .env_remove("TASKQ_ADDR")
                 .env_remove("TASKQ_WEB_TOKEN")
                 .stdout(Stdio::piped())
@@ -70,7 +79,15 @@ impl Web {
         let line = lines_of(child.0.stdout.take().unwrap())
             .recv_timeout(ANSWER_LIMIT)
             .expect("taskq web prints its startup line in time");
-        let base = format!("http://{listen}");
+        let at = line
+            .strip_prefix("taskq web: http://")
+            .and_then(|rest| rest.split_once('/'))
+            .map(|(at, _)| at.to_owned())
+            .unwrap_or_else(|| panic!("startup line {line:?}"));
+        if let Some(listen) = listen {
+            assert_eq!(at, listen, "startup line {line:?}");
+        }
+        let port = at.rsplit_once(':').unwrap().1.parse().unwrap();
         let token = match line.split_once("?token=") {
             Some((_, t)) => t.split_whitespace().next().unwrap().to_owned(),
             None => args
@@ -79,13 +96,9 @@ impl Web {
                 .map(|w| w[1].to_owned())
                 .unwrap_or_else(|| panic!("no token in {line:?}")),
         };
-        assert!(
-            line.starts_with(&format!("taskq web: {base}/")),
-            "startup line {line:?}"
-        );
         Web {
             _child: child,
-            base,
+            base: format!("http://{at}"),
             port,
             token,
         }
@@ -300,7 +313,8 @@ fn the_dashboard_in_a_real_browser_on_both_engines() {
         assert_eq!(s.record(i, "mail"), (2, 1));
     }
     let (a0, a1) = (s.addr(0), s.addr(1));
-    let web = Web::start(&["--addr", &a0, "--addr", &a1]);
+    // At the address it picks itself, as an operator runs it.
+    let web = Web::launch(None, &["--addr", &a0, "--addr", &a1]);
     let mut b = Browser::start();
 
     // The token in the address is traded for a cookie and dropped from it.
@@ -532,6 +546,93 @@ fn every_change_is_refused_without_the_token_cross_site_under_a_foreign_host_and
     );
     let paused = cli_common::with_tube_stats(s.bs.addr(), "mail", |t| t.pause_time_left);
     assert_eq!(paused, 0);
+}
+
+/// Another server on 127.0.0.1, as the operator's other tools run there:
+/// its port, and the head of every request it gets.
+fn another_local_server() -> (u16, Receiver<String>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let _ = conn.set_read_timeout(Some(ANSWER_LIMIT));
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = conn.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\
+                  Connection: close\r\n\r\nother",
+            );
+            if tx
+                .send(String::from_utf8_lossy(&head).into_owned())
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn the_token_cookie_reaches_no_other_local_server() {
+    let bs = Beanstalkd::start().unwrap();
+    let addr = bs.addr().to_string();
+    let (other, heads) = another_local_server();
+    let mut b = Browser::start();
+    // What the browser sends the other server once `web` has let it in.
+    let mut sent_to_the_other = |web: &Web| -> Vec<String> {
+        b.get(&format!("{}/?token={}", web.base, web.token));
+        let body = b.text("body").unwrap();
+        assert!(!body.starts_with("40"), "the cookie lets it in: {body}");
+        b.get(&format!("http://127.0.0.1:{other}/"));
+        assert_eq!(b.text("body").as_deref(), Some("other"));
+        let mut got = vec![heads
+            .recv_timeout(ANSWER_LIMIT)
+            .expect("the other server was asked")];
+        got.extend(heads.try_iter());
+        got
+    };
+
+    // Unless told otherwise, the dashboard listens on a loopback address of
+    // its own, and its cookie goes there only.
+    let own = Web::launch(None, &["--addr", &addr]);
+    let host = own
+        .base
+        .strip_prefix("http://")
+        .unwrap()
+        .rsplit_once(':')
+        .unwrap()
+        .0;
+    let ip: std::net::Ipv4Addr = host.parse().unwrap();
+    assert!(
+        ip.is_loopback() && ip != std::net::Ipv4Addr::LOCALHOST,
+        "{host}"
+    );
+    for head in sent_to_the_other(&own) {
+        assert!(
+            !head.contains("taskq_web_token") && !head.contains(&own.token),
+            "the token went to another server: {head}"
+        );
+    }
+
+    // On 127.0.0.1, as `--listen 127.0.0.1:PORT` asks, the browser sends the
+    // other server the token: the leak the default address keeps out.
+    let shared = Web::start(&["--addr", &addr]);
+    let heads = sent_to_the_other(&shared);
+    assert!(
+        heads
+            .iter()
+            .any(|h| h.contains(&format!("taskq_web_token={}", shared.token))),
+        "{heads:?}"
+    );
 }
 
 #[test]

@@ -35,9 +35,11 @@ use pages::{layout, nothing, notice, segment, server_field};
 /// Arguments of `taskq web`.
 #[derive(clap::Args, Debug)]
 pub struct WebArgs {
-    /// Address to serve the dashboard on.
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
-    listen: String,
+    /// Address to serve the dashboard on (default: port 8080 of a random
+    /// loopback address, 127.X.Y.Z, whose cookie no other local server is
+    /// sent; 127.0.0.1:8080 where the system has no such address).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
     #[command(flatten)]
     servers: ServersArgs,
     /// Show no action and refuse every change (kick, delete, pause) in the server.
@@ -57,14 +59,61 @@ struct App {
     read_only: bool,
 }
 
-/// A fresh random token: 128 bits from the kernel, in hex.
-fn random_token() -> Result<String, String> {
+/// `N` random bytes from the kernel.
+fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
     use std::io::Read;
-    let mut b = [0u8; 16];
+    let mut b = [0u8; N];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| format!("making a token: {e}"))?;
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    Ok(b)
+}
+
+/// A fresh random token: 128 bits from the kernel, in hex.
+fn random_token() -> Result<String, String> {
+    let b = random_bytes::<16>().map_err(|e| format!("making a token: {e}"))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// The dashboard's listener, and the address it was asked for (the one
+/// chosen when none was given).
+///
+/// A browser sends a host's cookies to every port of that host, so the
+/// token's cookie set by `127.0.0.1:8080` would reach any other server the
+/// operator opens on 127.0.0.1. Unless told otherwise the dashboard listens
+/// on a loopback address of its own, 127.X.Y.Z at random (Linux answers on
+/// all of 127.0.0.0/8): its cookie goes to that address only. Port 8080,
+/// else any free port there; 127.0.0.1:8080, with a warning, on a system
+/// without those addresses.
+fn listen_on(listen: Option<&str>) -> Result<(std::net::TcpListener, String), String> {
+    use std::io::ErrorKind;
+    use std::net::{Ipv4Addr, TcpListener};
+    let bind =
+        |at: &str| TcpListener::bind(at).map_err(|e| (e.kind(), format!("listening on {at}: {e}")));
+    if let Some(at) = listen {
+        return bind(at).map(|l| (l, at.to_owned())).map_err(|(_, e)| e);
+    }
+    let [x, y, z] = random_bytes::<3>()?;
+    let host = Ipv4Addr::new(127, 1 + x % 254, y, 1 + z % 254);
+    for port in [8080, 0] {
+        match bind(&format!("{host}:{port}")) {
+            Ok(l) => {
+                let at = l
+                    .local_addr()
+                    .map_err(|e| format!("listening on {host}: {e}"))?;
+                return Ok((l, at.to_string()));
+            }
+            Err((ErrorKind::AddrInUse, _)) => continue,
+            Err((ErrorKind::AddrNotAvailable, _)) => break,
+            Err((_, e)) => return Err(e),
+        }
+    }
+    eprintln!(
+        "taskq web: no loopback address of its own here: on 127.0.0.1, whose \
+         cookies a browser also sends to the other servers on 127.0.0.1"
+    );
+    let at = "127.0.0.1:8080";
+    bind(at).map(|l| (l, at.to_owned())).map_err(|(_, e)| e)
 }
 
 /// Runs `taskq web` until killed.
@@ -74,16 +123,15 @@ pub fn run(args: WebArgs) -> CliResult {
         Some(t) => (t, false),
         None => (random_token()?, true),
     };
-    let listener = std::net::TcpListener::bind(&args.listen)
-        .map_err(|e| format!("listening on {}: {e}", args.listen))?;
+    let (listener, listen) = listen_on(args.listen.as_deref())?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| format!("listening on {}: {e}", args.listen))?;
+        .map_err(|e| format!("listening on {listen}: {e}"))?;
     let bound = listener
         .local_addr()
-        .map_err(|e| format!("listening on {}: {e}", args.listen))?;
+        .map_err(|e| format!("listening on {listen}: {e}"))?;
     let rules = Arc::new(Rules::new(
-        &args.listen,
+        &listen,
         bound.port(),
         token.clone(),
         args.read_only,
