@@ -61,3 +61,12 @@ pub fn read_pieces<'a, T, E>(
     }
     out
 }
+
+/// One read: copies what fits of `piece` into `room` and moves `piece` past
+/// it; the bytes copied.
+pub fn read_into(room: &mut [u8], piece: &mut &[u8]) -> usize {
+    let n = room.len().min(piece.len());
+    room[..n].copy_from_slice(&piece[..n]);
+    *piece = &piece[n..];
+    n
+}

@@ -47,10 +47,8 @@ fn run(input: &[u8], ends: &[usize]) -> (Vec<String>, u32) {
                     return (out, s.pongs_owed());
                 }
             };
-            let n = room.len().min(piece.len());
-            room[..n].copy_from_slice(&piece[..n]);
+            let n = common::read_into(room, &mut piece);
             s.received(n);
-            piece = &piece[n..];
             loop {
                 match s.poll_event() {
                     Ok(Some(e)) => {

@@ -163,6 +163,58 @@ fn credentials_go_in_connect_and_a_refusal_names_them_without_the_secret() {
     }
 }
 
+/// A server that echoes what `CONNECT` carried in its refusal (found by the
+/// `nats_handshake` fuzz target): the secret is masked, the rest is shown.
+#[test]
+fn a_refusal_that_echoes_a_secret_shows_it_masked() {
+    let pass = Secret::new("hunter2");
+    let token = Secret::new("tok\u{1b}en");
+    for (creds, echoed) in [
+        (
+            Credentials {
+                user: Some(("alice", &pass)),
+                describe: "user alice",
+                ..Credentials::default()
+            },
+            "hunter2",
+        ),
+        (
+            Credentials {
+                token: Some(&token),
+                describe: "token",
+                ..Credentials::default()
+            },
+            "tok\u{1b}en",
+        ),
+    ] {
+        let mut hs = Handshake::new(Instant::now(), WAIT, false, false, PEER);
+        let mut s = session();
+        feed(&mut s, info("").as_bytes());
+        hs.step(&mut s).unwrap();
+        hs.connect(&mut s, "me", &creds).unwrap();
+        hs.step(&mut s).unwrap();
+        s.wipe_queue();
+        hs.written();
+        feed(
+            &mut s,
+            format!("-ERR 'Authorization Violation for {echoed} ({echoed})'\r\n").as_bytes(),
+        );
+        let Err(e @ NatsError::Refused(_)) = hs.step(&mut s) else {
+            panic!("refused");
+        };
+        let (shown, debug) = (e.to_string(), format!("{e:?}"));
+        assert!(
+            shown.contains("Authorization Violation for *** (***)"),
+            "{shown}"
+        );
+        for text in [&shown, &debug] {
+            for secret in ["hunter2", "tok\u{1b}en", "tok\\u{1b}en"] {
+                assert!(!text.contains(secret), "{text}");
+            }
+        }
+    }
+}
+
 #[test]
 fn the_handshake_owns_its_deadline_and_a_done_one_has_none() {
     let t0 = Instant::now();

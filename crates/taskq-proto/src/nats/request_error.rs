@@ -92,8 +92,9 @@ pub const WAITING_FOR_INFO: &str = "waiting for INFO";
 /// Why the server refused a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// The server's `-ERR` text (`Authorization Violation`, ...). Servers do
-    /// not echo credentials in it.
+    /// The server's `-ERR` text (`Authorization Violation`, ...), control
+    /// characters escaped, and any password, token or JWT the client sent
+    /// shown as `***` should a server echo one.
     pub reason: String,
     /// What the client authenticated with (`user alice`, `token`, `nkey file
     /// PATH`, ...), never a secret.

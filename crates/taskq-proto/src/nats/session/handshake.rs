@@ -191,6 +191,9 @@ pub struct Handshake {
     deadline: Instant,
     wait: Duration,
     peer: String,
+    /// The secrets `CONNECT` carried, kept until the server has answered
+    /// it: a refusal that echoes one shows it masked.
+    sent: Vec<Secret>,
 }
 
 impl Handshake {
@@ -217,6 +220,7 @@ impl Handshake {
             deadline: crate::session::deadline_after(now, wait),
             wait,
             peer: peer.to_owned(),
+            sent: Vec::new(),
         }
     }
 
@@ -298,14 +302,27 @@ impl Handshake {
             }
             Phase::Connect => Ok(HandshakeStep::Connect { nonce: &self.nonce }),
             Phase::Write => Ok(HandshakeStep::Write),
-            Phase::Pong => {
-                if s.poll_connected()? {
+            Phase::Pong => match s.poll_connected() {
+                Ok(true) => {
                     self.phase = Phase::Done;
+                    self.sent.clear();
                     Ok(HandshakeStep::Done)
-                } else {
-                    Ok(HandshakeStep::Read)
                 }
-            }
+                Ok(false) => Ok(HandshakeStep::Read),
+                Err(NatsError::Refused(mut r)) => {
+                    // The server's words, but never a secret of ours in them.
+                    for secret in &self.sent {
+                        for form in [
+                            secret.expose().to_owned(),
+                            crate::peer_text(secret.expose().as_bytes()),
+                        ] {
+                            r.reason = r.reason.replace(&form, "***");
+                        }
+                    }
+                    Err(NatsError::Refused(r))
+                }
+                Err(e) => Err(e),
+            },
             Phase::Done => Ok(HandshakeStep::Done),
         }
     }
@@ -344,6 +361,13 @@ impl Handshake {
             )));
         }
         s.queue_connect(name, creds, self.tls_on)?;
+        let jwt = creds.signed.and_then(|s| s.jwt.as_ref());
+        self.sent = [creds.user.map(|(_, p)| p), creds.token, jwt]
+            .into_iter()
+            .flatten()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect();
         self.phase = Phase::Write;
         Ok(())
     }
