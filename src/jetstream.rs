@@ -303,6 +303,11 @@ impl Js {
                     out.push(row);
                 }
             }
+            // A consumer a tube at most, as taskq makes them: past the most
+            // tubes taskq reads, a server's list is not followed further.
+            if out.len() > crate::snapshot::MAX_TUBES {
+                return Err(crate::snapshot::too_many_tubes("the consumer list"));
+            }
             // The server's total is its word: a page that brings no new
             // consumer (a server that ignores the offset, or a total that
             // never comes) ends the list rather than looping on it.

@@ -450,6 +450,7 @@ fn every_change_is_refused_without_the_token_cross_site_under_a_foreign_host_and
     }
     let dir = std::env::temp_dir().join(format!("taskq-web-site-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("empty.html"), "<p>another site</p>").unwrap();
     for (name, token) in [
         ("plain", String::new()),
         ("knowing", format!("?token={}", web.token)),
@@ -495,6 +496,21 @@ fn every_change_is_refused_without_the_token_cross_site_under_a_foreign_host_and
                 b.text("body").is_some_and(|t| t.starts_with(want))
             });
         }
+    }
+
+    // Another site's page sending the browser to the dashboard with a token
+    // in the address, a guess or the right one: refused before the token is
+    // looked at, so no answer (nor the time it takes) tells a right guess.
+    for token in [web.token.as_str(), "0123456789abcdef0123456789abcdef"] {
+        b.get(&format!("http://attacker.localhost:{site_port}/empty.html"));
+        b.exec(&format!(
+            "location.href = {:?};",
+            format!("{}/?token={token}", web.base)
+        ));
+        b.wait(Duration::from_secs(10), "the dashboard's answer", |b| {
+            b.text("body")
+                .is_some_and(|t| t.starts_with("403: a token in the address"))
+        });
     }
 
     // A foreign Host (another name for this machine, as a rebound DNS name is).

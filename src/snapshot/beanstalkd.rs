@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use taskq_proto::{yaml, Command, Connection, JobStats, Reply, ServerStats, TubeStats};
 
-use super::model::{Counts, Scope, Snapshot, Totals, Tube};
+use super::model::{too_many_tubes, Counts, Scope, Snapshot, Totals, Tube, MAX_TUBES};
 use crate::server::{request, unexpected, use_tube};
 
 /// Reads the server's totals and the tubes of `scope`.
@@ -15,9 +15,16 @@ pub fn read(conn: &mut Connection, scope: Scope<'_>) -> Result<Snapshot, String>
         Some(names) => names.to_vec(),
         None => tube_names(conn)?,
     };
+    if names.len() > MAX_TUBES {
+        return Err(too_many_tubes("list-tubes"));
+    }
+    // A tube's `stats-tube` pairs are kept only for the tubes asked for by
+    // name (`taskq stats --tube`): every tube's would be up to a reply's
+    // limit each.
+    let pairs = scope.tubes.is_some();
     let mut tubes = Vec::with_capacity(names.len());
     for name in &names {
-        match tube(conn, name)? {
+        match tube(conn, name, pairs)? {
             Some(t) => tubes.push(t),
             // Gone between listing and asking: left out of a full listing.
             None if scope.tubes.is_none() => {}
@@ -89,7 +96,7 @@ fn totals(conn: &mut Connection) -> Result<Totals, String> {
 }
 
 /// One tube's statistics, `None` when the server has no such tube.
-fn tube(conn: &mut Connection, name: &str) -> Result<Option<Tube>, String> {
+fn tube(conn: &mut Connection, name: &str, pairs: bool) -> Result<Option<Tube>, String> {
     let cmd = Command::StatsTube { tube: name };
     request(conn, &cmd, |r| match r {
         Reply::Ok { yaml } => {
@@ -101,7 +108,11 @@ fn tube(conn: &mut Connection, name: &str) -> Result<Option<Tube>, String> {
                 jobs: counts!(s, s.total_jobs, s.cmd_delete),
                 paused: s.pause_time_left,
                 ready_age: None,
-                pairs: owned_pairs(yaml, "stats-tube")?,
+                pairs: if pairs {
+                    owned_pairs(yaml, "stats-tube")?
+                } else {
+                    Vec::new()
+                },
                 nats: None,
             }))
         }

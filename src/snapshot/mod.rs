@@ -16,7 +16,9 @@ mod model;
 pub mod nats;
 mod rates;
 
-pub use model::{ConsumerRow, Counts, NatsRecord, Scope, Snapshot, Tube};
+pub use model::{
+    too_many_tubes, ConsumerRow, Counts, NatsRecord, Scope, Snapshot, Tube, MAX_TUBES,
+};
 pub use rates::{History, Rates, Trend};
 
 use crate::server::Conn;

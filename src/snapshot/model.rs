@@ -36,6 +36,16 @@ impl<'a> Scope<'a> {
     }
 }
 
+/// The most tubes a snapshot holds. A server that lists more, or a stream
+/// whose subjects or consumers name more, gets an error instead of memory
+/// that grows with what it sends (every sampler reads again each second).
+pub const MAX_TUBES: usize = 100_000;
+
+/// The error of a server past [`MAX_TUBES`]: `what` names more.
+pub fn too_many_tubes(what: &str) -> String {
+    format!("{what} names more than {MAX_TUBES} tubes, more than taskq reads at once")
+}
+
 /// A server at one moment.
 #[derive(Debug, Clone)]
 pub struct Snapshot {

@@ -17,7 +17,10 @@ use std::time::{Instant, SystemTime};
 
 use taskq_connect::SubjectKind;
 
-use super::model::{ConsumerRow, Counts, NatsRecord, NatsTube, Scope, Snapshot, Totals, Tube};
+use super::model::{
+    too_many_tubes, ConsumerRow, Counts, NatsRecord, NatsTube, Scope, Snapshot, Totals, Tube,
+    MAX_TUBES,
+};
 use crate::clock;
 use crate::jetstream::Js;
 
@@ -36,12 +39,18 @@ struct Stored {
 fn stored_by_tube(js: &mut Js) -> Result<BTreeMap<String, Stored>, String> {
     let layout = js.layout().clone();
     let mut tubes: BTreeMap<String, Stored> = BTreeMap::new();
+    let mut over = false;
     // Folded by tube as the pages come: a stream holds a subject for each
-    // delayed job, and only the tubes are kept.
+    // delayed job, and only the tubes are kept, no more than `MAX_TUBES`.
     js.fold_subject_counts(&layout.capture(), |subject, n| {
         if let Some((t, kind)) = layout.tube_of(subject) {
+            let full = tubes.len() >= MAX_TUBES;
             let s = match tubes.get_mut(t) {
                 Some(s) => s,
+                None if full => {
+                    over = true;
+                    return;
+                }
                 None => tubes.entry(t.to_owned()).or_default(),
             };
             match kind {
@@ -51,6 +60,9 @@ fn stored_by_tube(js: &mut Js) -> Result<BTreeMap<String, Stored>, String> {
             }
         }
     })?;
+    if over {
+        return Err(too_many_tubes("the stream's subjects"));
+    }
     Ok(tubes)
 }
 

@@ -3,8 +3,9 @@
 //! 1. its `Host` is the listen address or `localhost` at its port (a page
 //!    elsewhere that rebinds its own name to this machine is refused);
 //! 2. it carries the token: `?token=` (answered with an HttpOnly,
-//!    SameSite=Strict cookie and a redirect to the same page without it), the
-//!    cookie, or `Authorization: Bearer`; else 401 with no queue data;
+//!    SameSite=Strict cookie and a redirect to the same page without it;
+//!    refused, before the token is looked at, when another site's page sent
+//!    it), the cookie, or `Authorization: Bearer`; else 401 with no queue data;
 //! 3. a state change is a POST, refused when cross-site (`Sec-Fetch-Site`,
 //!    else `Origin` against `Host`) or when the dashboard is read-only;
 //!
@@ -17,6 +18,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use taskq_proto::Secret;
 
 /// The cookie the token is kept in.
 pub const COOKIE: &str = "taskq_web_token";
@@ -32,14 +34,14 @@ pub struct Rules {
     /// The `Host` values accepted (lower case).
     pub hosts: Vec<String>,
     /// The token.
-    pub token: String,
+    pub token: Secret,
     /// No state changes at all.
     pub read_only: bool,
 }
 
 impl Rules {
     /// The rules for a dashboard listening on `listen` (as given) and bound to `port`.
-    pub fn new(listen: &str, port: u16, token: String, read_only: bool) -> Rules {
+    pub fn new(listen: &str, port: u16, token: Secret, read_only: bool) -> Rules {
         let mut hosts = vec![listen.to_ascii_lowercase(), format!("localhost:{port}")];
         if let Some((host, _)) = listen.rsplit_once(':') {
             hosts.push(format!("{}:{port}", host.to_ascii_lowercase()));
@@ -122,10 +124,18 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// True when the browser says another site's page sent the request
+/// (`Sec-Fetch-Site` other than `same-origin` or `none`, the address bar).
+fn sent_by_another_site(h: &HeaderMap) -> bool {
+    h.get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
+}
+
 /// True when a state-changing request comes from another site.
 fn cross_site(h: &HeaderMap) -> bool {
-    if let Some(site) = h.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        return !matches!(site, "same-origin" | "none");
+    if h.contains_key("sec-fetch-site") {
+        return sent_by_another_site(h);
     }
     match h.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
         // No browser sent it (curl with a bearer token): nothing cross-site.
@@ -181,7 +191,15 @@ async fn check(rules: &Rules, req: Request<Body>, next: Next) -> Response {
         );
     }
     let (token, in_query) = token_of(h, req.uri().query());
-    if !token.is_some_and(|t| same(t.as_bytes(), rules.token.as_bytes())) {
+    if in_query && sent_by_another_site(h) {
+        // Checked before the token, so that another site's page cannot try
+        // guesses and tell a right one by its answer.
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "403: a token in the address is taken only as the operator opens it, not from another site",
+        );
+    }
+    if !token.is_some_and(|t| same(t.as_bytes(), rules.token.expose().as_bytes())) {
         return refuse(
             StatusCode::UNAUTHORIZED,
             "401: this dashboard needs its token: open the address taskq web printed",
@@ -203,7 +221,7 @@ async fn check(rules: &Rules, req: Request<Body>, next: Next) -> Response {
         }
         let cookie = format!(
             "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-            rules.token
+            rules.token.expose()
         );
         let mut res = StatusCode::SEE_OTHER.into_response();
         if let (Ok(to), Ok(cookie)) = (HeaderValue::from_str(&to), HeaderValue::from_str(&cookie)) {

@@ -22,6 +22,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use maud::{html, Markup};
+use taskq_proto::Secret;
 
 use crate::cli::CliResult;
 use crate::jetstream::{self, StreamArgs};
@@ -48,7 +49,7 @@ pub struct WebArgs {
     /// The token every request must carry (default: $TASKQ_WEB_TOKEN, else a
     /// random one, printed in the address to open).
     #[arg(long, env = "TASKQ_WEB_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    token: Option<Secret>,
 }
 
 /// What the handlers share.
@@ -82,7 +83,8 @@ fn random_token() -> Result<String, String> {
 /// token's cookie set by `127.0.0.1:8080` would reach any other server the
 /// operator opens on 127.0.0.1. Unless told otherwise the dashboard listens
 /// on a loopback address of its own, 127.X.Y.Z at random (Linux answers on
-/// all of 127.0.0.0/8): its cookie goes to that address only. Port 8080,
+/// all of 127.0.0.0/8): its cookie goes to that address only (any port of
+/// it, which only a program that looks the address up would use). Port 8080,
 /// else any free port there; 127.0.0.1:8080, with a warning, on a system
 /// without those addresses.
 fn listen_on(listen: Option<&str>) -> Result<(std::net::TcpListener, String), String> {
@@ -121,7 +123,7 @@ pub fn run(args: WebArgs) -> CliResult {
     let addrs = args.servers.addrs()?;
     let (token, printed) = match args.token.clone().filter(|t| !t.is_empty()) {
         Some(t) => (t, false),
-        None => (random_token()?, true),
+        None => (Secret::new(random_token()?), true),
     };
     let (listener, listen) = listen_on(args.listen.as_deref())?;
     listener
@@ -154,7 +156,8 @@ pub fn run(args: WebArgs) -> CliResult {
     let url = format!("http://{bound}/");
     let mode = if args.read_only { " (read-only)" } else { "" };
     if printed {
-        println!("taskq web: {url}?token={token}{mode}");
+        // The one place the token is shown: the address the operator opens.
+        println!("taskq web: {url}?token={}{mode}", token.expose());
     } else {
         println!("taskq web: {url}{mode} (token from --token or $TASKQ_WEB_TOKEN)");
     }

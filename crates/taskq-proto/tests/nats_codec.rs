@@ -294,18 +294,25 @@ fn encoders() {
     }
     // Each credential goes in its own field, escaped; the JSON stays valid.
     let mut c = Vec::new();
-    encode_connect(
-        &mut c,
-        &ConnectOptions {
-            user_pass: Some(("al\"ice", "p\\w")),
-            token: Some("tok"),
-            jwt: Some("eyJ.x.y"),
-            nkey: Some("UABC"),
-            sig: Some("c2ln"),
-            tls_required: true,
-            ..ConnectOptions::default()
-        },
+    let with_secrets = ConnectOptions {
+        user_pass: Some(("al\"ice", "p\\w")),
+        token: Some("tok"),
+        jwt: Some("eyJ.x.y"),
+        nkey: Some("UABC"),
+        sig: Some("c2ln"),
+        tls_required: true,
+        ..ConnectOptions::default()
+    };
+    encode_connect(&mut c, &with_secrets);
+    // Its Debug names the user and which credentials it carries, never one.
+    let shown = format!("{with_secrets:?}");
+    assert!(
+        shown.contains("al\\\"ice") && shown.contains("***"),
+        "{shown}"
     );
+    for secret in ["p\\", "\"tok\"", "eyJ", "c2ln"] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
     let json: serde_json::Value = serde_json::from_slice(&c[8..c.len() - 2]).unwrap();
     assert_eq!(json["user"], "al\"ice");
     assert_eq!(json["pass"], "p\\w");

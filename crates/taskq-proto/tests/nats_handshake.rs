@@ -215,6 +215,59 @@ fn a_refusal_that_echoes_a_secret_shows_it_masked() {
     }
 }
 
+/// The refusal's text, after `CONNECT` with `creds`, when the server
+/// answers `err` (an `-ERR` line's text).
+fn refused_with(creds: &Credentials<'_>, err: &str) -> String {
+    let mut hs = Handshake::new(Instant::now(), WAIT, false, false, PEER);
+    let mut s = session();
+    feed(&mut s, info("").as_bytes());
+    hs.step(&mut s).unwrap();
+    hs.connect(&mut s, "me", creds).unwrap();
+    hs.step(&mut s).unwrap();
+    s.wipe_queue();
+    hs.written();
+    feed(&mut s, format!("-ERR '{err}'\r\n").as_bytes());
+    match hs.step(&mut s) {
+        Err(e @ NatsError::Refused(_)) => format!("{e} / {e:?}"),
+        r => panic!("{r:?}"),
+    }
+}
+
+/// A secret echoed as `CONNECT` escaped it is masked too; a long one cut
+/// by the length a server's text is kept to (a piece of it left) has the
+/// whole text withheld.
+#[test]
+fn a_refusal_echoing_an_escaped_or_cut_secret_shows_none_of_it() {
+    let pass = Secret::new("pa\"ss\\word");
+    let creds = Credentials {
+        user: Some(("alice", &pass)),
+        describe: "user alice",
+        ..Credentials::default()
+    };
+    let shown = refused_with(
+        &creds,
+        r#"bad CONNECT {"user":"alice","pass":"pa\"ss\\word"}"#,
+    );
+    assert!(shown.contains(r#""pass":"***""#), "{shown}");
+    assert!(!shown.contains("word"), "{shown}");
+
+    let long: String = (0..700)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect();
+    let token = Secret::new(long.clone());
+    let creds = Credentials {
+        token: Some(&token),
+        describe: "token",
+        ..Credentials::default()
+    };
+    let shown = refused_with(&creds, &format!("Authorization Violation: {long}"));
+    assert!(shown.contains("withheld"), "{shown}");
+    assert!(
+        !shown.contains(&long[..12]) && !shown.contains(&long[300..312]),
+        "{shown}"
+    );
+}
+
 #[test]
 fn the_handshake_owns_its_deadline_and_a_done_one_has_none() {
     let t0 = Instant::now();

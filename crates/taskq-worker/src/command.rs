@@ -21,8 +21,9 @@ const DIRECT_WRITE: usize = 4096;
 
 /// The worker's own credentials, from the `nats` CLI's environment: never
 /// passed on to a job's command, which may run what a body tells it to.
-/// `NATS_CONTEXT` names a context file that may hold a password or token.
-const SECRET_ENV: [&str; 7] = [
+/// `NATS_CONTEXT` names a context file that may hold a password or token;
+/// `TASKQ_WEB_TOKEN` is `taskq web`'s, found in an environment both share.
+const SECRET_ENV: [&str; 8] = [
     "NATS_USER",
     "NATS_PASSWORD",
     "NATS_TOKEN",
@@ -30,6 +31,7 @@ const SECRET_ENV: [&str; 7] = [
     "NATS_CREDS",
     "NATS_KEY",
     "NATS_CONTEXT",
+    "TASKQ_WEB_TOKEN",
 ];
 
 /// When the TTR of a running job is first looked up; most commands end sooner.

@@ -377,9 +377,31 @@ fn proc_cpu_ticks(pid: u32) -> u64 {
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
+/// `$TASKQ_ADDR` with a comma in its password is one address, refused
+/// whole: no piece of the user or password is shown as an address of its
+/// own (cut at the comma, `nats://alicex:Zq9` would be named in a port error).
+#[test]
+fn a_taskq_addr_whose_password_has_a_comma_is_refused_without_showing_it() {
+    for addr in [
+        "nats://alicex:Zq9,Xw7@127.0.0.1:4222",
+        "127.0.0.1:11300,nats://alicex:Zq9,Xw7@127.0.0.1:4222",
+    ] {
+        let mut w =
+            WorkerProc::start_program(&["--max-jobs", "1"], &["true"], &[("TASKQ_ADDR", addr)]);
+        let st = w.wait(Duration::from_secs(20));
+        let err = w.stderr();
+        assert!(!st.success(), "{addr}: {err}");
+        assert!(err.contains("taskq-worker"), "{err}");
+        for piece in ["alicex", "Zq9", "Xw7"] {
+            assert!(!err.contains(piece), "{addr}: {err}");
+        }
+    }
+}
+
 /// The worker's own NATS credentials, given in its environment as the
-/// `nats` CLI reads them, are not passed on to a job's command (which may
-/// run what a body tells it to); the job's own variables are.
+/// `nats` CLI reads them (and `taskq web`'s token), are not passed on to a
+/// job's command (which may run what a body tells it to); the job's own
+/// variables are.
 #[test]
 fn a_jobs_command_is_not_given_the_workers_nats_credentials() {
     let server = Beanstalkd::start().unwrap();
@@ -400,6 +422,8 @@ fn a_jobs_command_is_not_given_the_workers_nats_credentials() {
         ("NATS_KEY", "/keys/SECRET-6.pem"),
         // A context (here one with nothing in it) may hold a password.
         ("NATS_CONTEXT", "ctx-SECRET-7"),
+        // `taskq web`'s token, in an environment both were started from.
+        ("TASKQ_WEB_TOKEN", "web-SECRET-8"),
         ("XDG_CONFIG_HOME", &config),
     ];
     let mut w = WorkerProc::start_program(

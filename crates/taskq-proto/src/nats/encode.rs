@@ -14,8 +14,9 @@ pub struct Headers<'a> {
     pub extra: &'a [(&'a [u8], &'a [u8])],
 }
 
-/// What the client says about itself in `CONNECT`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the client says about itself in `CONNECT`. Its `Debug` shows
+/// which credentials it carries, never the password, token or JWT.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ConnectOptions<'a> {
     /// The connection's name, shown by the server's monitoring.
     pub name: &'a str,
@@ -33,6 +34,22 @@ pub struct ConnectOptions<'a> {
     pub sig: Option<&'a str>,
     /// True when the connection is encrypted.
     pub tls_required: bool,
+}
+
+impl std::fmt::Debug for ConnectOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: Option<&str>| v.map(|_| "***");
+        f.debug_struct("ConnectOptions")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("user", &self.user_pass.map(|(u, _)| u))
+            .field("pass", &hidden(self.user_pass.map(|(_, p)| p)))
+            .field("token", &hidden(self.token))
+            .field("jwt", &hidden(self.jwt))
+            .field("nkey", &self.nkey)
+            .field("tls_required", &self.tls_required)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ConnectOptions<'_> {
@@ -73,7 +90,7 @@ fn validate_header(name: &[u8], value: &[u8]) -> Result<(), NatsEncodeError> {
 }
 
 /// Appends a JSON string literal of `s`.
-fn json_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     for &b in s.as_bytes() {
         match b {

@@ -14,7 +14,8 @@ use taskq_worker::{Config, Snapshot, Worker};
 /// Runs COMMAND for each job, with the job body on its standard input and
 /// TASKQ_JOB_ID and TASKQ_ADDR in its environment. Exit 0 deletes the job,
 /// 75 releases it for later, anything else is a failed attempt.
-#[derive(Parser, Debug)]
+// No `Debug`: its addresses may carry a password.
+#[derive(Parser)]
 #[command(name = "taskq-worker", version, about)]
 struct Args {
     /// Server address (repeat for several beanstalkd servers), or one
@@ -142,8 +143,14 @@ fn run(args: Args) -> Result<(), String> {
     let servers = if args.addrs.is_empty() {
         match std::env::var("TASKQ_ADDR") {
             // One JetStream cluster (its seeds are comma-separated), or
-            // beanstalkd servers separated by commas.
-            Ok(a) if taskq_connect::Address::parse(&a).is_ok_and(|a| a.is_nats()) => {
+            // beanstalkd servers separated by commas. An address with user
+            // info is kept whole even when it does not parse (a comma in
+            // its password): cut at the comma, a piece of the password
+            // would be shown as an address in the error.
+            Ok(a)
+                if a.contains('@')
+                    || taskq_connect::Address::parse(&a).is_ok_and(|a| a.is_nats()) =>
+            {
                 vec![a.trim().to_owned()]
             }
             Ok(a) if !a.trim().is_empty() => a.split(',').map(|s| s.trim().to_owned()).collect(),

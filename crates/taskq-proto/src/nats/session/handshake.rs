@@ -311,14 +311,7 @@ impl Handshake {
                 Ok(false) => Ok(HandshakeStep::Read),
                 Err(NatsError::Refused(mut r)) => {
                     // The server's words, but never a secret of ours in them.
-                    for secret in &self.sent {
-                        for form in [
-                            secret.expose().to_owned(),
-                            crate::peer_text(secret.expose().as_bytes()),
-                        ] {
-                            r.reason = r.reason.replace(&form, "***");
-                        }
-                    }
+                    r.reason = masked(r.reason, &self.sent);
                     Err(NatsError::Refused(r))
                 }
                 Err(e) => Err(e),
@@ -371,4 +364,35 @@ impl Handshake {
         self.phase = Phase::Write;
         Ok(())
     }
+}
+
+/// Where a secret's piece is long enough to tell it by (a shorter secret is
+/// masked only whole).
+const PIECE: usize = 12;
+
+/// A server's `text` with each of the secrets `sent` in it masked: as sent,
+/// as the server's text is escaped, and as `CONNECT` escaped it. Withheld
+/// whole when a piece of one is still there: a long secret cut by the
+/// length the text is kept to.
+fn masked(mut text: String, sent: &[Secret]) -> String {
+    for secret in sent {
+        let raw = secret.expose();
+        let mut json = Vec::new();
+        crate::nats::encode::json_str(&mut json, raw);
+        let json = String::from_utf8_lossy(&json[1..json.len() - 1]).into_owned();
+        for form in [raw, &crate::peer_text(raw.as_bytes()), &json] {
+            if !form.is_empty() {
+                text = text.replace(form, "***");
+            }
+        }
+        let starts: Vec<usize> = raw.char_indices().map(|(i, _)| i).collect();
+        let piece_left = starts
+            .windows(PIECE + 1)
+            .any(|w| text.contains(&raw[w[0]..w[PIECE]]))
+            || (starts.len() > PIECE && text.contains(&raw[starts[starts.len() - PIECE]..]));
+        if piece_left {
+            return "(withheld: it repeated part of a credential this client sent)".to_owned();
+        }
+    }
+    text
 }
