@@ -313,8 +313,7 @@ fn the_dashboard_in_a_real_browser_on_both_engines() {
         assert_eq!(s.record(i, "mail"), (2, 1));
     }
     let (a0, a1) = (s.addr(0), s.addr(1));
-    // At the address it picks itself, as an operator runs it.
-    let web = Web::launch(None, &["--addr", &a0, "--addr", &a1]);
+    let web = Web::start(&["--addr", &a0, "--addr", &a1]);
     let mut b = Browser::start();
 
     // The token in the address is traded for a cookie and dropped from it.
@@ -618,7 +617,8 @@ fn the_token_cookie_reaches_no_other_local_server() {
     };
 
     // Unless told otherwise, the dashboard listens on a loopback address of
-    // its own, and its cookie goes there only.
+    // its own, and its cookie goes there only. (The one test that talks to
+    // a loopback address other than 127.0.0.1: that address is the point.)
     let own = Web::launch(None, &["--addr", &addr]);
     let host = own
         .base

@@ -22,8 +22,9 @@ pub const HISTORY: usize = 120;
 pub struct Seen {
     /// The last snapshot read, if any.
     pub latest: Option<Arc<Snapshot>>,
-    /// Rates over the snapshots read.
-    pub history: History,
+    /// Rates over the snapshots read: shared by the pages that read it, and
+    /// copied by the sampler only when a page still holds the last one.
+    pub history: Arc<History>,
     /// The last reading's error, when it failed.
     pub error: Option<String>,
 }
@@ -51,7 +52,7 @@ impl Hub {
                     seen: Mutex::new((
                         Seen {
                             latest: None,
-                            history: History::new(HISTORY),
+                            history: Arc::new(History::new(HISTORY)),
                             error: None,
                         },
                         None,
@@ -123,7 +124,7 @@ fn sample(addr: &str, io_timeout: u64, stream: &StreamArgs, slot: &Slot) {
             let mut g = slot.seen.lock().unwrap_or_else(|e| e.into_inner());
             match read {
                 Ok(s) => {
-                    g.0.history.add(&s);
+                    Arc::make_mut(&mut g.0.history).add(&s);
                     g.0.latest = Some(Arc::new(s));
                     g.0.error = None;
                 }
