@@ -125,11 +125,11 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// True when the browser says another site's page sent the request
-/// (`Sec-Fetch-Site` other than `same-origin` or `none`, the address bar).
+/// (`Sec-Fetch-Site` other than `same-origin` or `none`, the address bar;
+/// one that cannot be read counts as another site).
 fn sent_by_another_site(h: &HeaderMap) -> bool {
     h.get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
+        .is_some_and(|v| !matches!(v.to_str(), Ok("same-origin" | "none")))
 }
 
 /// True when a state-changing request comes from another site.
@@ -293,5 +293,15 @@ mod tests {
             ("origin", "http://evil.test")
         ])));
         assert!(!cross_site(&h(&[("host", "localhost:1")])));
+        // Fetch metadata that cannot be read is another site's, whatever
+        // the Origin says.
+        let mut odd = h(&[("host", "localhost:1"), ("origin", "http://localhost:1")]);
+        odd.insert(
+            "sec-fetch-site",
+            HeaderValue::from_bytes(b"same-origin\xff").unwrap(),
+        );
+        assert!(cross_site(&odd) && sent_by_another_site(&odd));
+        assert!(!sent_by_another_site(&h(&[("sec-fetch-site", "none")])));
+        assert!(!sent_by_another_site(&h(&[("host", "localhost:1")])));
     }
 }
