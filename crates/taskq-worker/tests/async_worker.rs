@@ -19,6 +19,15 @@ use taskq_worker::{
 };
 
 /// A multi-thread runtime of two workers (the machine has two cores).
+/// The one timed test runs alone in this binary: the other tests, run
+/// beside it by the harness, would share its two cores and its time.
+static TIMED: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// What every other test holds while it runs (see [`TIMED`]).
+fn beside_the_timed_test() -> std::sync::RwLockReadGuard<'static, ()> {
+    TIMED.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -103,6 +112,7 @@ fn drained(addr: SocketAddr) -> bool {
 
 #[test]
 fn ten_thousand_jobs_of_50_ms_at_concurrency_1000_on_one_connection_and_the_runtimes_threads() {
+    let _alone = TIMED.write().unwrap_or_else(|e| e.into_inner());
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let n = 10_000;
@@ -181,6 +191,7 @@ fn quiet_poison_panics() {
 
 #[test]
 fn a_panic_in_the_closure_or_its_future_is_a_failed_attempt_and_poison_jobs_are_buried() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     quiet_poison_panics();
     let server = Beanstalkd::start().unwrap();
@@ -294,6 +305,7 @@ fn without_lookup(addr: SocketAddr, concurrency: usize) -> Config {
 /// count as `max_attempts` does: released once, then buried.
 #[test]
 fn without_the_lookup_jobs_start_at_once_and_only_a_failure_is_looked_up() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let n = 300;
@@ -357,6 +369,7 @@ fn without_the_lookup_jobs_start_at_once_and_only_a_failure_is_looked_up() {
 /// no more, by beanstalkd's own count of `stats-job` requests.
 #[test]
 fn a_handler_asks_for_its_jobs_numbers_when_the_lookup_is_off() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let n = 100;
@@ -414,6 +427,7 @@ fn a_handler_asks_for_its_jobs_numbers_when_the_lookup_is_off() {
 #[cfg(feature = "metrics")]
 #[test]
 fn its_counters_are_scraped_mid_run_and_agree_with_the_servers_record() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let n = 20;
@@ -466,6 +480,7 @@ fn its_counters_are_scraped_mid_run_and_agree_with_the_servers_record() {
 
 #[test]
 fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..20).map(|i| format!("{i}").into_bytes()).collect();
@@ -512,6 +527,7 @@ fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
 
 #[test]
 fn a_second_stop_gives_running_jobs_back_at_once() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..20).map(|i| format!("{i}").into_bytes()).collect();
@@ -547,6 +563,7 @@ fn a_second_stop_gives_running_jobs_back_at_once() {
 
 #[test]
 fn a_job_three_times_its_ttr_is_kept_by_touches() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     put_all(server.addr(), "default", 2, &[b"long".to_vec()]);
@@ -584,6 +601,7 @@ fn a_job_three_times_its_ttr_is_kept_by_touches() {
 /// the worker's touches; then each runs in turn, one at a time.
 #[test]
 fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..8).map(|i| format!("{i}").into_bytes()).collect();
@@ -639,6 +657,7 @@ fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() 
 
 #[test]
 fn a_job_over_the_limit_is_buried_once_and_the_small_ones_are_done() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start_with(&["-z", "1048576"]).unwrap();
     let mut bodies = vec![vec![b'x'; 100_000]];
@@ -667,6 +686,7 @@ fn a_job_over_the_limit_is_buried_once_and_the_small_ones_are_done() {
 
 #[test]
 fn resets_of_replies_at_fixed_byte_counts_lose_nothing_and_counts_bracket_the_servers() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     // Each job done took at least 180 bytes of replies (its RESERVED line,
     // its stats-job YAML, DELETED): 360,000 bytes, cut every 8,000.
@@ -675,6 +695,7 @@ fn resets_of_replies_at_fixed_byte_counts_lose_nothing_and_counts_bracket_the_se
 
 #[test]
 fn resets_of_requests_at_fixed_byte_counts_lose_nothing_and_counts_bracket_the_servers() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     // Each job done took at least 45 bytes of requests (its reserve, its
     // stats-job, its delete): 90,000 bytes, cut every 2,500.
@@ -721,6 +742,7 @@ fn resets(direction: Direction, bytes: u64, min_resets: u64) {
 
 #[test]
 fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resumes() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     log_from_env();
     let server = Beanstalkd::start().unwrap();
@@ -765,6 +787,7 @@ fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resum
 
 #[test]
 fn an_idle_worker_exits_once_the_queue_is_empty_and_nothing_is_held() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..50).map(|i| format!("{i}").into_bytes()).collect();
@@ -791,6 +814,7 @@ fn an_idle_worker_exits_once_the_queue_is_empty_and_nothing_is_held() {
 
 #[test]
 fn weighted_tubes_four_to_one_give_standard_its_share_on_one_connection() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..1000).map(|i| format!("{i}").into_bytes()).collect();
@@ -824,6 +848,7 @@ fn weighted_tubes_four_to_one_give_standard_its_share_on_one_connection() {
 
 #[test]
 fn an_empty_queue_costs_one_blocking_reserve_a_slice() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let before = record(server.addr());
@@ -846,6 +871,7 @@ fn an_empty_queue_costs_one_blocking_reserve_a_slice() {
 
 #[test]
 fn a_server_down_is_retried_with_backoff_and_work_resumes_when_it_is_back() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let port = taskq_testkit::beanstalkd::free_port().unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -889,6 +915,7 @@ fn a_server_down_is_retried_with_backoff_and_work_resumes_when_it_is_back() {
 
 #[test]
 fn two_servers_are_each_served_on_their_own_connection() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let a = Beanstalkd::start().unwrap();
     let b = Beanstalkd::start().unwrap();
@@ -914,6 +941,7 @@ fn two_servers_are_each_served_on_their_own_connection() {
 #[cfg(feature = "serde")]
 #[test]
 fn a_typed_body_decodes_and_a_bad_one_is_a_typed_error_that_buries_it() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     #[derive(serde::Deserialize)]
     struct Email {
@@ -950,6 +978,7 @@ fn a_typed_body_decodes_and_a_bad_one_is_a_typed_error_that_buries_it() {
 
 #[test]
 fn runs_on_a_current_thread_runtime_too() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..500).map(|i| format!("{i}").into_bytes()).collect();
@@ -974,6 +1003,7 @@ fn runs_on_a_current_thread_runtime_too() {
 
 #[test]
 fn bad_settings_are_typed_errors() {
+    let _beside = beside_the_timed_test();
     let _one = heavy();
     let handler = |_job: AsyncJob| async { Outcome::Done };
     let mixed = Config {
@@ -999,6 +1029,7 @@ const CHILD: &str = "TASKQ_ASYNC_WORKER_CHILD";
 
 #[test]
 fn kill_9_mid_run_gives_the_jobs_back_and_a_second_worker_does_them() {
+    let _beside = beside_the_timed_test();
     if let Ok(addr) = std::env::var(CHILD) {
         // The child: a worker whose handlers hold their jobs until killed.
         let worker = AsyncWorker::new(cfg(addr.parse().unwrap(), 8), |_job: AsyncJob| async {
