@@ -84,7 +84,9 @@ pub use outcome::{
 };
 pub use producer::Producer;
 #[cfg(feature = "tokio")]
-pub use shared::{SharedProducer, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_PUTS};
+pub use shared::{
+    SharedProducer, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_PUTS, MAX_QUEUED_PUTS,
+};
 
 pub use target::{IntoTarget, Target};
 /// What a program needs to reach a secured NATS cluster (credentials, TLS)

@@ -378,6 +378,20 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
             p.has_queued(Instant::now) || p.owes()
         };
         if !link.is_up() {
+            if inner.lock().owes() {
+                // The connection went without an error reported here (a
+                // read dropped for new work while it wrote a `PONG` leaves
+                // it unusable): what it owed is settled as at any break
+                // (unknown, or sent again by the rule) before another
+                // opens. Left owed, those puts would wait for replies no
+                // connection owes, and the new session's PubAck tokens,
+                // which start again at 1, would be matched to them.
+                step(inner, &mut wake, |p, w| {
+                    p.broke(&ConnectionError::Closed, Instant::now(), w)
+                });
+                link.lost();
+                continue;
+            }
             if !wants_link {
                 // Idle, with no connection: wait for work.
                 wait_for_work(inner).await;
@@ -413,9 +427,19 @@ pub(crate) async fn drive(inner: Arc<Inner>, mut link: Link) {
         }
         let heard = {
             let mut hear = pin!(link.hear());
+            // Puts held by a pause (JetStream, a stream without a leader)
+            // go out at its end, whether or not a reply comes first: a
+            // timer only then, none per put.
+            let until = inner.lock().paused(Instant::now);
+            let mut resume = pin!(until.map(|u| tokio::time::sleep_until(u.into())));
             poll_fn(|cx| {
                 if let Poll::Ready(r) = hear.as_mut().poll(cx) {
                     return Poll::Ready(Some(r));
+                }
+                if let Some(end) = resume.as_mut().as_pin_mut() {
+                    if end.poll(cx).is_ready() {
+                        return Poll::Ready(None);
+                    }
                 }
                 let mut p = inner.lock();
                 if p.has_queued(Instant::now) || p.finished() {

@@ -32,6 +32,11 @@ pub const DEFAULT_MAX_QUEUED_PUTS: usize = 4096;
 /// Bytes of puts waiting per connection by default.
 pub const DEFAULT_MAX_QUEUED_BYTES: usize = 16 << 20;
 
+/// The most puts that may wait per connection, whatever is asked: room
+/// for each is made when the producer connects, so a larger setting
+/// (`usize::MAX` meant as "no bound") would try to allocate it all.
+pub const MAX_QUEUED_PUTS: usize = 1 << 16;
+
 /// What a put holds against the byte limit beyond its body and tube: the
 /// command line or headers around it.
 const PUT_OVERHEAD: usize = 64;
@@ -134,10 +139,23 @@ impl Inner {
     }
 }
 
+/// The puts and bytes that may wait per connection: as set (else the
+/// defaults), each within what can be held.
+fn bounds((puts, bytes): (Option<usize>, Option<usize>)) -> (usize, usize) {
+    (
+        puts.unwrap_or(DEFAULT_MAX_QUEUED_PUTS)
+            .clamp(1, MAX_QUEUED_PUTS),
+        bytes
+            .unwrap_or(DEFAULT_MAX_QUEUED_BYTES)
+            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize)),
+    )
+}
+
 impl Builder {
     /// [`SharedProducer`]: most puts waiting per connection, written or
     /// not, their outcome not yet taken (default
-    /// [`DEFAULT_MAX_QUEUED_PUTS`]); a put past that waits for room.
+    /// [`DEFAULT_MAX_QUEUED_PUTS`], at most [`MAX_QUEUED_PUTS`]); a put
+    /// past that waits for room.
     pub fn max_queued_puts(mut self, n: usize) -> Self {
         self.max_queued.0 = Some(n);
         self
@@ -171,12 +189,7 @@ impl Builder {
     /// # }
     /// ```
     pub async fn connect_shared(self, addr: &str) -> Result<SharedProducer, Error> {
-        let max_puts = self.max_queued.0.unwrap_or(DEFAULT_MAX_QUEUED_PUTS).max(1);
-        let max_bytes = self
-            .max_queued
-            .1
-            .unwrap_or(DEFAULT_MAX_QUEUED_BYTES)
-            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        let (max_puts, max_bytes) = bounds(self.max_queued);
         let max_job_size = self.cfg.limits.max_job_size;
         let retries = self.retries;
         let link = driver::Link::connect(self, addr).await?;
@@ -529,6 +542,22 @@ fn wake_all(wake: &mut Vec<Waker>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_bounds_asked_are_kept_within_what_can_be_held() {
+        use super::{bounds, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_PUTS, MAX_QUEUED_PUTS};
+        assert_eq!(
+            bounds((None, None)),
+            (DEFAULT_MAX_QUEUED_PUTS, DEFAULT_MAX_QUEUED_BYTES)
+        );
+        assert_eq!(bounds((Some(10), Some(1000))), (10, 1000));
+        assert_eq!(bounds((Some(0), Some(0))), (1, 1));
+        // "No bound" is the most that can be held, not an allocation of
+        // usize::MAX slots at connect.
+        let (puts, bytes) = bounds((Some(usize::MAX), Some(usize::MAX)));
+        assert_eq!(puts, MAX_QUEUED_PUTS);
+        assert!(bytes <= u32::MAX as usize);
+    }
+
     use super::*;
 
     fn assert_send_sync<T: Send + Sync + Clone>() {}

@@ -744,9 +744,9 @@ impl JobLink for SlotLink<'_> {
     }
 }
 
-/// Runs the handler on `job`: a panic in the closure or while its future
-/// is polled is a failed attempt (`Outcome::Fail`, and `true`); an abort
-/// drops the future and gives the job back at once.
+/// Runs the handler on `job`: a panic in the closure, while its future
+/// is polled or while it is dropped is a failed attempt (`Outcome::Fail`,
+/// and `true`); an abort drops the future and gives the job back at once.
 async fn run_guarded<H, F>(handler: &H, job: AsyncJob, cell: &SlotCell) -> (Outcome, bool)
 where
     H: Fn(AsyncJob) -> F,
@@ -757,10 +757,15 @@ where
         Ok(fut) => fut,
         Err(payload) => return (panicked(id, payload), true),
     };
-    let mut fut = pin!(fut);
+    // Held in an `Option` so that it is dropped here, guarded, in place
+    // (no allocation): a panic in its drop would end the slot's task, and
+    // the job it held would never be settled.
+    let mut fut = pin!(Some(fut));
     let mut abort = pin!(cell.abort.notified());
-    poll_fn(|cx| {
+    let mut aborted = false;
+    let ended = poll_fn(|cx| {
         if cell.aborted.load(Ordering::SeqCst) || abort.as_mut().poll(cx).is_ready() {
+            aborted = true;
             return Poll::Ready((
                 Outcome::Retry {
                     delay: Duration::ZERO,
@@ -768,13 +773,27 @@ where
                 false,
             ));
         }
-        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+        let Some(f) = fut.as_mut().as_pin_mut() else {
+            // Never: it is dropped only after this poll_fn ends.
+            return Poll::Ready((Outcome::Fail, false));
+        };
+        match catch_unwind(AssertUnwindSafe(|| f.poll(cx))) {
             Ok(Poll::Ready(outcome)) => Poll::Ready((outcome, false)),
             Ok(Poll::Pending) => Poll::Pending,
             Err(payload) => Poll::Ready((panicked(id, payload), true)),
         }
     })
-    .await
+    .await;
+    match catch_unwind(AssertUnwindSafe(|| fut.as_mut().set(None))) {
+        Ok(()) => ended,
+        // The attempt's failure, unless it failed by a panic already or
+        // was given back by an abort (which stands): then only logged.
+        Err(payload) if !ended.1 && !aborted => (panicked(id, payload), true),
+        Err(payload) => {
+            let _ = panicked(id, payload);
+            ended
+        }
+    }
 }
 
 /// Logs a handler's panic once, with the job's id: a failed attempt.
@@ -948,5 +967,41 @@ mod tests {
             cell.answer(1, Answered::Touch(Ok(())));
             assert!(lock(&cell.state).answers.is_empty());
         });
+    }
+
+    /// A handler's future that ends `Done` at once, and panics when
+    /// dropped.
+    struct DoneThenPanicsOnDrop;
+
+    impl Future for DoneThenPanicsOnDrop {
+        type Output = Outcome;
+
+        fn poll(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Outcome> {
+            Poll::Ready(Outcome::Done)
+        }
+    }
+
+    impl Drop for DoneThenPanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("poison in a drop");
+        }
+    }
+
+    #[test]
+    fn a_panic_while_a_handlers_future_is_dropped_is_a_failed_attempt_not_the_slots_end() {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let (sh, cell) = cell();
+        cell.hold(b"one", b"");
+        cell.run(1, 1, "t");
+        let job = next_job(&sh, &cell);
+        let handler = |_job: AsyncJob| DoneThenPanicsOnDrop;
+        let mut run = pin!(run_guarded(&handler, job, &cell));
+        let ended = run.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        std::panic::set_hook(hook);
+        assert!(
+            matches!(ended, Poll::Ready((Outcome::Fail, true))),
+            "{ended:?}"
+        );
     }
 }

@@ -13,7 +13,7 @@ use crate::engine::{Fault, Settle, Took};
 use crate::handler::Outcome;
 use crate::job::JobError;
 use crate::shared::Shared;
-use crate::worker::account::{failed, tally};
+use crate::worker::account::{delivered_again_while_running, failed, tally};
 use crate::worker::settle::{settle_with_info, Settled};
 
 impl Machine {
@@ -228,6 +228,36 @@ impl Machine {
         );
     }
 
+    /// Job `id`, reserved at `asked`, is one a slot of this connection
+    /// holds already: its lease ran out while it ran or waited, and the
+    /// server handed it to this connection again. One job, run once: the
+    /// new reservation is its lease now (the settle of the slot's run,
+    /// sent on this connection, settles it), and the delivery is not run
+    /// again (counted `lost_lease_on_release`, its ticket given back), as
+    /// the JetStream machine does. A job the server no longer counted as
+    /// ours (revoked, never to run) is not one the slot runs: its
+    /// delivery is taken as any other.
+    fn reserved_again(&mut self, sh: &Shared, id: u64, asked: Instant) -> bool {
+        let epoch = self.epoch;
+        let Some(slot) = self.slots.iter().position(
+            |s| matches!(s, Slot::Running { id: j, epoch: e, .. } if *j == id && *e == epoch),
+        ) else {
+            return false;
+        };
+        if self.lost.contains(&(slot, id)) {
+            return false;
+        }
+        if let Some(Slot::Running { asked: a, .. }) = self.slots.get_mut(slot) {
+            *a = asked;
+        }
+        if let Some(h) = self.held.iter_mut().find(|h| h.slot == slot) {
+            h.asked = asked;
+            h.leased = asked;
+        }
+        delivered_again_while_running(sh, self.name(sh), id);
+        true
+    }
+
     /// What a reserve's reply comes to.
     fn took(
         &mut self,
@@ -268,13 +298,16 @@ impl Machine {
             self.dry = true;
             return Ok(None);
         };
-        Counters::add(&sh.counters.reserved);
         self.life.last_busy = now;
         self.quiet = false;
         self.dry = false;
         self.probe_wait = PROBE_MIN;
         self.probe_at = None;
         let id = job.id;
+        if self.reserved_again(sh, id, asked) {
+            return Ok(None);
+        }
+        Counters::add(&sh.counters.reserved);
         if sh.stop.load(std::sync::atomic::Ordering::SeqCst) {
             // Reserved after the stop: given back untouched.
             self.settle(

@@ -1005,3 +1005,106 @@ fn handed_ahead_a_break_revokes_the_jobs_no_thread_has_run() {
     let c = r.counts();
     assert_eq!((c.lease_dropped, c.lost_lease_on_release), (2, 0));
 }
+
+/// Two handlers, one job (5) running since 1 ms, and the server dry: the
+/// probe that went with its lookup found nothing at 1 ms.
+fn one_job_on_a_dry_server() -> (Rig, Vec<Start>) {
+    let mut r = Rig::new(cfg(2));
+    r.send(0);
+    let starts = r.take(1, b"RESERVED 5 4\r\nbody\r\nTIMED_OUT\r\n", 0);
+    r.reply(1, b"TIMED_OUT\r\n");
+    (r, starts)
+}
+
+#[test]
+fn a_probe_the_machine_would_not_send_is_no_deadline_gone_by() {
+    // The driver wakes at the earliest deadline; one gone by that the
+    // machine does not act on wakes it at once, turn after turn.
+    let (mut r, starts) = one_job_on_a_dry_server();
+    // A job runs on a dry server: the next probe is its deadline.
+    assert_eq!(r.due(1), Some(r.at(1) + PROBE_MIN));
+    // The job ends well after that: its delete goes alone, and while its
+    // answer is owed the probe (not sent: nothing runs) is no deadline.
+    r.m.finished(&r.sh, starts[0].slot, Outcome::Done, None);
+    assert_eq!(r.send(500), ["delete 5"]);
+    let io = r.sh.cfg.io_timeout;
+    assert_eq!(
+        r.due(500),
+        Some(r.at(500) + io),
+        "the delete's reply deadline"
+    );
+    r.reply(501, b"DELETED\r\n");
+    assert_eq!(r.send(501), ["reserve-with-timeout 1"]);
+}
+
+#[test]
+fn after_a_stop_a_probe_gone_by_is_no_deadline_while_a_job_drains() {
+    let (mut r, starts) = one_job_on_a_dry_server();
+    r.sh.shutdown();
+    // Long after the probe was due, the job still runs: nothing to send
+    // and nothing due (before, the gone-by probe was the deadline, and the
+    // driver spun until the job ended).
+    assert!(r.send(5000).is_empty());
+    assert_eq!(r.due(5000), None);
+    r.m.finished(&r.sh, starts[0].slot, Outcome::Done, None);
+    assert_eq!(r.send(5001), ["delete 5"]);
+    r.reply(5002, b"DELETED\r\n");
+    assert!(r.m.is_done(&r.sh));
+}
+
+#[test]
+fn a_job_reserved_again_while_its_handler_runs_is_not_run_twice() {
+    // Its TTR ran out while it ran, and the server gave it to this
+    // connection again.
+    let (mut r, starts) = one_job_on_a_dry_server();
+    assert_eq!(r.send(11), ["reserve-with-timeout 0"]);
+    r.runs.clear();
+    let (again, broke) = r.reply(12, &reserved(5));
+    assert!(!broke);
+    assert!(again.is_empty(), "not started again: {again:?}");
+    assert_eq!(r.m.running(), 1, "one slot holds job 5");
+    // No lookup, no run: at most a reserve for the free slot.
+    let sent = r.send(12);
+    assert!(
+        sent.iter().all(|l| l == "reserve-with-timeout 0"),
+        "{sent:?}"
+    );
+    r.reply(12, &b"TIMED_OUT\r\n".repeat(sent.len()));
+    assert!(r.runs.is_empty());
+    let c = r.counts();
+    assert_eq!((c.reserved, c.lost_lease_on_release), (1, 1));
+    // The run's settle settles it, once, on this connection.
+    r.m.finished(&r.sh, starts[0].slot, Outcome::Done, None);
+    let sent = r.send(13);
+    assert_eq!(
+        sent.iter().filter(|l| *l == "delete 5").count(),
+        1,
+        "{sent:?}"
+    );
+    let replies: Vec<u8> = sent
+        .iter()
+        .flat_map(|l| match l.as_str() {
+            "delete 5" => b"DELETED\r\n".to_vec(),
+            _ => b"TIMED_OUT\r\n".to_vec(),
+        })
+        .collect();
+    r.reply(14, &replies);
+    assert_eq!(r.counts().deleted, 1);
+    assert_eq!(r.m.running(), 0);
+}
+
+#[test]
+fn a_reserve_the_connection_refuses_gives_its_max_jobs_ticket_back() {
+    let mut r = Rig::new(Config {
+        max_jobs: Some(1),
+        ..cfg(1)
+    });
+    // A connection broken before the machine heard of it refuses the
+    // reserve the one ticket was taken for.
+    r.wire.mark_broken();
+    assert!(r.m.transmit(&r.sh, r.at(0), &mut r.wire).is_err());
+    assert!(
+        r.sh.take_ticket(),
+        "the ticket is the worker's again, or it never reaches max_jobs"
+    );
+}

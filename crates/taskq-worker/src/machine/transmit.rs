@@ -73,7 +73,7 @@ impl Machine {
             } else if self.running() == 0 && self.owed.is_empty() && self.asks == 0 {
                 // Nothing runs, nothing is owed: wait on the server.
                 if sh.take_ticket() {
-                    self.ask(sink, sh.cfg.reserve_secs(), &sh.cfg.tubes, now)?;
+                    self.ask_with_ticket(sh, sink, sh.cfg.reserve_secs(), now)?;
                     self.blocking = true;
                     queued += 1;
                 } else {
@@ -93,7 +93,7 @@ impl Machine {
                     self.ticket_at = Some(now + TICKET_RETRY);
                     break;
                 }
-                self.ask(sink, 0, &sh.cfg.tubes, now)?;
+                self.ask_with_ticket(sh, sink, 0, now)?;
                 self.asks += 1;
                 queued += 1;
                 // The window is filled by the schedule: each ask is a turn's job.
@@ -103,6 +103,20 @@ impl Machine {
             }
         }
         Ok(queued)
+    }
+
+    /// [`ask`](Self::ask) for a ticket taken: given back if the sink
+    /// refuses (no reserve owed holds it, and a break gives back only
+    /// those owed; lost, the worker could never reach `max_jobs`).
+    fn ask_with_ticket(
+        &mut self,
+        sh: &Shared,
+        sink: &mut dyn Sink,
+        slice: u32,
+        now: Instant,
+    ) -> Result<(), ConnectionError> {
+        self.ask(sink, slice, &sh.cfg.tubes, now)
+            .inspect_err(|_| sh.give_ticket())
     }
 
     fn ask(
@@ -145,7 +159,18 @@ impl Machine {
             if let Some(h) = self.held_due(now) {
                 at(h);
             }
-            if self.dry && self.asks == 0 && !self.blocking {
+            // The next probe, only while `transmit` would send it when
+            // due: one it would not (a stop, no job running, a ticket
+            // awaited) is no deadline, or once gone by the driver would
+            // wake for it again and again.
+            let stopping = sh.stop.load(std::sync::atomic::Ordering::SeqCst);
+            if self.dry
+                && self.asks == 0
+                && !self.blocking
+                && !stopping
+                && self.running() > 0
+                && self.ticket_at.is_none()
+            {
                 if let Some(p) = self.probe_at {
                     at(p);
                 }
