@@ -70,3 +70,53 @@ pub fn read_into(room: &mut [u8], piece: &mut &[u8]) -> usize {
     *piece = &piece[n..];
     n
 }
+
+/// The pieces a reader receives `input` in: up to each of `ends` in turn,
+/// each with the end it reaches.
+pub fn each_piece<'a>(
+    input: &'a [u8],
+    ends: &'a [usize],
+) -> impl Iterator<Item = (&'a [u8], usize)> {
+    let mut start = 0;
+    ends.iter().map(move |&end| {
+        let piece = &input[start..end];
+        start = end;
+        (piece, end)
+    })
+}
+
+/// A session a driver reads into: the room it gives, and what was put there.
+pub trait Receiver {
+    fn room(&mut self) -> Result<&mut [u8], String>;
+    fn took(&mut self, n: usize);
+}
+
+impl Receiver for taskq_proto::Session {
+    fn room(&mut self) -> Result<&mut [u8], String> {
+        self.recv_room().map_err(|e| format!("{e:?}"))
+    }
+
+    fn took(&mut self, n: usize) {
+        self.received(n);
+    }
+}
+
+impl Receiver for taskq_proto::nats::NatsSession {
+    fn room(&mut self) -> Result<&mut [u8], String> {
+        self.recv_room().map_err(|e| format!("{e:?}"))
+    }
+
+    fn took(&mut self, n: usize) {
+        self.received(n);
+    }
+}
+
+/// One read as a driver makes it: what fits of `piece` into the session's
+/// room (`piece` moves past it). `Err`: the session gave no room, its error
+/// as shown.
+pub fn receive(s: &mut impl Receiver, piece: &mut &[u8]) -> Result<(), String> {
+    let room = s.room()?;
+    let n = read_into(room, piece);
+    s.took(n);
+    Ok(())
+}

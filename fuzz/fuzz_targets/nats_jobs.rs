@@ -49,20 +49,12 @@ fn error(s: &NatsSession, e: NatsError, out: &mut Vec<String>) -> bool {
 fn run(puts: bool, input: &[u8], ends: &[usize]) -> Vec<String> {
     let mut s = session(puts);
     let mut out = Vec::new();
-    let mut start = 0;
-    for &end in ends {
-        let mut piece = &input[start..end];
-        start = end;
+    for (mut piece, end) in common::each_piece(input, ends) {
         while !piece.is_empty() {
-            let room = match s.recv_room() {
-                Ok(room) => room,
-                Err(e) => {
-                    out.push(format!("{e:?}"));
-                    return out;
-                }
-            };
-            let n = common::read_into(room, &mut piece);
-            s.received(n);
+            if let Err(e) = common::receive(&mut s, &mut piece) {
+                out.push(e);
+                return out;
+            }
             loop {
                 let owed = if puts {
                     s.pubacks_owed()

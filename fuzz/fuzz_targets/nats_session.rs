@@ -35,20 +35,12 @@ fn session() -> NatsSession {
 fn run(input: &[u8], ends: &[usize]) -> (Vec<String>, u32) {
     let mut s = session();
     let mut out = Vec::new();
-    let mut start = 0;
-    for &end in ends {
-        let mut piece = &input[start..end];
-        start = end;
+    for (mut piece, _) in common::each_piece(input, ends) {
         while !piece.is_empty() {
-            let room = match s.recv_room() {
-                Ok(r) => r,
-                Err(e) => {
-                    out.push(format!("{e:?}"));
-                    return (out, s.pongs_owed());
-                }
-            };
-            let n = common::read_into(room, &mut piece);
-            s.received(n);
+            if let Err(e) = common::receive(&mut s, &mut piece) {
+                out.push(e);
+                return (out, s.pongs_owed());
+            }
             loop {
                 match s.poll_event() {
                     Ok(Some(e)) => {

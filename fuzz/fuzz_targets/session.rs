@@ -50,10 +50,7 @@ fn session(kinds: &[u8], skip: bool) -> Session {
 fn run(kinds: &[u8], skip: bool, input: &[u8], ends: &[usize]) -> Vec<String> {
     let mut s = session(kinds, skip);
     let mut out = Vec::new();
-    let mut start = 0;
-    for &end in ends {
-        let mut piece = &input[start..end];
-        start = end;
+    for (mut piece, end) in common::each_piece(input, ends) {
         loop {
             if s.owed() == 0 {
                 // What came past the last reply owed: a driver reconnects.
@@ -71,16 +68,9 @@ fn run(kinds: &[u8], skip: bool, input: &[u8], ends: &[usize]) -> Vec<String> {
                     out.push(format!("{:?}", Reply::Inserted { id }));
                     continue;
                 }
-            } else {
-                let room = match s.recv_room() {
-                    Ok(room) => room,
-                    Err(e) => {
-                        out.push(format!("{e:?}"));
-                        return out;
-                    }
-                };
-                let n = common::read_into(room, &mut piece);
-                s.received(n);
+            } else if let Err(e) = common::receive(&mut s, &mut piece) {
+                out.push(e);
+                return out;
             }
             while s.owed() > 0 {
                 match s.poll_reply() {
