@@ -432,7 +432,21 @@ impl JsMachine {
                 Owed::Keep { slot, seq } => self.untouched(slot, seq),
             }
         }
-        self.out.retain(|o| !matches!(o, Out::Keep { .. }));
+        // Touches not written yet are answered now, as those owed above
+        // (the handler may ask again on the next connection); a held job's
+        // is asked again by the lease rule.
+        let mut unwritten = Vec::new();
+        self.out.retain(|o| match *o {
+            Out::Keep { .. } => false,
+            Out::Touch { slot, seq } => {
+                unwritten.push((slot, seq));
+                false
+            }
+            _ => true,
+        });
+        for (slot, seq) in unwritten {
+            self.cannot_answer(slot, seq, Asked::Touch);
+        }
         for &slot in &self.waiting {
             if let Slot::Running(h) = &mut self.slots[slot] {
                 h.touching = false;

@@ -678,6 +678,22 @@ fn a_touch_owed_at_a_break_or_asked_on_none_fails_at_once() {
     ));
     assert!(r.m.answered().is_none());
     assert_eq!(r.counts().touched, 0);
+    // On the next connection, a touch asked and not written yet when that
+    // one breaks too: answered now, not whenever a connection comes back,
+    // and never sent.
+    r.reconnect(4, 1_000);
+    r.m.handler_asks(run[0].slot, 4, Asked::Touch);
+    r.reconnect(1_001, 2_000);
+    assert!(matches!(
+        r.m.answered(),
+        Some((_, 4, Answered::Touch(Err(JobError::Connection(_)))))
+    ));
+    assert!(r.m.answered().is_none());
+    let sent = what(&r.send(2_000));
+    assert!(
+        !sent.iter().any(|(_, body)| body.contains("+WPI")),
+        "{sent:?}"
+    );
 }
 
 #[test]
