@@ -4,7 +4,6 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -68,19 +67,21 @@ fn random_resets(prefetch: usize) {
     )
     .unwrap();
     let control = worker.control();
+    let watch = worker.control();
     let running = worker.start();
 
-    // Faults: every 20 ms, resets at random moments on about half the connections.
-    let chaos_on = Arc::new(AtomicBool::new(true));
+    // Faults: every 20 ms, resets at random moments on about half the
+    // connections, until the worker has met a hundred of them (counted by
+    // its reconnects, not by time: however fast the drain goes, the faults
+    // go on, on its idle connections once it is done).
     let rounds = {
-        let chaos_flag = chaos_on.clone();
         let mut rng_state = seed;
         let proxy = &proxy;
         std::thread::scope(|s| {
             let h = s.spawn(move || {
                 let mut rounds = 0u64;
-                let until = Instant::now() + Duration::from_secs(6);
-                while chaos_flag.load(Ordering::SeqCst) && Instant::now() < until {
+                let until = Instant::now() + Duration::from_secs(60);
+                while watch.counters().reconnects < 100 && Instant::now() < until {
                     rng_state = rng_state
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
@@ -92,12 +93,11 @@ fn random_resets(prefetch: usize) {
                 }
                 rounds
             });
+            let rounds = h.join().unwrap();
             let done = wait_until(Duration::from_secs(60), || {
                 let r = record(server.addr());
                 r.ready + r.reserved + r.delayed == 0
             });
-            chaos_on.store(false, Ordering::SeqCst);
-            let rounds = h.join().unwrap();
             assert!(done, "queue not drained; seed {seed}");
             rounds
         })
