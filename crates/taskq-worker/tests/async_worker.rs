@@ -18,15 +18,6 @@ use taskq_worker::{
     AsyncJob, AsyncWorker, Backoff, Config, ConfigError, Jitter, Outcome, Snapshot,
 };
 
-/// The one timed test runs alone in this binary: the other tests, run
-/// beside it by the harness, would share its two cores and its time.
-static TIMED: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-/// What every other test holds while it runs (see [`TIMED`]).
-fn beside_the_timed_test() -> std::sync::RwLockReadGuard<'static, ()> {
-    TIMED.read().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A multi-thread runtime of two workers (the machine has two cores).
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -110,7 +101,8 @@ fn drained(addr: SocketAddr) -> bool {
     r.ready + r.reserved + r.delayed == 0
 }
 
-/// Timed on the build users run: `scripts/test` runs it with `--release`.
+/// Timed on the build users run: `scripts/test` runs it with `--release`,
+/// alone (by its name), so that no other test shares its two cores.
 /// On this two-core machine the worker and beanstalkd share the cores, and
 /// with each job looked up (the default, three requests a job) the dev
 /// build's own CPU measured 1.27-1.31 of the ideal time where the release
@@ -122,7 +114,6 @@ fn drained(addr: SocketAddr) -> bool {
     ignore = "timed: scripts/test runs it on the release build"
 )]
 fn ten_thousand_jobs_of_50_ms_at_concurrency_1000_on_one_connection_and_the_runtimes_threads() {
-    let _alone = TIMED.write().unwrap_or_else(|e| e.into_inner());
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let n = 10_000;
@@ -201,7 +192,6 @@ fn quiet_poison_panics() {
 
 #[test]
 fn a_panic_in_the_closure_or_its_future_is_a_failed_attempt_and_poison_jobs_are_buried() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     quiet_poison_panics();
     let server = Beanstalkd::start().unwrap();
@@ -315,7 +305,6 @@ fn without_lookup(addr: SocketAddr, concurrency: usize) -> Config {
 /// count as `max_attempts` does: released once, then buried.
 #[test]
 fn without_the_lookup_jobs_start_at_once_and_only_a_failure_is_looked_up() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let n = 300;
@@ -379,7 +368,6 @@ fn without_the_lookup_jobs_start_at_once_and_only_a_failure_is_looked_up() {
 /// no more, by beanstalkd's own count of `stats-job` requests.
 #[test]
 fn a_handler_asks_for_its_jobs_numbers_when_the_lookup_is_off() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let n = 100;
@@ -437,7 +425,6 @@ fn a_handler_asks_for_its_jobs_numbers_when_the_lookup_is_off() {
 #[cfg(feature = "metrics")]
 #[test]
 fn its_counters_are_scraped_mid_run_and_agree_with_the_servers_record() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let n = 20;
@@ -490,7 +477,6 @@ fn its_counters_are_scraped_mid_run_and_agree_with_the_servers_record() {
 
 #[test]
 fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..20).map(|i| format!("{i}").into_bytes()).collect();
@@ -537,7 +523,6 @@ fn a_first_stop_takes_nothing_more_and_lets_running_jobs_finish() {
 
 #[test]
 fn a_second_stop_gives_running_jobs_back_at_once() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..20).map(|i| format!("{i}").into_bytes()).collect();
@@ -573,7 +558,6 @@ fn a_second_stop_gives_running_jobs_back_at_once() {
 
 #[test]
 fn a_job_three_times_its_ttr_is_kept_by_touches() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     put_all(server.addr(), "default", 2, &[b"long".to_vec()]);
@@ -611,7 +595,6 @@ fn a_job_three_times_its_ttr_is_kept_by_touches() {
 /// the worker's touches; then each runs in turn, one at a time.
 #[test]
 fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..8).map(|i| format!("{i}").into_bytes()).collect();
@@ -667,7 +650,6 @@ fn with_prefetch_one_handler_holds_a_window_and_keeps_the_waiting_jobs_leases() 
 
 #[test]
 fn a_job_over_the_limit_is_buried_once_and_the_small_ones_are_done() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start_with(&["-z", "1048576"]).unwrap();
     let mut bodies = vec![vec![b'x'; 100_000]];
@@ -696,7 +678,6 @@ fn a_job_over_the_limit_is_buried_once_and_the_small_ones_are_done() {
 
 #[test]
 fn resets_of_replies_at_fixed_byte_counts_lose_nothing_and_counts_bracket_the_servers() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     // Each job done took at least 180 bytes of replies (its RESERVED line,
     // its stats-job YAML, DELETED): 360,000 bytes, cut every 8,000.
@@ -705,7 +686,6 @@ fn resets_of_replies_at_fixed_byte_counts_lose_nothing_and_counts_bracket_the_se
 
 #[test]
 fn resets_of_requests_at_fixed_byte_counts_lose_nothing_and_counts_bracket_the_servers() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     // Each job done took at least 45 bytes of requests (its reserve, its
     // stats-job, its delete): 90,000 bytes, cut every 2,500.
@@ -752,7 +732,6 @@ fn resets(direction: Direction, bytes: u64, min_resets: u64) {
 
 #[test]
 fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resumes() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     log_from_env();
     let server = Beanstalkd::start().unwrap();
@@ -797,7 +776,6 @@ fn silence_is_a_broken_connection_detected_by_the_reply_deadline_then_work_resum
 
 #[test]
 fn an_idle_worker_exits_once_the_queue_is_empty_and_nothing_is_held() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..50).map(|i| format!("{i}").into_bytes()).collect();
@@ -824,7 +802,6 @@ fn an_idle_worker_exits_once_the_queue_is_empty_and_nothing_is_held() {
 
 #[test]
 fn weighted_tubes_four_to_one_give_standard_its_share_on_one_connection() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..1000).map(|i| format!("{i}").into_bytes()).collect();
@@ -858,7 +835,6 @@ fn weighted_tubes_four_to_one_give_standard_its_share_on_one_connection() {
 
 #[test]
 fn an_empty_queue_costs_one_blocking_reserve_a_slice() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let before = record(server.addr());
@@ -881,7 +857,6 @@ fn an_empty_queue_costs_one_blocking_reserve_a_slice() {
 
 #[test]
 fn a_server_down_is_retried_with_backoff_and_work_resumes_when_it_is_back() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let port = taskq_testkit::beanstalkd::free_port().unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -925,7 +900,6 @@ fn a_server_down_is_retried_with_backoff_and_work_resumes_when_it_is_back() {
 
 #[test]
 fn two_servers_are_each_served_on_their_own_connection() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let a = Beanstalkd::start().unwrap();
     let b = Beanstalkd::start().unwrap();
@@ -951,7 +925,6 @@ fn two_servers_are_each_served_on_their_own_connection() {
 #[cfg(feature = "serde")]
 #[test]
 fn a_typed_body_decodes_and_a_bad_one_is_a_typed_error_that_buries_it() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     #[derive(serde::Deserialize)]
     struct Email {
@@ -988,7 +961,6 @@ fn a_typed_body_decodes_and_a_bad_one_is_a_typed_error_that_buries_it() {
 
 #[test]
 fn runs_on_a_current_thread_runtime_too() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let server = Beanstalkd::start().unwrap();
     let bodies: Vec<Vec<u8>> = (0..500).map(|i| format!("{i}").into_bytes()).collect();
@@ -1013,7 +985,6 @@ fn runs_on_a_current_thread_runtime_too() {
 
 #[test]
 fn bad_settings_are_typed_errors() {
-    let _beside = beside_the_timed_test();
     let _one = heavy();
     let handler = |_job: AsyncJob| async { Outcome::Done };
     let mixed = Config {
@@ -1039,7 +1010,6 @@ const CHILD: &str = "TASKQ_ASYNC_WORKER_CHILD";
 
 #[test]
 fn kill_9_mid_run_gives_the_jobs_back_and_a_second_worker_does_them() {
-    let _beside = beside_the_timed_test();
     if let Ok(addr) = std::env::var(CHILD) {
         // The child: a worker whose handlers hold their jobs until killed.
         let worker = AsyncWorker::new(cfg(addr.parse().unwrap(), 8), |_job: AsyncJob| async {
