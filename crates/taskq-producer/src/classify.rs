@@ -325,6 +325,14 @@ impl<'a> Replies<'a> {
     pub(crate) fn take(&mut self, r: Result<JobId, Error>) -> Result<(), BatchError> {
         let i = self.at;
         if let Err(e) = record(r, &mut self.out[i], self.report) {
+            // These puts were written: whatever ended the reading (a
+            // session found out of step by an earlier reply says "broken"),
+            // each may be queued.
+            let e = if e.not_sent() {
+                Error::Unknown(taskq_proto::ConnectionError::Broken)
+            } else {
+                e
+            };
             self.out[i..self.end].fill(PutOutcome::Unknown);
             self.at = self.end;
             return Err(BatchError {

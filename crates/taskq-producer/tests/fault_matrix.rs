@@ -340,6 +340,77 @@ fn put_reply_cut_at_every_byte_offset_is_never_misclassified() {
     assert_eq!(single.unknown_queued, reply_len as u64);
 }
 
+/// What the reference server holds as job `id`: its body, or `None`.
+fn body_of(addr: SocketAddr, id: u64) -> Option<Vec<u8>> {
+    match direct(addr).request(&Command::Peek { id }).unwrap() {
+        Reply::Found { body, .. } => Some(body.to_vec()),
+        Reply::NotFound => None,
+        r => panic!("peek {id}: {r:?}"),
+    }
+}
+
+#[test]
+fn a_put_refused_at_its_line_in_a_batch_hands_no_later_put_another_reply() {
+    // beanstalkd answers a put line it refuses with BAD_FORMAT before it
+    // reads the body, then reads the body as a command (UNKNOWN_COMMAND),
+    // then serves the next put: two replies where one was owed. The
+    // reference server answers the batch's first put just so, and inserts
+    // the other five (ids 1 to 5).
+    let bodies: Vec<Vec<u8>> = (0..6).map(|i| format!("job-{i}").into_bytes()).collect();
+    for refusal in [&b"BAD_FORMAT\r\n"[..], b"UNKNOWN_COMMAND\r\n"] {
+        let mut bytes = refusal.to_vec();
+        bytes.extend_from_slice(b"UNKNOWN_COMMAND\r\n");
+        let server = TestServer::start_with(
+            ServerConfig::default().faults(FaultPlan::nth(1, Fault::Replace { after: 0, bytes })),
+        )
+        .unwrap();
+        let ledger = server.ledger();
+        let mut p = producer(server.addr());
+        let mut out = [PutOutcome::NotSent; 6];
+        let r = p.put_batch(&bodies, PutOptions::default(), &mut out);
+        let shown = String::from_utf8_lossy(refusal).trim_end().to_owned();
+        eprintln!("{shown}, then UNKNOWN_COMMAND: {out:?} ({r:?})");
+        assert!(
+            matches!(out[0], PutOutcome::Rejected(_)),
+            "{shown}: {out:?}"
+        );
+        let e = r.expect_err("the batch broke off where the stream went out of step");
+        assert_eq!(e.replied, 1, "{shown}: {e}");
+        assert!(e.error.outcome_unknown(), "{shown}: {e}");
+        // No later put was handed a reply that was not its own: an id
+        // holds its own caller's body, a rejected put queued nothing.
+        for (i, o) in out.iter().enumerate() {
+            match o {
+                PutOutcome::Inserted(id) => {
+                    assert_eq!(
+                        body_of(server.addr(), id.get()),
+                        Some(bodies[i].clone()),
+                        "{i}"
+                    )
+                }
+                PutOutcome::Rejected(_) => assert!(
+                    (1..=5).all(|id| body_of(server.addr(), id) != Some(bodies[i].clone())),
+                    "{shown}: put {i} said rejected, yet it is queued"
+                ),
+                PutOutcome::Unknown | PutOutcome::NotSent => {}
+            }
+        }
+        // Each job queued and not acknowledged to its caller is an unknown.
+        let unknown = out.iter().filter(|o| **o == PutOutcome::Unknown).count() as u64;
+        assert_eq!(ledger.check().added, 5, "{shown}");
+        assert!(unknown >= 5, "{shown}: {out:?}");
+        // The next put opens a new connection and is its own.
+        let id = p
+            .put(b"after", PutOptions::default())
+            .expect("put afterwards");
+        assert_eq!(
+            body_of(server.addr(), id.get()).as_deref(),
+            Some(&b"after"[..])
+        );
+        assert_eq!(p.connects(), 2, "{shown}");
+    }
+}
+
 /// One row of the reply table: what the server says, and what the client makes of it.
 struct Case {
     reply: &'static str,
@@ -384,15 +455,19 @@ fn every_error_reply_and_garbage_line_gives_a_distinct_typed_result() {
         },
         Case {
             reply: "BAD_FORMAT",
+            // Refused at the line, so the server reads the body as commands:
+            // the stream is out of step (see the batch test below).
             fault: replace(b"BAD_FORMAT\r\n"),
-            keeps_connection: true,
+            keeps_connection: false,
             queued: 0,
             check: |e| rejected(e, Rejection::BadFormat),
         },
         Case {
             reply: "UNKNOWN_COMMAND",
+            // Refused at the line, so the server reads the body as commands:
+            // the stream is out of step (see the batch test below).
             fault: replace(b"UNKNOWN_COMMAND\r\n"),
-            keeps_connection: true,
+            keeps_connection: false,
             queued: 0,
             check: |e| rejected(e, Rejection::UnknownCommand),
         },
@@ -542,7 +617,7 @@ fn every_error_reply_and_garbage_line_gives_a_distinct_typed_result() {
                     case.reply
                 );
                 mapped += 1;
-                if case.keeps_connection {
+                if shown.starts_with("Rejected(") {
                     rejections.insert(shown.clone());
                 }
                 rows.push(format!(

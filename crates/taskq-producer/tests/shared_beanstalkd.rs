@@ -250,6 +250,69 @@ fn a_batch_gets_each_jobs_own_outcome() {
     assert_eq!(jobs.len(), 301);
 }
 
+/// beanstalkd answers a put line it refuses with `BAD_FORMAT` before it
+/// reads the body, and then the body read as a command with
+/// `UNKNOWN_COMMAND`: two replies where one was owed. With puts from many
+/// callers in flight on the connection, no later put may take the body's
+/// reply as its own, nor its neighbour's `INSERTED`.
+#[test]
+fn a_put_refused_at_its_line_hands_no_other_caller_a_reply() {
+    use taskq_proto::{Command, Connection, ConnectionConfig, Reply};
+    use taskq_testkit::{Fault, FaultPlan, ServerConfig, TestServer};
+    let server = TestServer::start_with(ServerConfig::default().faults(FaultPlan::nth(
+        1,
+        Fault::Replace {
+            after: 0,
+            bytes: b"BAD_FORMAT\r\nUNKNOWN_COMMAND\r\n".to_vec(),
+        },
+    )))
+    .unwrap();
+    let ledger = server.ledger();
+    let addr = server.addr();
+    let bodies: Vec<Vec<u8>> = (0..6).map(|i| format!("job-{i}").into_bytes()).collect();
+    let (out, r) = run(async {
+        let p = SharedProducer::connect(&addr.to_string()).await.unwrap();
+        let mut out = vec![PutOutcome::NotSent; bodies.len()];
+        let r = p
+            .put_batch("default", &bodies, PutOptions::default(), &mut out)
+            .await;
+        (out, r.map_err(|e| e.to_string()))
+    });
+    eprintln!("{out:?} {r:?}");
+    assert_eq!(
+        out[0],
+        PutOutcome::Rejected(taskq_producer::Rejection::BadFormat)
+    );
+    let mut conn = Connection::connect(addr, ConnectionConfig::default()).unwrap();
+    let mut held = std::collections::HashMap::new();
+    for id in 1..=ledger.check().added {
+        match conn.request(&Command::Peek { id }).unwrap() {
+            Reply::Found { body, .. } => {
+                held.insert(body.to_vec(), id);
+            }
+            r => panic!("peek {id}: {r:?}"),
+        }
+    }
+    let mut unknown = 0;
+    for (i, o) in out.iter().enumerate() {
+        match o {
+            PutOutcome::Inserted(id) => assert_eq!(held.get(&bodies[i]), Some(&id.get()), "{i}"),
+            PutOutcome::Rejected(_) => assert!(
+                !held.contains_key(&bodies[i]),
+                "put {i} said rejected, yet it is queued"
+            ),
+            PutOutcome::Unknown => unknown += 1,
+            PutOutcome::NotSent => assert!(!held.contains_key(&bodies[i]), "{i}"),
+        }
+    }
+    let acknowledged = out.iter().filter(|o| o.id().is_some()).count();
+    assert!(
+        held.len() - acknowledged <= unknown,
+        "queued but not acknowledged: {}, unknown: {unknown}",
+        held.len() - acknowledged
+    );
+}
+
 /// A bound smaller than a batch's window (8 puts, or bytes for three of
 /// its bodies), and three batches at once each larger than the bound: a
 /// batch never waits on room that only its own outcomes give back, so each

@@ -606,12 +606,20 @@ impl Session {
             // Dropped as it comes, by the next `frame_reply`.
             self.skip = len.saturating_add(2);
         }
-        if self.lone_put() {
+        let put = if self.lone_put() {
             self.flags &= !LONE_PUT;
+            true
         } else {
-            self.owed.pop_front();
-        }
+            self.owed.pop_front() == Some(CommandKind::Put)
+        };
         self.waiting_since = None;
+        if put && matches!(f.reply, Reply::BadFormat | Reply::UnknownCommand) {
+            // The server refused the put's line before reading its body, and
+            // reads the body as commands: their replies would be taken as
+            // the next requests'. This reply stands (nothing was queued);
+            // the next request reconnects.
+            self.mark_broken();
+        }
         if self.owed.is_empty() && self.skip == 0 && !self.rx.is_empty() {
             // Bytes past the last reply owed: a server answers only what it
             // is asked, so the stream is out of step (a duplicating proxy,
@@ -963,5 +971,62 @@ mod tests {
         assert!(!s.is_broken());
         assert_eq!(s.poll_reply().unwrap(), Some(Reply::TimedOut));
         assert!(!s.is_broken());
+    }
+
+    #[test]
+    fn a_put_refused_before_its_body_breaks_the_session_other_refusals_do_not() {
+        let put = Command::Put {
+            pri: 0,
+            delay: 0,
+            ttr: 1,
+            body: b"abc",
+        };
+        // beanstalkd answers a put line it cannot read with BAD_FORMAT and
+        // reads the body as a command (UNKNOWN_COMMAND); the put queued
+        // after it then gets its own INSERTED. Pipelined, the second put
+        // must not be handed the body's UNKNOWN_COMMAND, nor a third put
+        // the second's id.
+        for refusal in [&b"BAD_FORMAT\r\n"[..], b"UNKNOWN_COMMAND\r\n"] {
+            let mut s = Session::new(Limits::default());
+            s.queue(&put).unwrap();
+            s.queue(&put).unwrap();
+            s.queue_sent();
+            feed(&mut s, refusal);
+            feed(&mut s, b"UNKNOWN_COMMAND\r\nINSERTED 7\r\n");
+            let first = s.poll_reply().unwrap().unwrap();
+            assert!(
+                matches!(first, Reply::BadFormat | Reply::UnknownCommand),
+                "{first:?}"
+            );
+            assert!(s.is_broken());
+            assert!(matches!(s.poll_reply(), Err(ConnectionError::Broken)));
+            // The lone put the same.
+            let mut s = Session::new(Limits::default());
+            s.encode(&put).unwrap();
+            feed(&mut s, refusal);
+            assert!(s.poll_reply().unwrap().is_some());
+            assert!(s.is_broken());
+        }
+        // Any other command's line is all the server reads: a refusal of
+        // it leaves the stream in step.
+        let mut s = Session::new(Limits::default());
+        s.queue(&Command::Use { tube: "a" }).unwrap();
+        s.queue(&Command::Delete { id: 3 }).unwrap();
+        s.queue(&put).unwrap();
+        s.queue_sent();
+        feed(&mut s, b"BAD_FORMAT\r\nUNKNOWN_COMMAND\r\nINSERTED 8\r\n");
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::BadFormat));
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::UnknownCommand));
+        assert!(!s.is_broken());
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 8 }));
+        // A put refused after its body was read leaves it in step too.
+        let mut s = Session::new(Limits::default());
+        s.queue(&put).unwrap();
+        s.queue(&put).unwrap();
+        s.queue_sent();
+        feed(&mut s, b"JOB_TOO_BIG\r\nINSERTED 9\r\n");
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::JobTooBig));
+        assert!(!s.is_broken());
+        assert_eq!(s.poll_reply().unwrap(), Some(Reply::Inserted { id: 9 }));
     }
 }
