@@ -488,20 +488,50 @@ impl Js {
     pub fn kick(&mut self, tube: &str, bound: u64) -> Result<u64, String> {
         check_tube(tube)?;
         let buried = self.layout.buried_subject(tube);
-        let (mut kicked, mut from) = (0, 1);
-        while kicked < bound {
-            let Some(m) = self.first_on(&buried, from)? else {
-                break;
-            };
-            // The ones moved already are moved: an error says how many.
-            self.kick_one(&m, tube).map_err(|e| {
-                format!("{e} (after kicking {kicked} of tube {tube}'s buried jobs back)")
-            })?;
-            from = m.seq + 1;
-            kicked += 1;
-        }
-        Ok(kicked)
+        kick_each(
+            self,
+            tube,
+            bound,
+            |js, from| Ok(js.first_on(&buried, from)?.map(|m| (m.seq, m))),
+            |js, m| js.kick_one(&m, tube),
+        )
     }
+}
+
+/// The kick loop, without I/O: `next(cx, from)` finds the first buried job at
+/// or after sequence `from` (its sequence and itself), `kick(cx, job)` moves it back
+/// and says the sequence of its new copy.
+///
+/// A kick reaches only the jobs buried before its first copy was stored.
+/// A job it moved back that fails again is buried as a newer message, past
+/// that copy; without this bound a long kick beside running workers would
+/// meet such jobs again, kick each many times (restarting its attempts
+/// every time), count every pass, and go on for as long as they keep
+/// failing. beanstalkd's `kick` likewise moves the jobs buried when it runs.
+fn kick_each<C, M>(
+    cx: &mut C,
+    tube: &str,
+    bound: u64,
+    mut next: impl FnMut(&mut C, u64) -> Result<Option<(u64, M)>, String>,
+    mut kick: impl FnMut(&mut C, M) -> Result<u64, String>,
+) -> Result<u64, String> {
+    let (mut kicked, mut from, mut until) = (0, 1, u64::MAX);
+    while kicked < bound {
+        let Some((seq, m)) = next(cx, from)? else {
+            break;
+        };
+        if seq >= until {
+            break;
+        }
+        // The ones moved already are moved: an error says how many.
+        let copy = kick(cx, m).map_err(|e| {
+            format!("{e} (after kicking {kicked} of tube {tube}'s buried jobs back)")
+        })?;
+        until = until.min(copy);
+        from = seq + 1;
+        kicked += 1;
+    }
+    Ok(kicked)
 }
 
 /// The API's answer for a stream that does not exist.
@@ -511,4 +541,95 @@ fn missing_stream() -> NatsError {
         err_code: 10059,
         description: "stream not found".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kick_each;
+    use std::collections::BTreeSet;
+
+    /// A tube's buried messages by sequence, and the stream's last one.
+    struct Stream {
+        buried: BTreeSet<u64>,
+        last: u64,
+        /// Each kicked job fails again at once and is buried anew, as
+        /// workers running beside a kick can do.
+        fails_again: bool,
+        kicks: Vec<u64>,
+    }
+
+    fn kick(s: &mut Stream, bound: u64) -> Result<u64, String> {
+        kick_each(
+            s,
+            "mail",
+            bound,
+            |s, from| Ok(s.buried.range(from..).next().map(|&q| (q, q))),
+            |s, q| {
+                s.kicks.push(q);
+                s.buried.remove(&q);
+                s.last += 1; // the job's copy, ready again
+                let copy = s.last;
+                if s.fails_again {
+                    s.last += 1;
+                    s.buried.insert(s.last);
+                }
+                Ok(copy)
+            },
+        )
+    }
+
+    fn stream(buried: u64, fails_again: bool) -> Stream {
+        Stream {
+            buried: (1..=buried).map(|i| 2 * i).collect(),
+            last: 2 * buried,
+            fails_again,
+            kicks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_kick_moves_the_jobs_buried_before_it_once_each_and_stops() {
+        // Nobody buries meanwhile: every buried job, once, oldest first.
+        let mut s = stream(5, false);
+        assert_eq!(kick(&mut s, u64::MAX), Ok(5));
+        assert_eq!(s.kicks, [2, 4, 6, 8, 10]);
+        // Each kicked job buried again at once: still each of the five
+        // once, and the kick ends; the new burials wait for the next kick.
+        let mut s = stream(5, true);
+        assert_eq!(kick(&mut s, u64::MAX), Ok(5));
+        assert_eq!(s.kicks, [2, 4, 6, 8, 10]);
+        assert_eq!(s.buried.len(), 5);
+        assert_eq!(kick(&mut s, 2), Ok(2), "a bound below the count holds");
+        // A job buried after the kick began but before its first copy
+        // was stored is moved too.
+        let mut s = stream(2, false);
+        s.buried.insert(5);
+        s.last = 5;
+        assert_eq!(kick(&mut s, u64::MAX), Ok(3));
+        assert_eq!(s.kicks, [2, 4, 5]);
+    }
+
+    #[test]
+    fn a_failed_kick_says_how_many_went_back_before_it() {
+        let mut s = stream(3, false);
+        let e = kick_each(
+            &mut s,
+            "mail",
+            u64::MAX,
+            |s, from| Ok(s.buried.range(from..).next().map(|&q| (q, q))),
+            |s, q| {
+                if q == 4 {
+                    return Err("kicking buried job 4: no reply".into());
+                }
+                s.buried.remove(&q);
+                s.last += 1;
+                Ok(s.last)
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "kicking buried job 4: no reply (after kicking 1 of tube mail's buried jobs back)"
+        );
+    }
 }
