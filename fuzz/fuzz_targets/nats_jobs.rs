@@ -73,7 +73,7 @@ fn run(puts: bool, input: &[u8], ends: &[usize]) -> Vec<String> {
                     match s.poll_delivery() {
                         Ok(Some(f)) => s.take_delivery(f).map(|d| {
                             if let Delivery::Msg { body, .. } = &d {
-                                assert!(body.len() <= LIMITS.max_payload);
+                                assert!(body.len() <= LIMITS.max_incoming());
                             }
                             Some(format!("{d:?}"))
                         }),

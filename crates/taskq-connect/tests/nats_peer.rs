@@ -106,7 +106,7 @@ fn malformed_lines_are_typed_errors_that_break_the_connection() {
     #[rustfmt::skip]
     let table: &[(&str, NatsProtoError)] = &[
         ("MSG _INBOX.x 1 x\r\n", NatsProtoError::BadNumber),
-        ("MSG a 1 99999999\r\n", NatsProtoError::PayloadTooLarge { len: 99_999_999, max: 1 << 20 }),
+        ("MSG a 1 99999999\r\n", NatsProtoError::PayloadTooLarge { len: 99_999_999, max: 1_402_712 }),
         ("HMSG a 1 9 3\r\n", NatsProtoError::HeaderLongerThanTotal),
         ("MSG a 1 2\r\nabcd\r\n", NatsProtoError::MissingPayloadCrlf),
         ("BOGUS\r\n", NatsProtoError::UnknownOp),

@@ -79,7 +79,10 @@ fn server_ops() {
         (b"", &l, "partial"),
         (b"INF", &l, "partial"),
         (b"MSG a 1 3\r\nabcd\r\n", &l, "err MissingPayloadCrlf"),
-        (b"MSG a 1 9\r\n", &small, "err PayloadTooLarge { len: 9, max: 8 }"),
+        // Accepted: up to a base64 copy of `max_payload` (8) in JSON, whose
+        // subject fits a line (32): 4 * 3 + 32 + 512.
+        (b"MSG a 1 556\r\n", &small, "partial"),
+        (b"MSG a 1 557\r\n", &small, "err PayloadTooLarge { len: 557, max: 556 }"),
         (b"MSG a 1 99999999999999999999999\r\n", &l, "err BadNumber"),
         (b"MSG a 1 -3\r\n", &l, "err BadNumber"),
         (b"MSG a x 3\r\nabc\r\n", &l, "err BadNumber"),

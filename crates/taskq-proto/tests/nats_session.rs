@@ -146,8 +146,8 @@ fn err_garbage_and_oversized_counts_break_the_session_at_once() {
         ("-ERR 'Permissions Violation for Publish to \"taskq.T\"'\r\n", "permission"),
         ("MSG _INBOX.t.1 1 x\r\n", "Protocol(BadNumber)"),
         // Refused as soon as the line is in, before any payload byte.
-        ("MSG _INBOX.t.1 1 99999999\r\n", "Protocol(PayloadTooLarge { len: 99999999, max: 1048576 })"),
-        ("HMSG _INBOX.t.1 1 99999999 99999999\r\n", "Protocol(PayloadTooLarge { len: 99999999, max: 1048576 })"),
+        ("MSG _INBOX.t.1 1 99999999\r\n", "Protocol(PayloadTooLarge { len: 99999999, max: 1402712 })"),
+        ("HMSG _INBOX.t.1 1 99999999 99999999\r\n", "Protocol(PayloadTooLarge { len: 99999999, max: 1402712 })"),
         ("HMSG _INBOX.t.1 1 9 3\r\n", "Protocol(HeaderLongerThanTotal)"),
         ("MSG _INBOX.t.1 1 2\r\nabcd\r\n", "Protocol(MissingPayloadCrlf)"),
         ("HMSG _INBOX.t.1 1 6 6\r\nHTTP/1\r\n", "Protocol(BadHeaders)"),

@@ -1176,6 +1176,55 @@ fn a_job_over_the_limit_is_terminated_once_and_the_small_ones_are_done() {
     assert!(ad.msg_get("TASKQ", MsgSelect::Seq(big)).is_err());
 }
 
+#[test]
+fn a_job_near_max_payload_is_buried_whole_though_its_copy_is_read_in_base64() {
+    // JetStream's API hands a stored message back in base64 inside JSON,
+    // a third larger than the message: a job of 900 kB is a reply of
+    // 1.2 MB on a server whose max_payload is 1 MiB. The bury copy reads
+    // it so.
+    let _one = heavy();
+    log_from_env();
+    let c = NatsCluster::start(1).unwrap();
+    let tube = "near";
+    js_setup(&c, tube, None);
+    let body: Vec<u8> = (0..900_000u32).map(|i| (i % 251) as u8).collect();
+    let mut p = Producer::builder()
+        .tube(tube)
+        .max_job_size(1 << 20)
+        .connect(c.url())
+        .unwrap();
+    let id = p.put(&body, PutOptions::default()).unwrap().get();
+    let config = Config {
+        limits: Limits {
+            max_job_size: 1 << 20,
+            ..Limits::default()
+        },
+        max_attempts: 1,
+        ..cfg(&c.url(), tube, 1, LONG)
+    };
+    let worker = AsyncWorker::new(config, |_job: AsyncJob| async { Outcome::Fail }).unwrap();
+    let rt = runtime();
+    let mut rec = Record::new(&c);
+    let buried = format!("taskq.{tube}.buried");
+    let counts = run_until_drained(&rt, worker, Duration::from_secs(20), || {
+        rec.tube_done(tube) && rec.subjects().is_some_and(|s| s.get(&buried) == Some(&1))
+    });
+    assert_eq!((counts.buried, counts.deleted), (1, 0), "{counts}");
+    // The copy holds the job's body byte for byte (read on a connection
+    // that takes such replies, as the worker's own).
+    let mut ad = js_admin(&c);
+    let copy = ad
+        .msg_get(
+            "TASKQ",
+            MsgSelect::NextBySubject {
+                subject: &buried,
+                seq: id,
+            },
+        )
+        .unwrap();
+    assert!(copy.data == body, "the copy is the job's body");
+}
+
 /// `taskq pause --tube TUBE SECS` on `c` (30 s at most): its standard output.
 fn taskq_pause(c: &NatsCluster, tube: &str, secs: u32) -> String {
     let out = std::process::Command::new("timeout")

@@ -90,10 +90,17 @@ pub const DEFAULT_MAX_LINE: usize = 4096;
 /// Default limit on an `INFO` line, which lists a cluster's `connect_urls`.
 pub const DEFAULT_MAX_INFO: usize = 64 * 1024;
 
+/// Room for the JSON around a stored message that JetStream's API hands
+/// back (`STREAM.MSG.GET`), beside its subject: the reply's type, the
+/// sequence, the time, the quotes and keys, and the rounding of two base64
+/// fields.
+const API_ENVELOPE: usize = 512;
+
 /// What a parser accepts from a NATS server before it calls the peer wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NatsLimits {
-    /// Largest `MSG`/`HMSG` payload (headers included) accepted, and sent.
+    /// Largest payload (headers included) sent; what is accepted is derived
+    /// from it ([`max_incoming`](Self::max_incoming)).
     pub max_payload: usize,
     /// Longest control line other than `INFO`, CRLF included.
     pub max_line: usize,
@@ -112,12 +119,29 @@ impl Default for NatsLimits {
 }
 
 impl NatsLimits {
+    /// The largest `MSG`/`HMSG` payload (headers included) accepted.
+    ///
+    /// A message the server stores is at most `max_payload`, and so is a
+    /// job delivered. But JetStream's API hands a stored message back
+    /// base64-encoded inside a JSON reply (`STREAM.MSG.GET`, which the bury
+    /// copy and the operators' commands read): up to a third larger, plus
+    /// the JSON around it, whose subject fits a control line. nats-server
+    /// 2.9.10 sends a reply of 1,365,481 bytes for a message of 1,024,000 on
+    /// a connection whose `max_payload` is 1 MiB.
+    pub fn max_incoming(&self) -> usize {
+        self.max_payload
+            .div_ceil(3)
+            .saturating_mul(4)
+            .saturating_add(self.max_line)
+            .saturating_add(API_ENVELOPE)
+    }
+
     /// The most a receive buffer must hold for one operation: the longest
-    /// line and the largest payload with its CRLF.
+    /// line and the largest payload accepted with its CRLF.
     pub fn recv_capacity(&self) -> usize {
         self.max_line
             .max(self.max_info)
-            .saturating_add(self.max_payload)
+            .saturating_add(self.max_incoming())
             .saturating_add(2)
     }
 }

@@ -108,7 +108,7 @@ pub struct MsgOp<'a> {
 /// Parses one server operation from the start of `buf`.
 ///
 /// `Complete(op, consumed)` when a whole operation is there, `Partial` when
-/// more bytes are needed. A byte count beyond `limits.max_payload`, or a line
+/// more bytes are needed. A byte count beyond `limits.max_incoming()`, or a line
 /// longer than its limit, is an error as soon as it is seen.
 pub fn parse_op<'a>(
     buf: &'a [u8],
@@ -230,11 +230,9 @@ fn number(s: &[u8]) -> Result<u64, NatsProtoError> {
 /// A byte count, refused beyond the payload limit before anything waits for it.
 fn size(s: &[u8], limits: &NatsLimits) -> Result<usize, NatsProtoError> {
     let n = number(s)?;
-    if n > limits.max_payload as u64 {
-        return Err(NatsProtoError::PayloadTooLarge {
-            len: n,
-            max: limits.max_payload,
-        });
+    let max = limits.max_incoming();
+    if n > max as u64 {
+        return Err(NatsProtoError::PayloadTooLarge { len: n, max });
     }
     Ok(n as usize)
 }
