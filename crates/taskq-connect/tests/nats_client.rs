@@ -310,6 +310,67 @@ fn an_ack_and_the_next_pull_go_out_in_one_write() {
     assert_eq!(conn.io_counts().writes - w, 1 + conn.pings_answered() - p);
 }
 
+/// Runs `f` on a thread of its own; a panic when it has not ended within
+/// `limit` (a read waiting for a reply that no write asked for).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).expect("ended within its limit")
+}
+
+#[test]
+fn an_ack_queued_alone_goes_out_when_its_confirmation_is_read() {
+    let (c, mut conn) = ready(Duration::from_secs(30));
+    conn.publish(SUBJECT, b"q1", b"x").unwrap();
+    let (ack, _, _) = pull_one(&mut conn, Duration::from_secs(1)).unwrap();
+    // Queued, and read for at once: no pull or flush between.
+    let token = conn.queue_ack(&ack, AckKind::Ack, true).unwrap().unwrap();
+    let got = within(Duration::from_secs(10), move || {
+        let d = conn.next_delivery().map(|d| format!("{d:?}"));
+        (d, conn)
+    });
+    assert_eq!(got.0.unwrap(), format!("{:?}", Delivery::Confirmed(token)));
+    drop(c);
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_publish_queued_alone_goes_out_when_its_puback_is_read() {
+    use taskq_connect::tokio::AsyncNatsConn;
+    let (c, _conn) = ready(Duration::from_secs(30));
+    let seeds = [c.addr(0).to_string()];
+    let got = within(Duration::from_secs(10), move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let cfg = taskq_connect::nats::NatsConfig::default();
+            let mut a = AsyncNatsConn::connect(&seeds, &cfg).await.unwrap();
+            let one = a
+                .queue_publish(SUBJECT.as_bytes(), b"a1", &[], b"one")
+                .unwrap();
+            let first = a.recv_puback().await.map(|p| p.stream_seq);
+            let two = a
+                .queue_publish(SUBJECT.as_bytes(), b"a2", &[], b"two")
+                .unwrap();
+            let second = a
+                .recv_any_puback()
+                .await
+                .map(|(t, p)| (t, p.map(|p| p.stream_seq)));
+            (one, first, two, second)
+        })
+    });
+    let (one, first, two, second) = got;
+    assert_ne!(one, two);
+    assert_eq!(first.unwrap(), 1);
+    let (token, seq) = second.unwrap();
+    assert_eq!((token, seq.unwrap()), (two, 2));
+    drop(c);
+}
+
 #[test]
 fn ensure_is_idempotent_and_never_changes_what_exists() {
     let c = node();

@@ -418,7 +418,10 @@ impl AsyncNatsConn {
     /// owed is due the I/O timeout after its write (a future dropped while
     /// waiting and made again keeps it). With nothing owed it reads with
     /// no deadline, answering the server's `PING`s (an idle connection).
+    /// Publishes queued and not yet written go out first, as for
+    /// [`recv_puback`](Self::recv_puback).
     pub async fn recv_any_puback(&mut self) -> Result<(u64, Result<PubAck, NatsError>), NatsError> {
+        self.flush_queued().await?;
         self.read_owed(|s| loop {
             match s.poll_event()? {
                 Some(Event::Reply { token, m }) => {
@@ -469,9 +472,21 @@ impl AsyncNatsConn {
         self.sent(r)
     }
 
-    /// Reads the PubAck of the oldest queued publish (after [`flush`](Self::flush)).
+    /// Reads the PubAck of the oldest queued publish. Anything queued and
+    /// not yet written goes out first: a PubAck owed for a publish never
+    /// written would be waited for with no deadline (the session starts a
+    /// reply's clock at its write).
     pub async fn recv_puback(&mut self) -> Result<PubAck, NatsError> {
+        self.flush_queued().await?;
         self.read_owed(NatsSession::poll_puback).await
+    }
+
+    /// [`flush`](Self::flush) when something is queued.
+    async fn flush_queued(&mut self) -> Result<(), NatsError> {
+        if self.session.queued().is_empty() {
+            return Ok(());
+        }
+        self.flush().await
     }
 
     /// Polls the session with `poll` until it has an answer, reading on

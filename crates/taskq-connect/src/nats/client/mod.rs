@@ -279,6 +279,9 @@ impl NatsConnection {
                 HandshakeStep::Read => self.fill(started, wait, &mut first, false)?,
                 HandshakeStep::StartTls => {
                     self.start_tls(host, started, wait)?;
+                    // The TLS handshake read on the same clock: a read
+                    // after it waits only what is left of the wait.
+                    first = false;
                     hs.tls_started();
                 }
                 HandshakeStep::Connect { nonce } => {

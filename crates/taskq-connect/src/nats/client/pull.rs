@@ -79,8 +79,15 @@ impl NatsConnection {
     /// [`Delivery::Unanswered`] with the connection kept; a pull still owed
     /// at its expiry plus the I/O timeout, or an ack's confirmation owed the
     /// I/O timeout after its write, leaves the connection silent: broken.
+    ///
+    /// Acks queued and not yet written go out first: the confirmation of
+    /// one never written would be waited for with no deadline (the session
+    /// starts a reply's clock at its write).
     pub fn next_delivery(&mut self) -> Result<Delivery<'_>, NatsError> {
         self.s.usable()?;
+        if !self.s.queued().is_empty() {
+            self.flush()?;
+        }
         let f = self.wait_owed(NatsSession::poll_delivery)?;
         self.s.take_delivery(f)
     }
