@@ -8,7 +8,7 @@
 //! two disagree, a job is lost, or the tube is not drained.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -239,6 +239,10 @@ fn drive(
     let running = worker.start();
 
     let queued = Arc::new(AtomicU64::new(0));
+    // Set when the time budget runs out: the producers put nothing more (a
+    // server gone for good would otherwise keep each remaining put waiting
+    // out its reconnect, long after the report).
+    let out_of_time = Arc::new(AtomicBool::new(false));
     let mut producers = Vec::new();
     let builder = args
         .js
@@ -247,6 +251,7 @@ fn drive(
         .tube(tube);
     for p in 0..args.producers as u64 {
         let (addr, builder, queued) = (addr.clone(), builder.clone(), queued.clone());
+        let out_of_time = out_of_time.clone();
         let (jobs, stride) = (args.jobs, args.producers as u64);
         producers.push(thread::spawn(move || -> Result<Enqueued, String> {
             let mut producer = builder
@@ -257,7 +262,7 @@ fn drive(
             let mut failed = 0;
             let mut body = Vec::with_capacity(32);
             let mut i = p;
-            while i < jobs {
+            while i < jobs && !out_of_time.load(Ordering::Relaxed) {
                 body.clear();
                 body.extend_from_slice(b"demo-job ");
                 body.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
@@ -300,6 +305,7 @@ fn drive(
             break true;
         }
         if started.elapsed() > budget {
+            out_of_time.store(true, Ordering::Relaxed);
             break false;
         }
     };

@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -148,15 +148,19 @@ pub const MAX_CLIENTS: usize = 16;
 /// The time a client has to send its whole request head.
 pub const REQUEST_TIME: Duration = Duration::from_secs(2);
 
+/// The time a client has to take its whole answer, as Prometheus' own
+/// scrape timeout: a client that reads slowly is cut off then, so it holds
+/// its thread (one of [`MAX_CLIENTS`]) no longer.
+pub const RESPONSE_TIME: Duration = Duration::from_secs(10);
+
 /// Reads a request head (bounded in size, and in time as a whole) and
-/// answers it.
+/// answers it (in time as a whole too).
 fn answer(mut s: TcpStream, render: &dyn Fn() -> String) -> io::Result<()> {
-    let until = std::time::Instant::now() + REQUEST_TIME;
-    s.set_write_timeout(Some(REQUEST_TIME))?;
+    let until = Instant::now() + REQUEST_TIME;
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let left = until.saturating_duration_since(std::time::Instant::now());
+        let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
@@ -196,11 +200,35 @@ fn answer(mut s: TcpStream, render: &dyn Fn() -> String) -> io::Result<()> {
 }
 
 fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> io::Result<()> {
+    let until = Instant::now() + RESPONSE_TIME;
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body.as_bytes())?;
-    s.flush()
+    let r = write_by(s, head.as_bytes(), until).and_then(|()| write_by(s, body.as_bytes(), until));
+    if r.is_err() {
+        // Reset rather than close: what the client has not taken yet is
+        // dropped, not sent on after the cut.
+        let _ = socket2::SockRef::from(&*s).set_linger(Some(Duration::ZERO));
+    }
+    r
+}
+
+/// Writes all of `bytes` by `until`: each write waits only what is left,
+/// so a client taking a little at a time cannot stretch it.
+fn write_by(s: &mut TcpStream, mut bytes: &[u8], until: Instant) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_write_timeout(Some(left))?;
+        match s.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

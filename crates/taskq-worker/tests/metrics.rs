@@ -131,3 +131,41 @@ fn a_client_that_sends_slowly_holds_up_no_other_scrape() {
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
     assert!(dribble.join().unwrap(), "the slow client was cut off");
 }
+
+/// A client that takes its answer a little at a time, each part within any
+/// one write's wait, is cut off once the answer's whole time is up: it
+/// cannot hold one of the server's few threads for as long as it likes.
+#[cfg(feature = "metrics")]
+#[test]
+fn a_client_that_reads_slowly_is_cut_off_when_the_answers_time_is_up() {
+    use std::io::{Read, Write};
+    use std::time::Instant;
+    use taskq_worker::metrics::{MetricsServer, RESPONSE_TIME};
+    // Far more than the sockets' buffers hold between them.
+    let body = "x".repeat(32 << 20);
+    let server = MetricsServer::serve("127.0.0.1:0", move || body.clone()).unwrap();
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let t = Instant::now();
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut got = 0usize;
+    // 64 kB a second, for at most the answer's time and 10 s more (what
+    // the client's buffer holds at the cut may still be read first).
+    let ended = loop {
+        if t.elapsed() > RESPONSE_TIME + Duration::from_secs(10) {
+            break false;
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break true,
+            Ok(n) => got += n,
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let took = t.elapsed();
+    eprintln!("cut off: {ended} after {took:?}, {got} bytes read");
+    assert!(ended, "still answering after {took:?} ({got} bytes read)");
+    assert!(got < 32 << 20, "{got}");
+    assert!(took >= RESPONSE_TIME - Duration::from_secs(1), "{took:?}");
+}
