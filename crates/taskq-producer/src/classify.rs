@@ -260,6 +260,9 @@ pub(crate) fn record(
             *out = PutOutcome::Inserted(id);
             report.inserted += 1;
         }
+        // Sent before with no reply, and refused now: the earlier send
+        // may have queued it, so it stays unknown (not counted either way).
+        Err(Error::Rejected(r)) if *out == PutOutcome::Unknown && !r.queued() => {}
         Err(Error::Rejected(r)) => {
             *out = PutOutcome::Rejected(r);
             report.rejected += 1;
@@ -508,17 +511,23 @@ impl Attempts {
     }
 
     /// The put's outcome, given the last attempt's `r`: once an attempt
-    /// may have reached the server, a later one not sent leaves it
-    /// unknown, never "not sent" (which promises a re-send is safe).
+    /// may have reached the server, a later one not sent, or refused
+    /// without queuing, leaves it unknown: never "not sent" or "rejected",
+    /// which promise that nothing was queued and a re-put is safe.
     pub(crate) fn outcome(self, r: Result<JobId, Error>) -> Result<JobId, Error> {
-        match r {
-            Err(Error::NotSent(e)) if self.maybe_stored => Err(Error::Unknown(
-                taskq_proto::ConnectionError::Io(std::io::Error::other(format!(
-                    "sent earlier with no reply, and no later send reached the server ({e})"
-                ))),
-            )),
-            r => r,
+        let later = match &r {
+            Err(Error::NotSent(e)) => format!("no later send reached the server ({e})"),
+            Err(Error::Rejected(j)) if !j.queued() => {
+                format!("a later send was refused ({})", j.word())
+            }
+            _ => return r,
+        };
+        if !self.maybe_stored {
+            return r;
         }
+        Err(Error::Unknown(taskq_proto::ConnectionError::Io(
+            std::io::Error::other(format!("sent earlier with no reply, and {later}")),
+        )))
     }
 }
 
@@ -774,6 +783,56 @@ mod tests {
         assert_eq!(a.again(&last, t0), Some(SendAgain::Now));
         assert_eq!(a.again(&last, t0), None);
         assert!(a.outcome(last).unwrap_err().not_sent());
+    }
+
+    #[test]
+    fn a_refusal_after_a_send_with_no_reply_leaves_the_put_unknown() {
+        let t0 = Instant::now();
+        // Written with no reply (perhaps queued), then the retry refused:
+        // the refusal is the retry's, not the put's.
+        for rule in [Rule::Retries(1), Rule::Resolve(Duration::from_secs(5))] {
+            let mut a = Attempts::new(rule);
+            assert_eq!(a.again(&Err(unknown()), t0), Some(SendAgain::Now));
+            let last = Err(Error::Rejected(Rejection::OutOfMemory));
+            assert_eq!(a.again(&last, t0), None);
+            let e = a.outcome(last).unwrap_err();
+            assert!(e.outcome_unknown() && e.maybe_queued(), "{rule:?}: {e}");
+            assert!(e.to_string().contains("OUT_OF_MEMORY"), "{e}");
+        }
+        // A refusal that queued it (BURIED <id>) says so, as it is.
+        let mut a = Attempts::new(Rule::Retries(1));
+        assert_eq!(a.again(&Err(unknown()), t0), Some(SendAgain::Now));
+        let buried = Rejection::InsertedBuried { id: JobId::new(9) };
+        let last = Err(Error::Rejected(buried));
+        assert_eq!(a.again(&last, t0), None);
+        assert!(matches!(a.outcome(last), Err(Error::Rejected(r)) if r == buried));
+        // Refused at the first send: rejected.
+        let mut a = Attempts::new(Rule::Retries(1));
+        let last = Err(Error::Rejected(Rejection::Draining));
+        assert_eq!(a.again(&last, t0), None);
+        assert!(matches!(
+            a.outcome(last),
+            Err(Error::Rejected(Rejection::Draining))
+        ));
+        // A batch: a job sent with no reply (unknown) and refused on its
+        // re-send stays unknown; one refused at its first send is rejected.
+        let mut out = [PutOutcome::Unknown, PutOutcome::NotSent];
+        let mut report = BatchReport::default();
+        let mut replies = Replies::new(&mut out, &mut report, (0, 2));
+        replies
+            .take(Err(Error::Rejected(Rejection::Draining)))
+            .unwrap();
+        replies
+            .take(Err(Error::Rejected(Rejection::Draining)))
+            .unwrap();
+        assert_eq!(
+            out,
+            [
+                PutOutcome::Unknown,
+                PutOutcome::Rejected(Rejection::Draining)
+            ]
+        );
+        assert_eq!((report.inserted, report.rejected), (0, 1));
     }
 
     #[test]

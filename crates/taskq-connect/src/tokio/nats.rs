@@ -505,7 +505,9 @@ impl AsyncNatsConn {
     ) -> Result<T, NatsError> {
         loop {
             if self.session.pongs_owed() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write()) {
-                self.answer_pings().await?;
+                self.answer_pings()
+                    .await
+                    .map_err(crate::nats::client::not_the_request)?;
             }
             if let Some(v) = poll(&mut self.session)? {
                 return Ok(v);

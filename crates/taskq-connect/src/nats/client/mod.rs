@@ -185,6 +185,20 @@ fn host_of(seed: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
+/// A failed write of something other than the caller's request (a `PONG`)
+/// while the caller's reply is owed: the request went out before it, so
+/// the outcome is unknown, never "not sent" (which promises that nothing
+/// reached the server and a fresh re-send is safe).
+pub(crate) fn not_the_request(e: NatsError) -> NatsError {
+    match e {
+        NatsError::NotSent(io) => NatsError::Io(io),
+        NatsError::Broken => NatsError::Io(std::io::Error::other(
+            "the connection broke while the reply was owed",
+        )),
+        e => e,
+    }
+}
+
 impl NatsConnection {
     /// Connects to the first of `seeds` (`host:port`) that completes the
     /// handshake: `INFO` (TLS when the settings or the server want it), then
@@ -436,6 +450,9 @@ impl NatsConnection {
     }
 
     /// Answers the server's `PING`s read so far, one write of `PONG` each.
+    ///
+    /// A PONG is not a caller's request: a caller waiting for a reply owed
+    /// maps a failed write of one with [`not_the_request`].
     #[inline]
     fn answer_pings(&mut self) -> Result<(), NatsError> {
         while let Some(pong) = self.s.pong() {
@@ -491,10 +508,13 @@ impl NatsConnection {
         let mut first = true;
         loop {
             let r = poll(&mut self.s);
-            self.answer_pings()?;
+            let pongs = self.answer_pings();
+            // An answer read stands whatever the PONG's write came to (the
+            // connection is marked broken for the next call).
             if let Some(v) = r? {
                 return Ok(v);
             }
+            pongs.map_err(not_the_request)?;
             let now = if first { start } else { Instant::now() };
             let due = self.s.poll_timeout();
             if due.is_some_and(|d| d <= now) {
@@ -521,5 +541,34 @@ impl NatsConnection {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pong_that_could_not_be_written_never_says_the_request_was_not_sent() {
+        let e = not_the_request(NatsError::NotSent(std::io::Error::from(
+            std::io::ErrorKind::BrokenPipe,
+        )));
+        assert!(
+            matches!(&e, NatsError::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe),
+            "{e:?}"
+        );
+        assert!(matches!(
+            not_the_request(NatsError::Broken),
+            NatsError::Io(_)
+        ));
+        // Anything else is what it was.
+        assert!(matches!(
+            not_the_request(NatsError::Closed),
+            NatsError::Closed
+        ));
+        assert!(not_the_request(NatsError::Timeout {
+            waited: Duration::from_secs(1)
+        })
+        .is_timeout());
     }
 }
