@@ -35,8 +35,10 @@ pub struct MultiProducer {
 }
 
 impl MultiProducer {
-    /// Connects to every server with the default settings. Succeeds when at
-    /// least one server is reachable; the others are retried as jobs come.
+    /// Connects to every server with the default settings. Each address is
+    /// resolved once, here: one that does not resolve fails the whole call.
+    /// Succeeds when at least one server is reachable; the others are
+    /// retried as jobs come.
     pub fn connect<A: ToSocketAddrs>(addrs: &[A]) -> Result<MultiProducer, Error> {
         MultiProducer::with_builder(&Builder::default(), addrs)
     }
