@@ -487,47 +487,52 @@ impl Js {
     /// Moves up to `bound` of `tube`'s buried jobs back, oldest first; returns how many.
     pub fn kick(&mut self, tube: &str, bound: u64) -> Result<u64, String> {
         check_tube(tube)?;
+        let Some(info) = self.stream_info()? else {
+            return Ok(0);
+        };
         let buried = self.layout.buried_subject(tube);
         kick_each(
             self,
             tube,
             bound,
+            info.last_seq,
             |js, from| Ok(js.first_on(&buried, from)?.map(|m| (m.seq, m))),
-            |js, m| js.kick_one(&m, tube),
+            |js, m| js.kick_one(&m, tube).map(|_| ()),
         )
     }
 }
 
-/// The kick loop, without I/O: `next(cx, from)` finds the first buried job at
-/// or after sequence `from` (its sequence and itself), `kick(cx, job)` moves it back
-/// and says the sequence of its new copy.
+/// The kick loop, without I/O: `next(cx, from)` finds the first buried job
+/// at or after sequence `from` (its sequence and itself), `kick(cx, job)`
+/// moves it back.
 ///
-/// A kick reaches only the jobs buried before its first copy was stored.
-/// A job it moved back that fails again is buried as a newer message, past
-/// that copy; without this bound a long kick beside running workers would
-/// meet such jobs again, kick each many times (restarting its attempts
-/// every time), count every pass, and go on for as long as they keep
-/// failing. beanstalkd's `kick` likewise moves the jobs buried when it runs.
+/// A kick moves the jobs buried when it began: those up to `last`, the
+/// stream's last sequence then. Sequences only grow, and a job it moved
+/// back that fails again is buried as a newer message; without this bound
+/// a long kick beside running workers would meet such jobs again, kick each
+/// many times (restarting its attempts every time), count every pass, and
+/// go on for as long as they keep failing. beanstalkd's `kick` likewise
+/// moves the jobs buried when it runs.
 fn kick_each<C, M>(
     cx: &mut C,
     tube: &str,
     bound: u64,
+    last: u64,
     mut next: impl FnMut(&mut C, u64) -> Result<Option<(u64, M)>, String>,
-    mut kick: impl FnMut(&mut C, M) -> Result<u64, String>,
+    mut kick: impl FnMut(&mut C, M) -> Result<(), String>,
 ) -> Result<u64, String> {
-    let (mut kicked, mut from, mut until) = (0, 1, u64::MAX);
+    let (mut kicked, mut from) = (0, 1);
     while kicked < bound {
         let Some((seq, m)) = next(cx, from)? else {
             break;
         };
-        if seq >= until {
+        if seq > last {
             break;
         }
         // The ones moved already are moved: an error says how many.
-        let copy = kick(cx, m).map_err(|e| {
+        kick(cx, m).map_err(|e| {
             format!("{e} (after kicking {kicked} of tube {tube}'s buried jobs back)")
         })?;
-        until = until.min(copy);
         from = seq + 1;
         kicked += 1;
     }
@@ -558,22 +563,25 @@ mod tests {
         kicks: Vec<u64>,
     }
 
+    /// A kick as `taskq kick` makes it: bounded by the stream's last
+    /// sequence when it begins.
     fn kick(s: &mut Stream, bound: u64) -> Result<u64, String> {
+        let last = s.last;
         kick_each(
             s,
             "mail",
             bound,
+            last,
             |s, from| Ok(s.buried.range(from..).next().map(|&q| (q, q))),
             |s, q| {
                 s.kicks.push(q);
                 s.buried.remove(&q);
                 s.last += 1; // the job's copy, ready again
-                let copy = s.last;
                 if s.fails_again {
                     s.last += 1;
                     s.buried.insert(s.last);
                 }
-                Ok(copy)
+                Ok(())
             },
         )
     }
@@ -600,8 +608,7 @@ mod tests {
         assert_eq!(s.kicks, [2, 4, 6, 8, 10]);
         assert_eq!(s.buried.len(), 5);
         assert_eq!(kick(&mut s, 2), Ok(2), "a bound below the count holds");
-        // A job buried after the kick began but before its first copy
-        // was stored is moved too.
+        // Every job buried when the kick began is moved, the last one too.
         let mut s = stream(2, false);
         s.buried.insert(5);
         s.last = 5;
@@ -616,6 +623,7 @@ mod tests {
             &mut s,
             "mail",
             u64::MAX,
+            6,
             |s, from| Ok(s.buried.range(from..).next().map(|&q| (q, q))),
             |s, q| {
                 if q == 4 {
@@ -623,7 +631,7 @@ mod tests {
                 }
                 s.buried.remove(&q);
                 s.last += 1;
-                Ok(s.last)
+                Ok(())
             },
         )
         .unwrap_err();
