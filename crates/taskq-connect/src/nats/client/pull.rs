@@ -85,9 +85,8 @@ impl NatsConnection {
     /// starts a reply's clock at its write).
     pub fn next_delivery(&mut self) -> Result<Delivery<'_>, NatsError> {
         self.s.usable()?;
-        if !self.s.queued().is_empty() {
-            self.flush()?;
-        }
+        // Writes nothing when nothing is queued.
+        self.flush()?;
         let f = self.wait_owed(NatsSession::poll_delivery)?;
         self.s.take_delivery(f)
     }
